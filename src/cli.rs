@@ -1,0 +1,246 @@
+//! The command line. Every option is a flag with an `ADEVENTS_*` environment fallback (the flag
+//! name in upper snake case) and a default shown in `--help`; with no subcommand, `serve` runs.
+
+use crate::store::cassandra::config::{
+    CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication,
+};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "adevents",
+    version,
+    about = "Ad-event ingestion server: impressions, clicks and beacons in, campaign summaries out.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options of `serve`, which runs when no subcommand is given.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl Cli {
+    /// The command to run: `serve` with the top-level options when none was named.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Serve(self.serve))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (the default). Applies pending migrations first unless --no-migrate.
+    Serve(ServeArgs),
+    /// Apply pending schema migrations, then exit.
+    Migrate(MigrateArgs),
+}
+
+impl Command {
+    pub fn log(&self) -> &LogArgs {
+        match self {
+            Self::Serve(args) => &args.log,
+            Self::Migrate(args) => &args.log,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on (port 0 picks a free one).
+    #[arg(long, env = "ADEVENTS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Do not apply pending migrations at start-up (run `adevents migrate` separately).
+    #[arg(long, env = "ADEVENTS_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub no_migrate: bool,
+    /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the process exits.
+    #[arg(long, env = "ADEVENTS_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Which store keeps the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// Apache Cassandra or ScyllaDB.
+    Cassandra,
+}
+
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Where events are stored.
+    #[arg(long = "store", env = "ADEVENTS_STORE", value_enum, default_value_t = StoreKind::Cassandra)]
+    pub kind: StoreKind,
+    #[command(flatten)]
+    pub cassandra: CassandraArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CassandraArgs {
+    /// Cassandra/ScyllaDB contact points, HOST:PORT[,HOST:PORT…].
+    #[arg(
+        long,
+        env = "ADEVENTS_CASSANDRA_NODES",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:9042"
+    )]
+    pub cassandra_nodes: Vec<String>,
+    /// Keyspace holding adevents' tables; created by migrations if missing.
+    #[arg(long, env = "ADEVENTS_KEYSPACE", default_value = "adevents")]
+    pub keyspace: KeyspaceName,
+    /// Replication of a keyspace created by migrations: `simple:N` (development) or
+    /// `DC:N[,DC:N…]` (NetworkTopologyStrategy, production). An existing keyspace is never altered.
+    #[arg(long, env = "ADEVENTS_REPLICATION", default_value = "simple:1")]
+    pub replication: Replication,
+    /// Consistency level of reads and writes.
+    #[arg(long, env = "ADEVENTS_CONSISTENCY", value_enum, default_value_t = ConsistencyLevel::LocalQuorum)]
+    pub consistency: ConsistencyLevel,
+    /// Datacenter whose nodes coordinate requests (recommended with several datacenters).
+    #[arg(long, env = "ADEVENTS_CASSANDRA_LOCAL_DC")]
+    pub cassandra_local_dc: Option<String>,
+    /// User name for password authentication.
+    #[arg(
+        long,
+        env = "ADEVENTS_CASSANDRA_USERNAME",
+        requires = "cassandra_password"
+    )]
+    pub cassandra_username: Option<String>,
+    /// Password for password authentication (prefer the environment variable to the flag).
+    #[arg(
+        long,
+        env = "ADEVENTS_CASSANDRA_PASSWORD",
+        hide_env_values = true,
+        requires = "cassandra_username"
+    )]
+    pub cassandra_password: Option<String>,
+    /// Bound on opening one connection to a node.
+    #[arg(long, env = "ADEVENTS_CASSANDRA_CONNECT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub cassandra_connect_timeout: Duration,
+    /// Bound on one request to the cluster, retries included.
+    #[arg(long, env = "ADEVENTS_CASSANDRA_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub cassandra_request_timeout: Duration,
+}
+
+impl CassandraArgs {
+    pub fn to_config(&self) -> CassandraConfig {
+        CassandraConfig {
+            nodes: self.cassandra_nodes.clone(),
+            keyspace: self.keyspace.clone(),
+            replication: self.replication.clone(),
+            consistency: self.consistency,
+            local_datacenter: self.cassandra_local_dc.clone(),
+            credentials: self
+                .cassandra_username
+                .clone()
+                .zip(self.cassandra_password.clone())
+                .map(|(username, password)| Credentials { username, password }),
+            connect_timeout: self.cassandra_connect_timeout,
+            request_timeout: self.cassandra_request_timeout,
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log line format.
+    #[arg(long, env = "ADEVENTS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which events to log, as tracing directives (`info`, `adevents=debug,tower_http=info`, …).
+    #[arg(long, env = "ADEVENTS_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_means_serve() {
+        let command = Cli::try_parse_from(["adevents"]).expect("parses").into_command();
+        assert!(matches!(command, Command::Serve(_)));
+    }
+
+    /// Read from the definition, not from a parse, so ADEVENTS_* variables in the test
+    /// environment (the test script sets some) cannot change the answer.
+    #[test]
+    fn documented_defaults() {
+        let cli = Cli::command();
+        let default_of = |name: &str| {
+            let arg = cli
+                .get_arguments()
+                .find(|arg| arg.get_long() == Some(name))
+                .unwrap_or_else(|| panic!("no --{name}"));
+            arg.get_default_values()
+                .iter()
+                .map(|value| value.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        assert_eq!(default_of("listen"), "127.0.0.1:8080");
+        assert_eq!(default_of("store"), "cassandra");
+        assert_eq!(default_of("cassandra-nodes"), "127.0.0.1:9042");
+        assert_eq!(default_of("keyspace"), "adevents");
+        assert_eq!(default_of("replication"), "simple:1");
+        assert_eq!(default_of("consistency"), "local-quorum");
+    }
+
+    #[test]
+    fn flags_parse_into_typed_values() {
+        let command = Cli::try_parse_from([
+            "adevents",
+            "migrate",
+            "--cassandra-nodes",
+            "10.0.0.1:9042,10.0.0.2:9042",
+            "--replication",
+            "dc1:3,dc2:3",
+            "--keyspace",
+            "ads_prod",
+        ])
+        .expect("parses")
+        .into_command();
+        let Command::Migrate(args) = command else {
+            panic!("expected migrate");
+        };
+        let config = args.store.cassandra.to_config();
+        assert_eq!(config.nodes.len(), 2);
+        assert_eq!(config.keyspace.as_str(), "ads_prod");
+        assert!(
+            matches!(config.replication, Replication::NetworkTopology(ref dcs) if dcs.len() == 2)
+        );
+    }
+
+    #[test]
+    fn invalid_values_are_refused_with_the_flag_named() {
+        let error =
+            Cli::try_parse_from(["adevents", "--keyspace", "bad-name"]).expect_err("refused");
+        assert!(error.to_string().contains("--keyspace"), "{error}");
+    }
+}

@@ -1,0 +1,84 @@
+//! What each subcommand does, given its parsed arguments. `main` only picks one.
+
+mod migrate;
+mod serve;
+
+pub use migrate::migrate;
+pub use serve::serve;
+
+use crate::cli::{StoreArgs, StoreKind};
+use crate::migrations::{self, Migration, MigrationFileError};
+use crate::store::StoreError;
+use crate::store::cassandra::CassandraStore;
+use crate::store::cassandra::migrator::{MigrateError, MigrationReport};
+use std::sync::Arc;
+
+/// Why a command failed; `main` prints it and exits non-zero.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("invalid migration files in this build: {0}")]
+    MigrationFiles(#[from] MigrationFileError),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] MigrateError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed: {0}")]
+    Server(std::io::Error),
+}
+
+/// A store opened for a command, with the concrete type kept for store-specific work.
+enum OpenedStore {
+    Cassandra(Arc<CassandraStore>),
+}
+
+impl OpenedStore {
+    /// The backend is chosen here, and only here.
+    async fn open(args: &StoreArgs, migrations: &[Migration]) -> Result<Self, CommandError> {
+        match args.kind {
+            StoreKind::Cassandra => {
+                let config = args.cassandra.to_config();
+                tracing::info!(nodes = %config.nodes.join(","), keyspace = %config.keyspace, "connecting to Cassandra");
+                let store = CassandraStore::connect(config, migrations).await?;
+                Ok(Self::Cassandra(Arc::new(store)))
+            }
+        }
+    }
+
+    async fn migrate(&self, migrations: &[Migration]) -> Result<(), CommandError> {
+        let report = match self {
+            Self::Cassandra(store) => store.migrate(migrations).await?,
+        };
+        log_report(&report);
+        Ok(())
+    }
+
+    fn into_store(self) -> Arc<dyn crate::store::Store> {
+        match self {
+            Self::Cassandra(store) => store,
+        }
+    }
+}
+
+fn log_report(report: &MigrationReport) {
+    if report.applied.is_empty() {
+        tracing::info!(
+            already_applied = report.already_applied,
+            "schema is current; no migration to apply"
+        );
+    } else {
+        tracing::info!(
+            applied = %report.applied.join(","),
+            already_applied = report.already_applied,
+            "migrations applied"
+        );
+    }
+}
+
+fn embedded_migrations() -> Result<Vec<Migration>, CommandError> {
+    Ok(migrations::embedded()?)
+}

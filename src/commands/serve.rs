@@ -1,0 +1,68 @@
+//! `adevents serve`: open the store, migrate unless told not to, serve until a signal, then
+//! let in-flight requests finish within the shutdown timeout.
+
+use super::{CommandError, OpenedStore, embedded_migrations};
+use crate::cli::ServeArgs;
+use crate::http::AppState;
+use crate::server;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
+    let migrations = embedded_migrations()?;
+    let store = OpenedStore::open(&args.store, &migrations).await?;
+    if args.no_migrate {
+        tracing::info!("not applying migrations (--no-migrate)");
+    } else {
+        store.migrate(&migrations).await?;
+    }
+    let state = AppState {
+        store: store.into_store(),
+    };
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| CommandError::Listen {
+            address: args.listen,
+            source,
+        })?;
+    let address = listener
+        .local_addr()
+        .map_err(|source| CommandError::Listen {
+            address: args.listen,
+            source,
+        })?;
+
+    let (stop, stopped) = oneshot::channel::<()>();
+    let mut server = tokio::spawn(server::serve(listener, state, async move {
+        // A dropped sender also means stop.
+        let _ = stopped.await;
+    }));
+    tracing::info!(%address, "listening");
+
+    tokio::select! {
+        joined = &mut server => return server_outcome(joined),
+        () = server::shutdown_signal() => {}
+    }
+    tracing::info!(timeout = ?args.shutdown_timeout, "shutting down: finishing in-flight requests");
+    let _ = stop.send(());
+    match tokio::time::timeout(args.shutdown_timeout, &mut server).await {
+        Ok(joined) => {
+            server_outcome(joined)?;
+            tracing::info!("stopped");
+        }
+        Err(_) => {
+            server.abort();
+            tracing::warn!("requests still in flight after the shutdown timeout; stopping anyway");
+        }
+    }
+    Ok(())
+}
+
+fn server_outcome(
+    joined: Result<std::io::Result<()>, tokio::task::JoinError>,
+) -> Result<(), CommandError> {
+    match joined {
+        Ok(result) => result.map_err(CommandError::Server),
+        Err(error) => Err(CommandError::Server(std::io::Error::other(error))),
+    }
+}

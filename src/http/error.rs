@@ -1,0 +1,94 @@
+//! The one place errors become HTTP answers, all in the contract's JSON shape:
+//! `{"error": {"code", "message", "errors"?}}`.
+//!
+//! Details of server-side failures are not sent to clients: they travel in a response
+//! extension to [`log_server_errors`], which logs them once inside the request's span.
+
+use crate::store::StoreError;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// Seconds a client should wait before retrying after a 503.
+const RETRY_AFTER_SECONDS: u64 = 5;
+
+/// Everything a handler can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("no such resource: {0}")]
+    NotFound(String),
+    /// The store cannot serve requests; for `/readyz` every store error means "not ready".
+    #[error("not ready: {0}")]
+    NotReady(StoreError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The cause of a 5xx answer, kept for the log and never sent.
+#[derive(Debug, Clone)]
+struct ServerErrorDetail(String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match &self {
+            Self::NotFound(path) => (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("there is nothing at {path}"),
+            ),
+            Self::NotReady(StoreError::SchemaNotCurrent(_)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "not ready: the store's schema is not current (migrations pending)".to_owned(),
+            ),
+            Self::NotReady(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "not ready: the store does not answer".to_owned(),
+            ),
+            Self::Store(error) if error.is_retryable() => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "the store is unavailable; retry later".to_owned(),
+            ),
+            Self::Store(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error".to_owned(),
+            ),
+        };
+        let body = json!({"error": {"code": code, "message": message}});
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if status.is_server_error() {
+            response
+                .extensions_mut()
+                .insert(ServerErrorDetail(self.to_string()));
+        }
+        response
+    }
+}
+
+/// Answers requests no route matched.
+pub async fn not_found(request: Request) -> ApiError {
+    ApiError::NotFound(request.uri().path().to_owned())
+}
+
+/// Logs the hidden cause of every 5xx answer, once, inside the request span.
+pub async fn log_server_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if let Some(ServerErrorDetail(detail)) = response.extensions().get::<ServerErrorDetail>() {
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(status = response.status().as_u16(), error = %detail, "request failed");
+        } else {
+            tracing::error!(status = response.status().as_u16(), error = %detail, "request failed");
+        }
+    }
+    response
+}

@@ -1,0 +1,23 @@
+//! The `adevents` binary: parse flags, set up logging, run the chosen command.
+
+use adevents::cli::{Cli, Command};
+use adevents::{commands, telemetry};
+use clap::Parser;
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let command = Cli::parse().into_command();
+    telemetry::init(command.log());
+    let outcome = match command {
+        Command::Serve(args) => commands::serve(args).await,
+        Command::Migrate(args) => commands::migrate(args).await,
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "adevents failed");
+            ExitCode::FAILURE
+        }
+    }
+}

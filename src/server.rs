@@ -1,0 +1,45 @@
+//! Running the HTTP server until told to stop, and the signals that tell it.
+
+use crate::http::{AppState, router};
+use std::future::Future;
+use tokio::net::TcpListener;
+
+/// Serves the API on `listener` until `shutdown` completes, then stops accepting connections
+/// and returns once every in-flight request has been answered.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Completes on Ctrl-C (SIGINT) or SIGTERM, the signal process supervisors send.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => tracing::info!("received Ctrl-C"),
+        () = terminate => tracing::info!("received SIGTERM"),
+    }
+}

@@ -1,0 +1,366 @@
+//! Applies schema migrations to a Cassandra keyspace, safely with several servers starting at
+//! once: the keyspace is created from configuration, pending files run in version order under
+//! a lock row, the cluster agrees on the schema after every statement, and each applied file
+//! is recorded with its checksum so an edited one is caught instead of silently ignored.
+
+use super::config::{KeyspaceName, Replication};
+use super::errors::execution_error;
+use crate::migrations::Migration;
+use crate::store::StoreError;
+use chrono::Utc;
+use scylla::client::session::Session;
+use scylla::value::Row;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+/// How long the lock row lives if its holder dies: long enough for a large migration on a
+/// multi-datacenter cluster, short enough that a crashed migrator does not block deploys long.
+const LOCK_TTL: Duration = Duration::from_secs(300);
+/// A waiting migrator gives up after this; past the TTL a dead holder's lock has expired.
+const LOCK_WAIT: Duration = Duration::from_secs(330);
+const LOCK_POLL: Duration = Duration::from_secs(1);
+
+/// Why migrating failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(
+        "migration {file} was changed after it was applied (recorded checksum {recorded}, file now {current}); \
+         restore the file as it was and put the change in a new migration"
+    )]
+    Changed {
+        file: String,
+        recorded: String,
+        current: String,
+    },
+    #[error("migration {file}, statement {number}, failed: {source}")]
+    Statement {
+        file: String,
+        number: usize,
+        source: StoreError,
+    },
+    #[error(
+        "another migrator (owner {holder}) held the migration lock for over {}s; \
+         if it died, its lock expires by itself within {}s",
+        LOCK_WAIT.as_secs(), LOCK_TTL.as_secs()
+    )]
+    LockTimeout { holder: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a migration run did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// File names applied by this run, in order.
+    pub applied: Vec<String>,
+    /// How many files had been applied before.
+    pub already_applied: usize,
+}
+
+/// A migration as recorded in `schema_migrations`.
+#[derive(Debug, Clone)]
+pub struct AppliedMigration {
+    pub file_name: String,
+    pub checksum: String,
+}
+
+/// Creates the keyspace if needed and applies every pending migration in order.
+///
+/// A no-op that writes nothing when everything is applied already.
+pub async fn migrate(
+    session: &Session,
+    keyspace: &KeyspaceName,
+    replication: &Replication,
+    migrations: &[Migration],
+) -> Result<MigrationReport, MigrateError> {
+    ensure_keyspace(session, keyspace, replication).await?;
+    ensure_bookkeeping_tables(session, keyspace).await?;
+    let applied = applied_migrations(session, keyspace).await?;
+    if pending(migrations, &applied)?.is_empty() {
+        return Ok(MigrationReport {
+            applied: Vec::new(),
+            already_applied: applied.len(),
+        });
+    }
+    let lock = MigrationLock::acquire(session, keyspace).await?;
+    let result = apply_pending(session, keyspace, migrations).await;
+    lock.release(session, keyspace).await;
+    result
+}
+
+/// The migrations recorded as applied, by version.
+pub async fn applied_migrations(
+    session: &Session,
+    keyspace: &KeyspaceName,
+) -> Result<BTreeMap<u32, AppliedMigration>, StoreError> {
+    // The table holds one small row per migration file: reading it whole is cheap.
+    let cql = format!("SELECT version, file_name, checksum FROM {keyspace}.schema_migrations");
+    let result = session
+        .query_unpaged(cql, ())
+        .await
+        .map_err(|error| execution_error("reading schema_migrations", error))?;
+    let rows = result
+        .into_rows_result()
+        .map_err(|error| StoreError::Internal(format!("reading schema_migrations: {error}")))?;
+    let mut applied = BTreeMap::new();
+    for row in rows
+        .rows::<(i32, String, String)>()
+        .map_err(|error| StoreError::Internal(format!("reading schema_migrations: {error}")))?
+    {
+        let (version, file_name, checksum) = row
+            .map_err(|error| StoreError::Internal(format!("reading schema_migrations: {error}")))?;
+        let version = u32::try_from(version)
+            .map_err(|_| StoreError::Internal(format!("negative migration version {version}")))?;
+        applied.insert(
+            version,
+            AppliedMigration {
+                file_name,
+                checksum,
+            },
+        );
+    }
+    Ok(applied)
+}
+
+/// The migrations not applied yet, in order; an applied one whose file changed is an error.
+fn pending<'a>(
+    migrations: &'a [Migration],
+    applied: &BTreeMap<u32, AppliedMigration>,
+) -> Result<Vec<&'a Migration>, MigrateError> {
+    let known = migrations.iter().map(Migration::version).max().unwrap_or(0);
+    for (version, record) in applied.range(known + 1..) {
+        // An older binary during a rolling upgrade: the schema only grew, so it can still run.
+        warn!(version, file = %record.file_name, "the schema has a migration this build does not know");
+    }
+    let mut pending = Vec::new();
+    for migration in migrations {
+        match applied.get(&migration.version()) {
+            Some(record) if record.checksum != migration.checksum() => {
+                return Err(MigrateError::Changed {
+                    file: migration.file_name().to_owned(),
+                    recorded: record.checksum.clone(),
+                    current: migration.checksum(),
+                });
+            }
+            Some(_) => {}
+            None => pending.push(migration),
+        }
+    }
+    Ok(pending)
+}
+
+async fn apply_pending(
+    session: &Session,
+    keyspace: &KeyspaceName,
+    migrations: &[Migration],
+) -> Result<MigrationReport, MigrateError> {
+    // Another migrator may have finished while this one waited for the lock.
+    let applied = applied_migrations(session, keyspace).await?;
+    let pending = pending(migrations, &applied)?;
+    // Migration files are keyspace-relative.
+    session
+        .use_keyspace(keyspace.as_str(), false)
+        .await
+        .map_err(|error| StoreError::Unavailable(format!("USE {keyspace}: {error}")))?;
+    let mut report = MigrationReport {
+        applied: Vec::new(),
+        already_applied: applied.len(),
+    };
+    for migration in pending {
+        let statements = migration.statements();
+        for (index, statement) in statements.iter().enumerate() {
+            let failed = |source| MigrateError::Statement {
+                file: migration.file_name().to_owned(),
+                number: index + 1,
+                source,
+            };
+            session
+                .query_unpaged(statement.as_str(), ())
+                .await
+                .map_err(|error| failed(execution_error("executing", error)))?;
+            // The next statement may go to another node; it must already know this change.
+            await_schema_agreement(session).await.map_err(failed)?;
+        }
+        record_applied(session, keyspace, migration).await?;
+        info!(
+            file = migration.file_name(),
+            statements = statements.len(),
+            "applied migration"
+        );
+        report.applied.push(migration.file_name().to_owned());
+    }
+    Ok(report)
+}
+
+async fn record_applied(
+    session: &Session,
+    keyspace: &KeyspaceName,
+    migration: &Migration,
+) -> Result<(), StoreError> {
+    let cql = format!(
+        "INSERT INTO {keyspace}.schema_migrations (version, file_name, checksum, applied_at) VALUES (?, ?, ?, ?)"
+    );
+    let version = i32::try_from(migration.version()).map_err(|_| {
+        StoreError::Internal(format!(
+            "migration version {} too large",
+            migration.version()
+        ))
+    })?;
+    session
+        .query_unpaged(
+            cql,
+            (
+                version,
+                migration.file_name(),
+                migration.checksum(),
+                Utc::now(),
+            ),
+        )
+        .await
+        .map_err(|error| execution_error("recording an applied migration", error))?;
+    Ok(())
+}
+
+async fn await_schema_agreement(session: &Session) -> Result<(), StoreError> {
+    session
+        .await_schema_agreement()
+        .await
+        .map(|_| ())
+        .map_err(|error| StoreError::Unavailable(format!("schema agreement: {error}")))
+}
+
+async fn ensure_keyspace(
+    session: &Session,
+    keyspace: &KeyspaceName,
+    replication: &Replication,
+) -> Result<(), StoreError> {
+    let exists = session
+        .query_unpaged(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?",
+            (keyspace.as_str(),),
+        )
+        .await
+        .map_err(|error| execution_error("looking up the keyspace", error))?
+        .into_rows_result()
+        .map_err(|error| StoreError::Internal(format!("looking up the keyspace: {error}")))?
+        .rows_num()
+        > 0;
+    if exists {
+        return Ok(());
+    }
+    let cql = format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {}",
+        replication.to_cql()
+    );
+    session
+        .query_unpaged(cql, ())
+        .await
+        .map_err(|error| execution_error("creating the keyspace", error))?;
+    await_schema_agreement(session).await?;
+    info!(%keyspace, %replication, "created keyspace");
+    Ok(())
+}
+
+/// The tables the migrator itself needs, created before any migration file can run.
+async fn ensure_bookkeeping_tables(
+    session: &Session,
+    keyspace: &KeyspaceName,
+) -> Result<(), StoreError> {
+    let tables = [
+        (
+            "schema_migrations",
+            "version int PRIMARY KEY, file_name text, checksum text, applied_at timestamp",
+        ),
+        (
+            "schema_migration_lock",
+            "name text PRIMARY KEY, owner uuid, acquired_at timestamp",
+        ),
+    ];
+    for (table, columns) in tables {
+        // Look first: concurrent CREATE TABLE IF NOT EXISTS from several nodes can race before
+        // Cassandra 5.1, so only the very first start of a keyspace issues it.
+        let exists = session
+            .query_unpaged(
+                "SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?",
+                (keyspace.as_str(), table),
+            )
+            .await
+            .map_err(|error| execution_error("looking up bookkeeping tables", error))?
+            .into_rows_result()
+            .map_err(|error| StoreError::Internal(format!("looking up bookkeeping tables: {error}")))?
+            .rows_num()
+            > 0;
+        if !exists {
+            let cql = format!("CREATE TABLE IF NOT EXISTS {keyspace}.{table} ({columns})");
+            session
+                .query_unpaged(cql, ())
+                .await
+                .map_err(|error| execution_error("creating bookkeeping tables", error))?;
+            await_schema_agreement(session).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The right to apply migrations, held as a lightweight-transaction row with a TTL so that a
+/// crashed holder cannot block every later start.
+struct MigrationLock {
+    owner: Uuid,
+}
+
+impl MigrationLock {
+    async fn acquire(session: &Session, keyspace: &KeyspaceName) -> Result<Self, MigrateError> {
+        let owner = Uuid::new_v4();
+        let cql = format!(
+            "INSERT INTO {keyspace}.schema_migration_lock (name, owner, acquired_at) VALUES ('migrate', ?, ?) \
+             IF NOT EXISTS USING TTL {}",
+            LOCK_TTL.as_secs()
+        );
+        let started = Instant::now();
+        loop {
+            let result = session
+                .query_unpaged(cql.as_str(), (owner, Utc::now()))
+                .await
+                .map_err(|error| execution_error("taking the migration lock", error))?;
+            let lock_error = |error: &dyn std::fmt::Display| {
+                StoreError::Internal(format!("taking the migration lock: {error}"))
+            };
+            let row: Row = result
+                .into_rows_result()
+                .map_err(|error| lock_error(&error))?
+                .first_row::<Row>()
+                .map_err(|error| lock_error(&error))?;
+            let applied = row
+                .columns
+                .first()
+                .and_then(|value| value.as_ref()?.as_boolean());
+            if applied == Some(true) {
+                return Ok(Self { owner });
+            }
+            // Not applied: the row holds [applied], name, acquired_at, owner (columns sorted).
+            let holder = row
+                .columns
+                .iter()
+                .skip(1)
+                .find_map(|value| value.as_ref()?.as_uuid())
+                .map_or_else(|| "unknown".to_owned(), |holder| holder.to_string());
+            if started.elapsed() >= LOCK_WAIT {
+                return Err(MigrateError::LockTimeout { holder });
+            }
+            info!(%holder, "waiting for another migrator to finish");
+            tokio::time::sleep(LOCK_POLL).await;
+        }
+    }
+
+    /// Best effort: if the release fails, the TTL frees the lock later.
+    async fn release(self, session: &Session, keyspace: &KeyspaceName) {
+        let cql = format!(
+            "DELETE FROM {keyspace}.schema_migration_lock WHERE name = 'migrate' IF owner = ?"
+        );
+        if let Err(error) = session.query_unpaged(cql, (self.owner,)).await {
+            warn!(%error, "could not release the migration lock; it expires by itself");
+        }
+    }
+}
