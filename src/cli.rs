@@ -184,7 +184,9 @@ mod tests {
 
     #[test]
     fn no_subcommand_means_serve() {
-        let command = Cli::try_parse_from(["adevents"]).expect("parses").into_command();
+        let command = Cli::try_parse_from(["adevents"])
+            .expect("parses")
+            .into_command();
         assert!(matches!(command, Command::Serve(_)));
     }
 

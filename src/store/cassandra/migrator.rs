@@ -9,6 +9,7 @@ use crate::migrations::Migration;
 use crate::store::StoreError;
 use chrono::Utc;
 use scylla::client::session::Session;
+use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
 use scylla::value::Row;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ const LOCK_TTL: Duration = Duration::from_secs(300);
 /// A waiting migrator gives up after this; past the TTL a dead holder's lock has expired.
 const LOCK_WAIT: Duration = Duration::from_secs(330);
 const LOCK_POLL: Duration = Duration::from_secs(1);
+/// How long a table just created elsewhere may take to answer queries here.
+const TABLE_LIVE_WAIT: Duration = Duration::from_secs(30);
 
 /// Why migrating failed.
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +251,8 @@ async fn ensure_keyspace(
         .rows_num()
         > 0;
     if exists {
-        return Ok(());
+        // Listed is not always usable yet when another server has just created it.
+        return await_keyspace_live(session, keyspace).await;
     }
     let cql = format!(
         "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {}",
@@ -293,15 +297,87 @@ async fn ensure_bookkeeping_tables(
             .rows_num()
             > 0;
         if !exists {
-            let cql = format!("CREATE TABLE IF NOT EXISTS {keyspace}.{table} ({columns})");
-            session
-                .query_unpaged(cql, ())
-                .await
-                .map_err(|error| execution_error("creating bookkeeping tables", error))?;
-            await_schema_agreement(session).await?;
+            create_bookkeeping_table(session, keyspace, table, columns).await?;
         }
+        await_table_live(session, keyspace, table).await?;
     }
     Ok(())
+}
+
+async fn await_keyspace_live(session: &Session, keyspace: &KeyspaceName) -> Result<(), StoreError> {
+    let started = Instant::now();
+    loop {
+        match session.use_keyspace(keyspace.as_str(), false).await {
+            Ok(()) => return Ok(()),
+            Err(error) if started.elapsed() >= TABLE_LIVE_WAIT => {
+                return Err(StoreError::SchemaNotCurrent(format!(
+                    "USE {keyspace}: {error}"
+                )));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Waits until `table` answers queries. A table another server is creating right now can be
+/// listed in `system_schema` while the node still answers "does not exist" or fails with
+/// "Unknown CF" for a moment, so any error is retried within the bound.
+async fn await_table_live(
+    session: &Session,
+    keyspace: &KeyspaceName,
+    table: &str,
+) -> Result<(), StoreError> {
+    let cql = format!("SELECT * FROM {keyspace}.{table} LIMIT 1");
+    let started = Instant::now();
+    loop {
+        match session.query_unpaged(cql.as_str(), ()).await {
+            Ok(_) => return Ok(()),
+            Err(error) if started.elapsed() >= TABLE_LIVE_WAIT => {
+                return Err(execution_error("reading bookkeeping tables", error));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Creates one bookkeeping table with an id derived from its name.
+///
+/// Before Cassandra 5.1 schema changes are not serialised, even on one node: two servers
+/// creating the same table at once each mint a table id, and requests prepared against the
+/// losing id fail ("Unknown CF"). There is no lock yet to prevent that (this table is the
+/// lock), so both creators use the same id instead, which makes concurrent creation
+/// idempotent. A server that rejects the `id` option (ScyllaDB, whose schema changes are
+/// serialised through Raft) gets the plain statement.
+async fn create_bookkeeping_table(
+    session: &Session,
+    keyspace: &KeyspaceName,
+    table: &str,
+    columns: &str,
+) -> Result<(), StoreError> {
+    let id = Uuid::new_v5(
+        &Uuid::NAMESPACE_OID,
+        format!("adevents/{keyspace}/{table}").as_bytes(),
+    );
+    let plain = format!("CREATE TABLE IF NOT EXISTS {keyspace}.{table} ({columns})");
+    let with_id = format!("{plain} WITH id = {id}");
+    if let Err(error) = session.query_unpaged(with_id, ()).await {
+        let rejected_option = matches!(
+            &error,
+            ExecutionError::LastAttemptError(RequestAttemptError::DbError(
+                DbError::SyntaxError | DbError::Invalid | DbError::ConfigError,
+                _
+            ))
+        );
+        if !rejected_option {
+            return Err(execution_error("creating bookkeeping tables", error));
+        }
+        info!(%table, %error, "the server refused a table id; creating the table without one");
+        session
+            .query_unpaged(plain, ())
+            .await
+            .map_err(|error| execution_error("creating bookkeeping tables", error))?;
+    }
+    await_schema_agreement(session).await
 }
 
 /// The right to apply migrations, held as a lightweight-transaction row with a TTL so that a

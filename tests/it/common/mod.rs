@@ -1,0 +1,164 @@
+//! Shared set-up for the integration tests: where the real Cassandra node is, the keyspace
+//! this test run shares, servers started on port 0, and a TCP proxy that can cut a server off
+//! from the node.
+//!
+//! The node is the one `scripts/test` started (or the cluster `ADEVENTS_CASSANDRA_NODES`
+//! names). If it is not there, tests fail: they never skip.
+
+pub mod process;
+pub mod proxy;
+
+use adevents::http::AppState;
+use adevents::migrations::{self, Migration};
+use adevents::server;
+use adevents::store::cassandra::CassandraStore;
+use adevents::store::cassandra::config::{CassandraConfig, ConsistencyLevel, KeyspaceName};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Contact points of the cluster under test.
+pub fn cassandra_nodes() -> Vec<String> {
+    std::env::var("ADEVENTS_CASSANDRA_NODES")
+        .unwrap_or_else(|_| "127.0.0.1:9042".to_owned())
+        .split(',')
+        .map(|node| node.trim().to_owned())
+        .filter(|node| !node.is_empty())
+        .collect()
+}
+
+/// The first contact point as a socket address, for the proxy to forward to.
+pub fn first_node_address() -> SocketAddr {
+    let node = cassandra_nodes()
+        .into_iter()
+        .next()
+        .expect("a Cassandra node");
+    std::net::ToSocketAddrs::to_socket_addrs(&node)
+        .expect("resolvable node address")
+        .next()
+        .expect("an address for the node")
+}
+
+/// The keyspace every test of this run shares; tests isolate themselves by fresh ids.
+pub fn shared_keyspace() -> KeyspaceName {
+    std::env::var("ADEVENTS_TEST_KEYSPACE")
+        .unwrap_or_else(|_| "adevents_test".to_owned())
+        .parse()
+        .expect("valid ADEVENTS_TEST_KEYSPACE")
+}
+
+/// A keyspace name unique to one test, for the few tests about keyspaces themselves.
+pub fn private_keyspace(purpose: &str) -> KeyspaceName {
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}_{purpose}_{}", shared_keyspace(), &suffix[..8])
+        .parse()
+        .expect("valid keyspace name")
+}
+
+pub fn config(keyspace: KeyspaceName) -> CassandraConfig {
+    CassandraConfig {
+        nodes: cassandra_nodes(),
+        keyspace,
+        replication: "simple:1".parse().expect("valid replication"),
+        consistency: ConsistencyLevel::LocalQuorum,
+        local_datacenter: None,
+        credentials: None,
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(20),
+    }
+}
+
+pub fn embedded_migrations() -> Vec<Migration> {
+    migrations::embedded().expect("embedded migrations are valid")
+}
+
+/// A store on the shared keyspace, migrated (a no-op once the first test has done it).
+pub async fn migrated_store() -> CassandraStore {
+    store_for(config(shared_keyspace()), true).await
+}
+
+pub async fn store_for(config: CassandraConfig, migrate: bool) -> CassandraStore {
+    let migrations = embedded_migrations();
+    let store = CassandraStore::connect(config, &migrations)
+        .await
+        .expect("connect to the Cassandra node under test (is it running? scripts/test starts it)");
+    if migrate {
+        store.migrate(&migrations).await.expect("migrations apply");
+    }
+    store
+}
+
+/// The service running in this process on a free port, stopped when dropped.
+pub struct TestServer {
+    pub address: SocketAddr,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    pub async fn start(store: CassandraStore) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+        let address = listener.local_addr().expect("local address");
+        let state = AppState {
+            store: Arc::new(store),
+        };
+        // Graceful shutdown is the binary's business (tests/it/process.rs); here the task
+        // is simply aborted when the test ends.
+        let task = tokio::spawn(server::serve(listener, state, std::future::pending()));
+        Self { address, task }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client")
+}
+
+/// Polls `check` every 200 ms until it returns true or `limit` passes; returns the last
+/// result, so the caller asserts on it with its own message.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A plain driver session, for inspecting `system_schema` and cleaning up private keyspaces.
+pub async fn raw_session() -> scylla::client::session::Session {
+    scylla::client::session_builder::SessionBuilder::new()
+        .known_nodes(cassandra_nodes())
+        .build()
+        .await
+        .expect("connect to the Cassandra node under test")
+}
+
+pub async fn drop_keyspace(keyspace: &KeyspaceName) {
+    raw_session()
+        .await
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await
+        .expect("drop keyspace");
+}

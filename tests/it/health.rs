@@ -1,0 +1,113 @@
+//! Liveness, readiness and the error shape, through HTTP on a real socket.
+
+use crate::common::{
+    TestServer, config, drop_keyspace, http, migrated_store, private_keyspace, store_for,
+};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+#[tokio::test]
+async fn healthz_answers_while_the_process_runs() {
+    let server = TestServer::start(migrated_store().await).await;
+
+    let response = http()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.expect("JSON body");
+    assert_eq!(body["status"], "ok");
+}
+
+#[tokio::test]
+async fn readyz_is_200_when_the_store_answers_and_the_schema_is_current() {
+    let server = TestServer::start(migrated_store().await).await;
+
+    let response = http()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.expect("JSON body");
+    assert_eq!(body["status"], "ready");
+}
+
+#[tokio::test]
+async fn readyz_is_503_with_retry_after_until_migrations_run() {
+    let keyspace = private_keyspace("unmigrated");
+    let server = TestServer::start(store_for(config(keyspace.clone()), false).await).await;
+
+    let response = http()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: Value = response.json().await.expect("JSON body");
+    assert_eq!(body["error"]["code"], "storage_unavailable");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("schema"),
+        "{body}"
+    );
+
+    // Migrating from elsewhere (`adevents migrate`) makes the same server ready.
+    store_for(config(keyspace.clone()), true).await;
+    let response = http()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+    assert_eq!(response.status(), StatusCode::OK);
+    drop_keyspace(&keyspace).await;
+}
+
+#[tokio::test]
+async fn unknown_paths_answer_404_in_the_error_shape() {
+    let server = TestServer::start(migrated_store().await).await;
+
+    let response = http()
+        .get(server.url("/no/such/thing"))
+        .send()
+        .await
+        .expect("GET");
+
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let body: Value = response.json().await.expect("JSON body");
+    assert_eq!(body["error"]["code"], "not_found");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/no/such/thing")
+    );
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id_and_keeps_the_callers() {
+    let server = TestServer::start(migrated_store().await).await;
+    let client = http();
+
+    let minted = client
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("GET");
+    let kept = client
+        .get(server.url("/healthz"))
+        .header("x-request-id", "trace-me-42")
+        .send()
+        .await
+        .expect("GET");
+
+    assert!(!minted.headers()["x-request-id"].is_empty());
+    assert_eq!(kept.headers()["x-request-id"], "trace-me-42");
+}

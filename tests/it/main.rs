@@ -1,0 +1,8 @@
+//! Integration tests: the service driven like its clients drive it (HTTP over real sockets,
+//! the real binary for signals and flags), on the real Cassandra node.
+
+mod common;
+mod health;
+mod migrations;
+mod process;
+mod readiness;
