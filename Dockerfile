@@ -1,0 +1,20 @@
+# The adevents server, built from source. `docker compose up` uses it with ScyllaDB.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY src ./src
+COPY migrations ./migrations
+RUN cargo build --release --locked --bin adevents
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 adevents
+COPY --from=build /src/target/release/adevents /usr/local/bin/adevents
+USER adevents
+ENV ADEVENTS_LISTEN=0.0.0.0:8080 \
+    ADEVENTS_LOG_FORMAT=json
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+ENTRYPOINT ["adevents"]
+CMD ["serve"]
