@@ -1,8 +1,10 @@
 //! The command line. Every option is a flag with an `ADEVENTS_*` environment fallback (the flag
 //! name in upper snake case) and a default shown in `--help`; with no subcommand, `serve` runs.
 
+use crate::http::{BodyLimits, ServiceOptions};
+use crate::query::FanOut;
 use crate::store::cassandra::config::{
-    CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication,
+    CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -58,10 +60,46 @@ pub struct ServeArgs {
     /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the process exits.
     #[arg(long, env = "ADEVENTS_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
+    /// Largest ingestion body accepted, in bytes after gzip decoding (413 past it).
+    #[arg(long, env = "ADEVENTS_MAX_BODY_BYTES", default_value_t = 5 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Most events accepted in one ingestion request (413 past it).
+    #[arg(long, env = "ADEVENTS_MAX_EVENTS", default_value_t = 10_000)]
+    pub max_events: usize,
+    /// Proxies (CIDR[,CIDR…]) whose X-Forwarded-For names the client; none by default.
+    #[arg(long, env = "ADEVENTS_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Partition reads in flight at once for one query.
+    #[arg(long, env = "ADEVENTS_FANOUT_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    pub fanout_concurrency: u16,
+    /// Partitions written at once for one ingestion request.
+    #[arg(long, env = "ADEVENTS_WRITE_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub write_concurrency: u16,
+    /// How long campaign settings are cached per process; a settings change without an
+    /// explicit effective_from takes effect this long after it is made.
+    #[arg(long, env = "ADEVENTS_SETTINGS_CACHE_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub settings_cache_ttl: Duration,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+impl ServeArgs {
+    pub fn service_options(&self) -> ServiceOptions {
+        ServiceOptions {
+            body_limits: BodyLimits {
+                max_bytes: self.max_body_bytes,
+                max_events: self.max_events,
+            },
+            trusted_proxies: self.trusted_proxies.clone(),
+            fan_out: FanOut {
+                concurrency: usize::from(self.fanout_concurrency),
+            },
+            write_concurrency: usize::from(self.write_concurrency),
+            settings_lifetime: self.settings_cache_ttl,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +170,13 @@ pub struct CassandraArgs {
     /// Bound on one request to the cluster, retries included.
     #[arg(long, env = "ADEVENTS_CASSANDRA_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub cassandra_request_timeout: Duration,
+    /// How a partition's events are written: unlogged single-partition batches, or one insert
+    /// per row with many in flight (see docs/BENCHMARKS.md for the measurement).
+    #[arg(long, env = "ADEVENTS_CASSANDRA_WRITE_MODE", value_enum, default_value_t = WriteMode::Batch)]
+    pub cassandra_write_mode: WriteMode,
+    /// Raw events expire after this long (e.g. `400days`); unset keeps them forever.
+    #[arg(long, env = "ADEVENTS_RETENTION", value_parser = humantime::parse_duration)]
+    pub retention: Option<Duration>,
 }
 
 impl CassandraArgs {
@@ -149,6 +194,8 @@ impl CassandraArgs {
                 .map(|(username, password)| Credentials { username, password }),
             connect_timeout: self.cassandra_connect_timeout,
             request_timeout: self.cassandra_request_timeout,
+            write_mode: self.cassandra_write_mode,
+            retention: self.retention,
         }
     }
 }

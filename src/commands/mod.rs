@@ -57,6 +57,17 @@ impl OpenedStore {
         Ok(())
     }
 
+    /// Prepares hot-path statements now rather than on the first request. With the schema
+    /// missing (`--no-migrate` before `adevents migrate`), the first request retries it.
+    async fn prepare(&self) {
+        let result = match self {
+            Self::Cassandra(store) => store.prepare().await,
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "statements not prepared yet; requests will retry");
+        }
+    }
+
     fn into_store(self) -> Arc<dyn crate::store::Store> {
         match self {
             Self::Cassandra(store) => store,

@@ -16,9 +16,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     } else {
         store.migrate(&migrations).await?;
     }
-    let state = AppState {
-        store: store.into_store(),
-    };
+    store.prepare().await;
+    let state = AppState::new(store.into_store(), args.service_options());
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| CommandError::Listen {

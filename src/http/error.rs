@@ -9,14 +9,57 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::json;
 
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECONDS: u64 = 5;
+/// Per-item problems listed in one answer; the message gives the full count.
+const MAX_LISTED_ERRORS: usize = 1000;
+
+/// One problem with one item of a request (or with one parameter, without an index).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn item(index: usize, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            index: Some(index),
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    pub fn whole_item(index: usize, message: impl Into<String>) -> Self {
+        Self {
+            index: Some(index),
+            field: None,
+            message: message.into(),
+        }
+    }
+}
 
 /// Everything a handler can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// 400: the request is malformed or fails validation; nothing was stored.
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        errors: Vec<FieldError>,
+    },
+    /// 413: the body or the number of events is over the limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// 415: a content type or encoding the endpoint does not read.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     #[error("no such resource: {0}")]
     NotFound(String),
     /// The store cannot serve requests; for `/readyz` every store error means "not ready".
@@ -26,13 +69,42 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+impl ApiError {
+    /// A 400 about one query parameter or body field.
+    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
+        Self::InvalidRequest {
+            message: format!("{field} {message}"),
+            errors: vec![FieldError {
+                index: None,
+                field: Some(field.to_owned()),
+                message: message.to_string(),
+            }],
+        }
+    }
+}
+
 /// The cause of a 5xx answer, kept for the log and never sent.
 #[derive(Debug, Clone)]
 struct ServerErrorDetail(String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let mut listed = None;
         let (status, code, message) = match &self {
+            Self::InvalidRequest { message, errors } => {
+                listed = Some(&errors[..errors.len().min(MAX_LISTED_ERRORS)]);
+                (StatusCode::BAD_REQUEST, "invalid_request", message.clone())
+            }
+            Self::PayloadTooLarge(message) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                message.clone(),
+            ),
+            Self::UnsupportedMediaType(message) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                message.clone(),
+            ),
             Self::NotFound(path) => (
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -59,7 +131,12 @@ impl IntoResponse for ApiError {
                 "internal error".to_owned(),
             ),
         };
-        let body = json!({"error": {"code": code, "message": message}});
+        let body = match listed {
+            Some(errors) if !errors.is_empty() => {
+                json!({"error": {"code": code, "message": message, "errors": errors}})
+            }
+            _ => json!({"error": {"code": code, "message": message}}),
+        };
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response

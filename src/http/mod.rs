@@ -1,35 +1,118 @@
 //! The HTTP layer: routing, extraction and error mapping. It speaks to the store only through
-//! the [`Store`] trait, never in CQL.
+//! the [`Store`] trait and the ingestion and query services, never in CQL.
 
+mod body;
+mod campaigns;
+mod client_ip;
 mod error;
+mod events;
 mod health;
+mod json_errors;
+pub mod metrics;
+mod openapi;
+mod params;
+mod summary;
+mod wire;
 
-pub use error::ApiError;
+pub use body::BodyLimits;
+pub use error::{ApiError, FieldError};
 
+use crate::ingest::Ingestor;
+use crate::query::FanOut;
+use crate::settings::SettingsCache;
 use crate::store::Store;
+use crate::store::instrumented::Instrumented;
 use axum::Router;
 use axum::http::{HeaderName, Request};
-use axum::routing::get;
+use axum::routing::{get, post};
+use ipnet::IpNet;
 use std::sync::Arc;
+use std::time::Duration;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+
+/// Tunables of the HTTP service, with the defaults API.md documents.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    pub body_limits: BodyLimits,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    pub fan_out: FanOut,
+    /// Partitions written at once for one ingestion request.
+    pub write_concurrency: usize,
+    /// How long campaign settings are cached in the process.
+    pub settings_lifetime: Duration,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self {
+            body_limits: BodyLimits {
+                max_bytes: 5 * 1024 * 1024,
+                max_events: 10_000,
+            },
+            trusted_proxies: Vec::new(),
+            fan_out: FanOut { concurrency: 64 },
+            write_concurrency: 32,
+            settings_lifetime: Duration::from_secs(10),
+        }
+    }
+}
 
 /// What every handler may use.
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
+    pub settings: Arc<SettingsCache>,
+    pub ingestor: Arc<Ingestor>,
+    pub options: Arc<ServiceOptions>,
+}
+
+impl AppState {
+    /// Wires the services over `store`, timing every store call for `/metrics`.
+    pub fn new(store: Arc<dyn Store>, options: ServiceOptions) -> Self {
+        let store: Arc<dyn Store> = Arc::new(Instrumented::new(store));
+        let settings = Arc::new(SettingsCache::new(
+            Arc::clone(&store),
+            options.settings_lifetime,
+        ));
+        let ingestor = Arc::new(Ingestor::new(
+            Arc::clone(&store),
+            Arc::clone(&settings),
+            options.write_concurrency,
+        ));
+        Self {
+            store,
+            settings,
+            ingestor,
+            options: Arc::new(options),
+        }
+    }
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const CAMPAIGN: &str = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}";
 
 /// The whole API as one router, ready for `axum::serve` or for tests.
 pub fn router(state: AppState) -> Router {
+    metrics::prometheus();
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::get_metrics))
+        .route("/openapi.json", get(openapi::get_openapi))
+        .route("/v1/impressions", post(events::post_impressions))
+        .route("/v1/clicks", post(events::post_clicks))
+        .route(
+            CAMPAIGN,
+            get(campaigns::get_settings).put(campaigns::put_settings),
+        )
+        .route(&format!("{CAMPAIGN}/summary"), get(summary::get_summary))
         .fallback(error::not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn(error::log_server_errors))
+        .layer(axum::middleware::from_fn(json_errors::json_errors))
+        .layer(axum::middleware::from_fn(metrics::track_requests))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
                 let request_id = request

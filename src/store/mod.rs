@@ -1,21 +1,74 @@
 //! The storage contract the service is written against, and its implementations.
 //!
-//! Everything above this module (HTTP, planning, aggregation) holds an `Arc<dyn Store>` and
-//! speaks in domain terms; no driver type crosses this boundary. The store decides which of
-//! its failures are worth a retry ([`StoreError::is_retryable`]), so the HTTP layer can answer
-//! 503 with `Retry-After` for those and 500 for the rest.
+//! Everything above this module (HTTP, ingestion, query planning and aggregation) holds an
+//! `Arc<dyn Store>` and speaks in domain terms; no driver type crosses this boundary. The
+//! contract is partition-level: write rows into one partition, read one partition's rows.
+//! Which partitions, how many at once, and what the rows add up to is decided above it, once,
+//! for every store. The store decides which of its failures are worth a retry
+//! ([`StoreError::is_retryable`]).
 
 pub mod cassandra;
 mod error;
+pub mod instrumented;
+mod rows;
 
 pub use error::StoreError;
+pub use rows::{ClickRow, ImpressionSummaryRow};
 
+use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::event::{Click, Impression};
+use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::partition::EventPartition;
 use async_trait::async_trait;
 
-/// A place events are kept. Methods arrive with the features that need them.
+/// A place events are kept.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Succeeds when the store answers requests and its schema is the one this build expects:
     /// what `/readyz` reports to a load balancer.
     async fn check_ready(&self) -> Result<(), StoreError>;
+
+    /// Writes impressions that all belong to `partition`: the full row and the thin summary
+    /// row of each. Idempotent: writing the same impression again overwrites it.
+    async fn write_impressions(
+        &self,
+        partition: EventPartition,
+        impressions: &[Impression],
+    ) -> Result<(), StoreError>;
+
+    /// Writes clicks that all belong to `partition`, and each one into its impression's click
+    /// index. Idempotent.
+    async fn write_clicks(
+        &self,
+        partition: EventPartition,
+        clicks: &[Click],
+    ) -> Result<(), StoreError>;
+
+    /// Every impression of one partition, thin form, in no promised order.
+    async fn read_impression_summaries(
+        &self,
+        partition: EventPartition,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError>;
+
+    /// Every click of one partition, in no promised order.
+    async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError>;
+
+    /// The earliest click ever stored for an impression.
+    async fn first_click(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Option<ClickRow>, StoreError>;
+
+    /// Every configuration the campaign ever had (empty when never configured).
+    async fn campaign_settings(&self, campaign: CampaignKey)
+    -> Result<SettingsHistory, StoreError>;
+
+    /// Records a configuration taking effect at `settings.effective_from`; one at the same
+    /// instant is replaced.
+    async fn put_campaign_settings(
+        &self,
+        campaign: CampaignKey,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError>;
 }

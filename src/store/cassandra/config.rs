@@ -20,6 +20,20 @@ pub struct CassandraConfig {
     pub connect_timeout: Duration,
     /// Client-side bound on one request, retries included.
     pub request_timeout: Duration,
+    /// How a partition's events are sent: see [`WriteMode`].
+    pub write_mode: WriteMode,
+    /// Raw events expire after this long (`USING TTL`); none keeps them forever (audits).
+    pub retention: Option<Duration>,
+}
+
+/// How the events of one partition are sent to the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WriteMode {
+    /// Unlogged batches of one partition's rows (one mutation each, chunked well below the
+    /// mutation size limit).
+    Batch,
+    /// One prepared insert per row, many in flight at once.
+    Rows,
 }
 
 #[derive(Clone)]

@@ -31,3 +31,14 @@ pub fn execution_error(context: &str, error: ExecutionError) -> StoreError {
         _ => StoreError::Unavailable(message),
     }
 }
+
+/// Classifies a failed paged read. Paging failures are request failures underneath: the node
+/// went away or timed out mid-partition, so the read as a whole may be retried.
+pub fn pager_error(context: &str, error: scylla::errors::PagerExecutionError) -> StoreError {
+    let message = format!("{context}: {error}");
+    if message.contains("unconfigured table") {
+        StoreError::SchemaNotCurrent(message)
+    } else {
+        StoreError::Unavailable(message)
+    }
+}

@@ -7,17 +7,26 @@
 pub mod config;
 mod errors;
 pub mod migrator;
+mod reads;
 mod session;
+mod statements;
+mod writes;
 
+use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::event::{Click, Impression};
+use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::partition::EventPartition;
 use crate::migrations::Migration;
-use crate::store::{Store, StoreError};
+use crate::store::{ClickRow, ImpressionSummaryRow, Store, StoreError};
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
 use migrator::{MigrateError, MigrationReport};
 use scylla::client::session::Session;
 use scylla::statement::unprepared::Statement;
+use statements::Statements;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::OnceCell;
 
 /// A readiness probe answers quickly or not at all: a load balancer asks again soon.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,6 +37,11 @@ pub struct CassandraStore {
     config: CassandraConfig,
     /// The newest migration this build expects, which readiness checks for.
     latest_migration: Option<Migration>,
+    /// Prepared once, at start-up after migrations ([`prepare`](Self::prepare)), or by the
+    /// first request if the schema was not there yet.
+    statements: OnceCell<Statements>,
+    /// Seconds for `USING TTL` (0: never expire).
+    ttl_seconds: i32,
 }
 
 impl CassandraStore {
@@ -37,11 +51,37 @@ impl CassandraStore {
         migrations: &[Migration],
     ) -> Result<Self, StoreError> {
         let session = session::connect(&config).await?;
+        let ttl_seconds = match config.retention {
+            None => 0,
+            Some(retention) => i32::try_from(retention.as_secs().max(1)).map_err(|_| {
+                StoreError::Internal(
+                    "retention is longer than Cassandra's TTL limit (68 years)".into(),
+                )
+            })?,
+        };
         Ok(Self {
             session: Arc::new(session),
             config,
             latest_migration: migrations.last().cloned(),
+            statements: OnceCell::new(),
+            ttl_seconds,
         })
+    }
+
+    /// Prepares every hot-path statement; fails while the schema is missing.
+    pub async fn prepare(&self) -> Result<(), StoreError> {
+        self.statements().await.map(|_| ())
+    }
+
+    async fn statements(&self) -> Result<&Statements, StoreError> {
+        self.statements
+            .get_or_try_init(|| Statements::prepare(&self.session, &self.config.keyspace))
+            .await
+    }
+
+    /// The driver session, for benchmarks that compare the service with raw driver calls.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
     }
 
     pub fn keyspace(&self) -> &KeyspaceName {
@@ -97,5 +137,93 @@ impl Store for CassandraStore {
                 latest.file_name()
             ))),
         }
+    }
+
+    async fn write_impressions(
+        &self,
+        partition: EventPartition,
+        impressions: &[Impression],
+    ) -> Result<(), StoreError> {
+        let statements = self.statements().await?;
+        writes::write_impressions(
+            &self.session,
+            statements,
+            self.config.write_mode,
+            self.ttl_seconds,
+            &partition,
+            impressions,
+        )
+        .await
+    }
+
+    async fn write_clicks(
+        &self,
+        partition: EventPartition,
+        clicks: &[Click],
+    ) -> Result<(), StoreError> {
+        let statements = self.statements().await?;
+        writes::write_clicks(
+            &self.session,
+            statements,
+            self.config.write_mode,
+            self.ttl_seconds,
+            &partition,
+            clicks,
+        )
+        .await
+    }
+
+    async fn read_impression_summaries(
+        &self,
+        partition: EventPartition,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+        reads::impression_summaries(&self.session, self.statements().await?, &partition).await
+    }
+
+    async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {
+        reads::clicks(&self.session, self.statements().await?, &partition).await
+    }
+
+    async fn first_click(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Option<ClickRow>, StoreError> {
+        reads::first_click(
+            &self.session,
+            self.statements().await?,
+            campaign,
+            impression_id,
+        )
+        .await
+    }
+
+    async fn campaign_settings(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<SettingsHistory, StoreError> {
+        reads::campaign_settings(&self.session, self.statements().await?, campaign).await
+    }
+
+    async fn put_campaign_settings(
+        &self,
+        campaign: CampaignKey,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        let statements = self.statements().await?;
+        let values = (
+            campaign.advertiser_id.as_uuid(),
+            campaign.campaign_id.as_uuid(),
+            settings.effective_from,
+            // At most 256.
+            settings.buckets.get() as i16,
+            settings.daily_cap.and_then(|cap| i64::try_from(cap).ok()),
+            chrono::Utc::now(),
+        );
+        self.session
+            .execute_unpaged(&statements.insert_campaign_settings, values)
+            .await
+            .map_err(statements::failed("writing campaign settings"))?;
+        Ok(())
     }
 }

@@ -5,14 +5,17 @@
 //! The node is the one `scripts/test` started (or the cluster `ADEVENTS_CASSANDRA_NODES`
 //! names). If it is not there, tests fail: they never skip.
 
+pub mod events;
 pub mod process;
 pub mod proxy;
 
-use adevents::http::AppState;
+use adevents::http::{AppState, ServiceOptions};
 use adevents::migrations::{self, Migration};
 use adevents::server;
 use adevents::store::cassandra::CassandraStore;
-use adevents::store::cassandra::config::{CassandraConfig, ConsistencyLevel, KeyspaceName};
+use adevents::store::cassandra::config::{
+    CassandraConfig, ConsistencyLevel, KeyspaceName, WriteMode,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +70,8 @@ pub fn config(keyspace: KeyspaceName) -> CassandraConfig {
         credentials: None,
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(20),
+        write_mode: WriteMode::Batch,
+        retention: None,
     }
 }
 
@@ -98,11 +103,13 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(store: CassandraStore) -> Self {
+        Self::with_options(store, ServiceOptions::default()).await
+    }
+
+    pub async fn with_options(store: CassandraStore, options: ServiceOptions) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
         let address = listener.local_addr().expect("local address");
-        let state = AppState {
-            store: Arc::new(store),
-        };
+        let state = AppState::new(Arc::new(store), options);
         // Graceful shutdown is the binary's business (tests/it/process.rs); here the task
         // is simply aborted when the test ends.
         let task = tokio::spawn(server::serve(listener, state, std::future::pending()));

@@ -1,0 +1,60 @@
+//! Impressions and clicks as validated values.
+
+use super::ids::{AdId, CampaignKey, ImpressionId, UserId};
+use super::time::EventTime;
+use super::user_data::UserData;
+use std::net::IpAddr;
+
+/// An ad shown to a user. Identified by its `impression_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Impression {
+    pub impression_id: ImpressionId,
+    pub campaign: CampaignKey,
+    pub ad_id: AdId,
+    pub user_id: UserId,
+    pub timestamp: EventTime,
+    pub user_ip: Option<IpAddr>,
+    pub user_data: UserData,
+}
+
+/// A click on an impression. Identified by the impression it clicks: however often an
+/// impression is clicked, it counts once, at its first click.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Click {
+    pub impression_id: ImpressionId,
+    pub campaign: CampaignKey,
+    pub ad_id: AdId,
+    pub timestamp: EventTime,
+}
+
+/// What the stores and queries need of any event: its campaign, time and identity.
+pub trait CampaignEvent {
+    fn campaign(&self) -> CampaignKey;
+    fn timestamp(&self) -> EventTime;
+    /// The id the event's bucket is derived from.
+    fn bucket_key(&self) -> ImpressionId;
+}
+
+impl CampaignEvent for Impression {
+    fn campaign(&self) -> CampaignKey {
+        self.campaign
+    }
+    fn timestamp(&self) -> EventTime {
+        self.timestamp
+    }
+    fn bucket_key(&self) -> ImpressionId {
+        self.impression_id
+    }
+}
+
+impl CampaignEvent for Click {
+    fn campaign(&self) -> CampaignKey {
+        self.campaign
+    }
+    fn timestamp(&self) -> EventTime {
+        self.timestamp
+    }
+    fn bucket_key(&self) -> ImpressionId {
+        self.impression_id
+    }
+}

@@ -1,0 +1,11 @@
+//! The domain: events, their identities and times, campaigns and how their events are spread
+//! over partitions. Values here are valid by construction; raw input becomes them at the
+//! HTTP edge, so inner code never holds an invalid event.
+
+pub mod bucket;
+pub mod campaign;
+pub mod event;
+pub mod ids;
+pub mod partition;
+pub mod time;
+pub mod user_data;

@@ -1,0 +1,76 @@
+//! Query-string parameters, parsed strictly: a parameter the endpoint does not know, a repeated
+//! one or a malformed value is a 400 naming it.
+
+use super::error::ApiError;
+use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+use crate::query::range::{QueryRange, RangeError};
+use chrono::NaiveDate;
+use chrono_tz::Tz;
+use std::collections::HashMap;
+
+pub struct Params(HashMap<String, String>);
+
+impl Params {
+    /// Parses `raw` and refuses any name outside `known`.
+    pub fn parse(raw: Option<&str>, known: &[&str]) -> Result<Self, ApiError> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or_default())
+            .map_err(|error| ApiError::invalid("query string", format!("is malformed: {error}")))?;
+        let mut params = HashMap::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            if !known.contains(&name.as_str()) {
+                return Err(ApiError::invalid(
+                    &name,
+                    format!(
+                        "is not a parameter of this endpoint (expected: {})",
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if params.insert(name.clone(), value).is_some() {
+                return Err(ApiError::invalid(&name, "is given more than once"));
+            }
+        }
+        Ok(Self(params))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    pub fn required(&self, name: &str) -> Result<&str, ApiError> {
+        self.get(name)
+            .ok_or_else(|| ApiError::invalid(name, "is required"))
+    }
+
+    /// `from`, `to` (inclusive `YYYY-MM-DD`) and `tz` (IANA, default UTC).
+    pub fn range(&self) -> Result<QueryRange, ApiError> {
+        let date = |name: &str| {
+            self.required(name)?
+                .parse::<NaiveDate>()
+                .map_err(|_| ApiError::invalid(name, "must be a date YYYY-MM-DD"))
+        };
+        let (from, to) = (date("from")?, date("to")?);
+        let tz = match self.get("tz") {
+            None => Tz::UTC,
+            Some(name) => name.parse::<Tz>().map_err(|_| {
+                ApiError::invalid("tz", format!("{name:?} is not an IANA time zone"))
+            })?,
+        };
+        QueryRange::new(from, to, tz).map_err(|error| match error {
+            RangeError::Reversed => ApiError::invalid("from", "must not be after to"),
+            RangeError::TooLong(_) => ApiError::invalid("to", error),
+        })
+    }
+}
+
+/// The `{advertiser_id}/{campaign_id}` of a path.
+pub fn campaign_key(advertiser_id: &str, campaign_id: &str) -> Result<CampaignKey, ApiError> {
+    Ok(CampaignKey {
+        advertiser_id: advertiser_id
+            .parse::<AdvertiserId>()
+            .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))?,
+        campaign_id: campaign_id
+            .parse::<CampaignId>()
+            .map_err(|_| ApiError::invalid("campaign_id", "is not a UUID"))?,
+    })
+}

@@ -1,0 +1,95 @@
+//! The write path: validated events are placed in their partitions (campaign, UTC day, bucket
+//! in force at the event's own time) and written partition by partition, several at once.
+//! An answer is given only after every write was acknowledged.
+
+use crate::domain::event::{CampaignEvent, Click, Impression};
+use crate::domain::partition::EventPartition;
+use crate::settings::SettingsCache;
+use crate::store::{Store, StoreError};
+use futures::{StreamExt, TryStreamExt, stream};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub struct Ingestor {
+    store: Arc<dyn Store>,
+    settings: Arc<SettingsCache>,
+    /// Partitions written at once for one request.
+    write_concurrency: usize,
+}
+
+impl Ingestor {
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings: Arc<SettingsCache>,
+        write_concurrency: usize,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            write_concurrency: write_concurrency.max(1),
+        }
+    }
+
+    pub async fn impressions(&self, events: Vec<Impression>) -> Result<(), StoreError> {
+        let partitions = self.partition(events).await?;
+        self.write_all(partitions, |store, partition, events| async move {
+            store.write_impressions(partition, &events).await
+        })
+        .await
+    }
+
+    pub async fn clicks(&self, events: Vec<Click>) -> Result<(), StoreError> {
+        let partitions = self.partition(events).await?;
+        self.write_all(partitions, |store, partition, events| async move {
+            store.write_clicks(partition, &events).await
+        })
+        .await
+    }
+
+    /// Groups events by the partition each belongs to.
+    async fn partition<E: CampaignEvent>(
+        &self,
+        events: Vec<E>,
+    ) -> Result<BTreeMap<EventPartition, Vec<E>>, StoreError> {
+        let mut histories = HashMap::new();
+        let mut partitions: BTreeMap<EventPartition, Vec<E>> = BTreeMap::new();
+        for event in events {
+            let campaign = event.campaign();
+            let history = match histories.get(&campaign) {
+                Some(history) => Arc::clone(history),
+                None => {
+                    let history = self.settings.history(campaign).await?;
+                    histories.insert(campaign, Arc::clone(&history));
+                    history
+                }
+            };
+            let timestamp = event.timestamp();
+            let bucket = history
+                .buckets_at(timestamp.instant())
+                .bucket_of(event.bucket_key().as_uuid());
+            let partition = EventPartition {
+                campaign,
+                day: timestamp.utc_day(),
+                bucket,
+            };
+            partitions.entry(partition).or_default().push(event);
+        }
+        Ok(partitions)
+    }
+
+    async fn write_all<E, W, F>(
+        &self,
+        partitions: BTreeMap<EventPartition, Vec<E>>,
+        write: W,
+    ) -> Result<(), StoreError>
+    where
+        W: Fn(Arc<dyn Store>, EventPartition, Vec<E>) -> F,
+        F: std::future::Future<Output = Result<(), StoreError>>,
+    {
+        stream::iter(partitions)
+            .map(|(partition, events)| write(Arc::clone(&self.store), partition, events))
+            .buffer_unordered(self.write_concurrency)
+            .try_collect::<()>()
+            .await
+    }
+}

@@ -1,0 +1,13 @@
+//! The read side: which partitions a question needs (pure planning), reading them with a
+//! bounded number in flight, and adding the rows up. Shared by every store.
+
+pub mod plan;
+pub mod range;
+pub mod summary;
+
+/// How reads fan out.
+#[derive(Debug, Clone, Copy)]
+pub struct FanOut {
+    /// Partition reads in flight at once for one query.
+    pub concurrency: usize,
+}

@@ -1,0 +1,96 @@
+//! Every statement the Cassandra store runs on the hot path, prepared once, with idempotence
+//! declared so the driver may retry and speculate. Table names are keyspace-qualified.
+
+use super::config::KeyspaceName;
+use super::errors::execution_error;
+use crate::store::StoreError;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+pub struct Statements {
+    pub insert_impression: PreparedStatement,
+    pub insert_impression_summary: PreparedStatement,
+    pub insert_click: PreparedStatement,
+    pub insert_click_index: PreparedStatement,
+    pub select_impression_summaries: PreparedStatement,
+    pub select_clicks: PreparedStatement,
+    pub select_first_click: PreparedStatement,
+    pub select_campaign_settings: PreparedStatement,
+    pub insert_campaign_settings: PreparedStatement,
+}
+
+const EVENT_PARTITION: &str = "advertiser_id = ? AND campaign_id = ? AND day = ? AND bucket_id = ?";
+
+impl Statements {
+    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+        let prepare = |cql: String| async move {
+            let mut statement = session
+                .prepare(cql)
+                .await
+                .map_err(|error| prepare_error(&error.to_string()))?;
+            // Every statement here writes absolute values or reads: repeating one is harmless.
+            statement.set_is_idempotent(true);
+            Ok::<_, StoreError>(statement)
+        };
+        Ok(Self {
+            insert_impression: prepare(format!(
+                "INSERT INTO {keyspace}.impression (advertiser_id, campaign_id, day, bucket_id, timestamp, \
+                 impression_id, ad_id, user_id, user_ip, user_data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            insert_impression_summary: prepare(format!(
+                "INSERT INTO {keyspace}.impression_summary (advertiser_id, campaign_id, day, bucket_id, timestamp, \
+                 impression_id, ad_id, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            insert_click: prepare(format!(
+                "INSERT INTO {keyspace}.click (advertiser_id, campaign_id, day, bucket_id, timestamp, \
+                 impression_id, ad_id) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            insert_click_index: prepare(format!(
+                "INSERT INTO {keyspace}.click_by_impression (advertiser_id, campaign_id, impression_id, timestamp, ad_id) \
+                 VALUES (?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            select_impression_summaries: prepare(format!(
+                "SELECT impression_id, ad_id, user_id, timestamp FROM {keyspace}.impression_summary WHERE {EVENT_PARTITION}"
+            ))
+            .await?,
+            select_clicks: prepare(format!(
+                "SELECT impression_id, ad_id, timestamp FROM {keyspace}.click WHERE {EVENT_PARTITION}"
+            ))
+            .await?,
+            select_first_click: prepare(format!(
+                "SELECT impression_id, ad_id, timestamp FROM {keyspace}.click_by_impression \
+                 WHERE advertiser_id = ? AND campaign_id = ? AND impression_id = ? LIMIT 1"
+            ))
+            .await?,
+            select_campaign_settings: prepare(format!(
+                "SELECT effective_from, buckets, daily_cap FROM {keyspace}.campaign_config \
+                 WHERE advertiser_id = ? AND campaign_id = ?"
+            ))
+            .await?,
+            insert_campaign_settings: prepare(format!(
+                "INSERT INTO {keyspace}.campaign_config (advertiser_id, campaign_id, effective_from, buckets, \
+                 daily_cap, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+        })
+    }
+}
+
+/// A statement that cannot be prepared almost always names a table migrations have not
+/// created yet; anything else is reported as unavailable and retried on the next request.
+fn prepare_error(message: &str) -> StoreError {
+    if message.contains("unconfigured table") || message.contains("does not exist") {
+        StoreError::SchemaNotCurrent(format!("preparing statements: {message}"))
+    } else {
+        StoreError::Unavailable(format!("preparing statements: {message}"))
+    }
+}
+
+/// Sorts a failed execution of a prepared statement.
+pub fn failed(context: &str) -> impl Fn(scylla::errors::ExecutionError) -> StoreError + '_ {
+    move |error| execution_error(context, error)
+}

@@ -1,0 +1,317 @@
+//! Writing one partition's events, as unlogged single-partition batches or as concurrent
+//! single-row inserts ([`WriteMode`]). An impression's full and thin rows share the partition
+//! key, so both go into the same batch: one mutation per chunk.
+
+use super::config::WriteMode;
+use super::statements::{Statements, failed};
+use crate::domain::event::{Click, Impression};
+use crate::domain::partition::EventPartition;
+use crate::store::StoreError;
+use chrono::NaiveDate;
+use futures::future::try_join_all;
+use scylla::client::session::Session;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::value::MaybeUnset;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use uuid::Uuid;
+
+/// Events per batch: far below Cassandra's mutation limit (half a commit-log segment, 16 MiB
+/// by default) even with the largest user_data, and small enough to spread over connections.
+const EVENTS_PER_BATCH: usize = 100;
+/// Bytes of user_data per batch, so a batch of attribute-heavy impressions stays ~1 MiB.
+const USER_DATA_BYTES_PER_BATCH: usize = 1 << 20;
+
+/// The partition key columns, bound first in every insert.
+type PartitionValues = (Uuid, Uuid, NaiveDate, i16);
+
+fn partition_values(partition: &EventPartition) -> Result<PartitionValues, StoreError> {
+    let bucket = i16::try_from(partition.bucket.get()).map_err(|_| {
+        StoreError::Internal(format!("bucket {} out of range", partition.bucket.get()))
+    })?;
+    Ok((
+        partition.campaign.advertiser_id.as_uuid(),
+        partition.campaign.campaign_id.as_uuid(),
+        partition.day.date(),
+        bucket,
+    ))
+}
+
+type ImpressionValues<'a> = (
+    Uuid,
+    Uuid,
+    NaiveDate,
+    i16,
+    chrono::DateTime<chrono::Utc>,
+    Uuid,
+    Uuid,
+    Uuid,
+    MaybeUnset<IpAddr>,
+    MaybeUnset<&'a BTreeMap<String, String>>,
+    i32,
+);
+
+fn impression_values(key: PartitionValues, event: &Impression, ttl: i32) -> ImpressionValues<'_> {
+    let (advertiser, campaign, day, bucket) = key;
+    (
+        advertiser,
+        campaign,
+        day,
+        bucket,
+        event.timestamp.instant(),
+        event.impression_id.as_uuid(),
+        event.ad_id.as_uuid(),
+        event.user_id.as_uuid(),
+        // Unset, not null: a null would write a tombstone.
+        event.user_ip.map_or(MaybeUnset::Unset, MaybeUnset::Set),
+        if event.user_data.is_empty() {
+            MaybeUnset::Unset
+        } else {
+            MaybeUnset::Set(event.user_data.entries())
+        },
+        ttl,
+    )
+}
+
+type SummaryValues = (
+    Uuid,
+    Uuid,
+    NaiveDate,
+    i16,
+    chrono::DateTime<chrono::Utc>,
+    Uuid,
+    Uuid,
+    Uuid,
+    i32,
+);
+
+fn summary_values(key: PartitionValues, event: &Impression, ttl: i32) -> SummaryValues {
+    let (advertiser, campaign, day, bucket) = key;
+    (
+        advertiser,
+        campaign,
+        day,
+        bucket,
+        event.timestamp.instant(),
+        event.impression_id.as_uuid(),
+        event.ad_id.as_uuid(),
+        event.user_id.as_uuid(),
+        ttl,
+    )
+}
+
+type ClickValues = (
+    Uuid,
+    Uuid,
+    NaiveDate,
+    i16,
+    chrono::DateTime<chrono::Utc>,
+    Uuid,
+    Uuid,
+    i32,
+);
+
+fn click_values(key: PartitionValues, click: &Click, ttl: i32) -> ClickValues {
+    let (advertiser, campaign, day, bucket) = key;
+    (
+        advertiser,
+        campaign,
+        day,
+        bucket,
+        click.timestamp.instant(),
+        click.impression_id.as_uuid(),
+        click.ad_id.as_uuid(),
+        ttl,
+    )
+}
+
+/// Splits a partition's impressions into batches bounded by count and user_data bytes.
+fn impression_chunks(impressions: &[Impression]) -> Vec<&[Impression]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (index, event) in impressions.iter().enumerate() {
+        let size: usize = event
+            .user_data
+            .entries()
+            .iter()
+            .map(|(key, value)| key.len() + value.len())
+            .sum();
+        if index > start
+            && (index - start >= EVENTS_PER_BATCH || bytes + size > USER_DATA_BYTES_PER_BATCH)
+        {
+            chunks.push(&impressions[start..index]);
+            (start, bytes) = (index, 0);
+        }
+        bytes += size;
+    }
+    if start < impressions.len() {
+        chunks.push(&impressions[start..]);
+    }
+    chunks
+}
+
+pub async fn write_impressions(
+    session: &Session,
+    statements: &Statements,
+    mode: WriteMode,
+    ttl: i32,
+    partition: &EventPartition,
+    impressions: &[Impression],
+) -> Result<(), StoreError> {
+    let key = partition_values(partition)?;
+    match mode {
+        WriteMode::Batch => {
+            let batches = impression_chunks(impressions)
+                .into_iter()
+                .map(|chunk| async move {
+                    let mut batch = Batch::new(BatchType::Unlogged);
+                    batch.set_is_idempotent(true);
+                    let mut values: Vec<
+                        Box<dyn scylla::serialize::row::SerializeRow + Send + Sync>,
+                    > = Vec::with_capacity(chunk.len() * 2);
+                    for event in chunk {
+                        batch.append_statement(statements.insert_impression.clone());
+                        values.push(Box::new(impression_values(key, event, ttl)));
+                        batch.append_statement(statements.insert_impression_summary.clone());
+                        values.push(Box::new(summary_values(key, event, ttl)));
+                    }
+                    session
+                        .batch(&batch, values)
+                        .await
+                        .map_err(failed("writing impressions"))
+                });
+            try_join_all(batches).await?;
+        }
+        WriteMode::Rows => {
+            let inserts = impressions.iter().flat_map(|event| {
+                [
+                    futures::future::Either::Left(async move {
+                        session
+                            .execute_unpaged(
+                                &statements.insert_impression,
+                                impression_values(key, event, ttl),
+                            )
+                            .await
+                            .map_err(failed("writing impressions"))
+                    }),
+                    futures::future::Either::Right(async move {
+                        session
+                            .execute_unpaged(
+                                &statements.insert_impression_summary,
+                                summary_values(key, event, ttl),
+                            )
+                            .await
+                            .map_err(failed("writing impressions"))
+                    }),
+                ]
+            });
+            try_join_all(inserts).await?;
+        }
+    }
+    Ok(())
+}
+
+pub async fn write_clicks(
+    session: &Session,
+    statements: &Statements,
+    mode: WriteMode,
+    ttl: i32,
+    partition: &EventPartition,
+    clicks: &[Click],
+) -> Result<(), StoreError> {
+    let key = partition_values(partition)?;
+    let click_rows = async {
+        match mode {
+            WriteMode::Batch => {
+                let batches = clicks.chunks(EVENTS_PER_BATCH).map(|chunk| async move {
+                    let mut batch = Batch::new(BatchType::Unlogged);
+                    batch.set_is_idempotent(true);
+                    let mut values = Vec::with_capacity(chunk.len());
+                    for click in chunk {
+                        batch.append_statement(statements.insert_click.clone());
+                        values.push(click_values(key, click, ttl));
+                    }
+                    session
+                        .batch(&batch, values)
+                        .await
+                        .map_err(failed("writing clicks"))
+                });
+                try_join_all(batches).await.map(|_| ())
+            }
+            WriteMode::Rows => try_join_all(clicks.iter().map(|click| async move {
+                session
+                    .execute_unpaged(&statements.insert_click, click_values(key, click, ttl))
+                    .await
+                    .map_err(failed("writing clicks"))
+            }))
+            .await
+            .map(|_| ()),
+        }
+    };
+    // Each index row is its own partition (one per impression): single-row inserts.
+    let index_rows = try_join_all(clicks.iter().map(|click| async move {
+        let values = (
+            key.0,
+            key.1,
+            click.impression_id.as_uuid(),
+            click.timestamp.instant(),
+            click.ad_id.as_uuid(),
+            ttl,
+        );
+        session
+            .execute_unpaged(&statements.insert_click_index, values)
+            .await
+            .map_err(failed("writing the click index"))
+    }));
+    futures::try_join!(click_rows, index_rows)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+    use crate::domain::time::EventTime;
+    use crate::domain::user_data::UserData;
+
+    /// An impression with `entries` user_data entries of 1000-byte values.
+    fn impression(entries: usize) -> Impression {
+        let user_data = UserData::new(
+            (0..entries)
+                .map(|i| (format!("k{i:02}"), "v".repeat(1000)))
+                .collect(),
+        )
+        .expect("valid");
+        Impression {
+            impression_id: ImpressionId::new(Uuid::new_v4()),
+            campaign: CampaignKey {
+                advertiser_id: AdvertiserId::new(Uuid::nil()),
+                campaign_id: CampaignId::new(Uuid::nil()),
+            },
+            ad_id: AdId::new(Uuid::nil()),
+            user_id: UserId::new(Uuid::nil()),
+            timestamp: EventTime::from_stored(chrono::Utc::now()),
+            user_ip: None,
+            user_data,
+        }
+    }
+
+    #[test]
+    fn batches_are_bounded_by_count_and_bytes_and_keep_every_event() {
+        let thin: Vec<_> = (0..250).map(|_| impression(0)).collect();
+        let sizes: Vec<usize> = impression_chunks(&thin).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [100, 100, 50]);
+
+        // 64 KB of attributes each: a batch holds at most 16 of them.
+        let heavy: Vec<_> = (0..100).map(|_| impression(64)).collect();
+        let chunks = impression_chunks(&heavy);
+        assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), 100);
+        for chunk in chunks {
+            assert!(
+                chunk.len() * 64 * 1003 <= USER_DATA_BYTES_PER_BATCH,
+                "{}",
+                chunk.len()
+            );
+        }
+    }
+}

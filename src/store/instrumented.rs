@@ -1,0 +1,111 @@
+//! A [`Store`] wrapper that times every call into the `adevents_store_call_duration_seconds`
+//! histogram, labelled by operation and outcome, whichever store is underneath.
+
+use super::{ClickRow, ImpressionSummaryRow, Store, StoreError};
+use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::event::{Click, Impression};
+use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::partition::EventPartition;
+use async_trait::async_trait;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub struct Instrumented {
+    inner: Arc<dyn Store>,
+}
+
+impl Instrumented {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self { inner }
+    }
+}
+
+async fn timed<T>(
+    operation: &'static str,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let result = call.await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(error) if error.is_retryable() => "unavailable",
+        Err(_) => "error",
+    };
+    metrics::histogram!("adevents_store_call_duration_seconds", "operation" => operation, "outcome" => outcome)
+        .record(started.elapsed().as_secs_f64());
+    result
+}
+
+#[async_trait]
+impl Store for Instrumented {
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        timed("check_ready", self.inner.check_ready()).await
+    }
+
+    async fn write_impressions(
+        &self,
+        partition: EventPartition,
+        impressions: &[Impression],
+    ) -> Result<(), StoreError> {
+        timed(
+            "write_impressions",
+            self.inner.write_impressions(partition, impressions),
+        )
+        .await
+    }
+
+    async fn write_clicks(
+        &self,
+        partition: EventPartition,
+        clicks: &[Click],
+    ) -> Result<(), StoreError> {
+        timed("write_clicks", self.inner.write_clicks(partition, clicks)).await
+    }
+
+    async fn read_impression_summaries(
+        &self,
+        partition: EventPartition,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+        timed(
+            "read_impression_summaries",
+            self.inner.read_impression_summaries(partition),
+        )
+        .await
+    }
+
+    async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {
+        timed("read_clicks", self.inner.read_clicks(partition)).await
+    }
+
+    async fn first_click(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Option<ClickRow>, StoreError> {
+        timed(
+            "first_click",
+            self.inner.first_click(campaign, impression_id),
+        )
+        .await
+    }
+
+    async fn campaign_settings(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<SettingsHistory, StoreError> {
+        timed("campaign_settings", self.inner.campaign_settings(campaign)).await
+    }
+
+    async fn put_campaign_settings(
+        &self,
+        campaign: CampaignKey,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        timed(
+            "put_campaign_settings",
+            self.inner.put_campaign_settings(campaign, settings),
+        )
+        .await
+    }
+}

@@ -1,0 +1,116 @@
+//! The self-description of the service: its OpenAPI document and its metrics.
+
+use crate::common::events::{Campaign, at, post_all};
+use crate::common::{TestServer, http, migrated_store};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use uuid::Uuid;
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_route_and_every_route_exists() {
+    let server = TestServer::start(migrated_store().await).await;
+    let client = http();
+
+    let doc: Value = client
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("JSON");
+
+    assert!(
+        doc["openapi"].as_str().unwrap_or("").starts_with("3."),
+        "{doc}"
+    );
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut documented: Vec<&str> = paths.keys().map(String::as_str).collect();
+    documented.sort_unstable();
+    assert_eq!(
+        documented,
+        [
+            "/healthz",
+            "/metrics",
+            "/openapi.json",
+            "/readyz",
+            "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}",
+            "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary",
+            "/v1/clicks",
+            "/v1/impressions",
+        ]
+    );
+    let campaign = Campaign::fresh();
+    for (path, operations) in paths {
+        let concrete = path
+            .replace("{advertiser_id}", &campaign.advertiser_id.to_string())
+            .replace("{campaign_id}", &campaign.campaign_id.to_string());
+        for method in operations.as_object().expect("operations").keys() {
+            let method = match method.as_str() {
+                "get" => Method::GET,
+                "put" => Method::PUT,
+                "post" => Method::POST,
+                _ => continue, // "parameters"
+            };
+            let response = client
+                .request(method.clone(), server.url(&concrete))
+                .send()
+                .await
+                .expect("answered");
+            assert_ne!(response.status(), StatusCode::NOT_FOUND, "{method} {path}");
+            assert_ne!(
+                response.status(),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn framework_rejections_use_the_error_shape() {
+    let server = TestServer::start(migrated_store().await).await;
+
+    let response = http()
+        .delete(server.url("/v1/impressions"))
+        .send()
+        .await
+        .expect("answered");
+
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_and_events_accepted() {
+    let server = TestServer::start(migrated_store().await).await;
+    let campaign = Campaign::fresh();
+    let events = [campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at("2026-10-25T10:00:00Z"))];
+    post_all(&server, "/v1/impressions", &events, 1).await;
+
+    let text = http()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("text");
+
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("adevents_http_requests_total")
+                && line.contains("route=\"/v1/impressions\"")
+                && line.contains("status=\"200\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains("adevents_events_accepted_total{kind=\"impression\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("adevents_store_call_duration_seconds_bucket{operation=\"write_impressions\",outcome=\"ok\""),
+        "{text}"
+    );
+}

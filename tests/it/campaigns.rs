@@ -1,0 +1,91 @@
+//! Campaign settings through HTTP: defaults, scheduling, and refusals.
+
+use crate::common::events::{Campaign, get};
+use crate::common::{TestServer, http, migrated_store};
+use chrono::{DateTime, Duration, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+async fn put(server: &TestServer, campaign: &Campaign, body: Value) -> (StatusCode, Value) {
+    let response = http()
+        .put(server.url(&campaign.path()))
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status();
+    (status, response.json().await.expect("JSON"))
+}
+
+#[tokio::test]
+async fn a_never_configured_campaign_has_one_bucket() {
+    let server = TestServer::start(migrated_store().await).await;
+
+    let (status, body) = get(&server, &Campaign::fresh().path(), "").await;
+
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["buckets"], 1);
+    assert_eq!(body["daily_cap"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_change_without_effective_from_waits_for_every_cache_to_expire() {
+    let server = TestServer::start(migrated_store().await).await;
+    let campaign = Campaign::fresh();
+    let before = Utc::now();
+
+    let (status, body) = put(
+        &server,
+        &campaign,
+        json!({"buckets": 16, "daily_cap": 5000}),
+    )
+    .await;
+    let (_, read_back) = get(&server, &campaign.path(), "").await;
+
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let effective: DateTime<Utc> = body["effective_from"]
+        .as_str()
+        .expect("instant")
+        .parse()
+        .expect("RFC 3339");
+    assert!(
+        effective >= before + Duration::seconds(10),
+        "{effective} vs {before}"
+    );
+    assert_eq!(read_back["buckets"], 16);
+    assert_eq!(read_back["daily_cap"], 5000);
+    assert_eq!(read_back["effective_from"], body["effective_from"]);
+    assert_eq!(read_back["in_force"], 1, "not in force yet");
+}
+
+#[tokio::test]
+async fn invalid_settings_are_refused_naming_the_field() {
+    let server = TestServer::start(migrated_store().await).await;
+    let campaign = Campaign::fresh();
+    let past = (Utc::now() - Duration::minutes(1)).to_rfc3339();
+    let cases = [
+        (json!({"buckets": 0}), "buckets"),
+        (json!({"buckets": 257}), "buckets"),
+        (json!({"buckets": "eight"}), "buckets"),
+        (json!({}), "buckets"),
+        (
+            json!({"buckets": 8, "effective_from": past}),
+            "effective_from",
+        ),
+        (
+            json!({"buckets": 8, "effective_from": "tomorrow"}),
+            "effective_from",
+        ),
+        (json!({"buckets": 8, "daily_cap": -3}), "daily_cap"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = put(&server, &campaign, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert_eq!(
+            answer["error"]["errors"][0]["field"], field,
+            "{body}: {answer}"
+        );
+    }
+    let (_, read_back) = get(&server, &campaign.path(), "").await;
+    assert_eq!(read_back["buckets"], 1, "nothing stored");
+}

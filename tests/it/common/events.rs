@@ -1,0 +1,101 @@
+//! Building events and talking to the API the way an ad server or a dashboard does.
+
+use super::TestServer;
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// A fresh campaign (and advertiser) per test: the isolation of a shared keyspace.
+#[derive(Debug, Clone, Copy)]
+pub struct Campaign {
+    pub advertiser_id: Uuid,
+    pub campaign_id: Uuid,
+}
+
+impl Campaign {
+    pub fn fresh() -> Self {
+        Self {
+            advertiser_id: Uuid::new_v4(),
+            campaign_id: Uuid::new_v4(),
+        }
+    }
+
+    pub fn key(&self) -> adevents::domain::ids::CampaignKey {
+        adevents::domain::ids::CampaignKey {
+            advertiser_id: self.advertiser_id.into(),
+            campaign_id: self.campaign_id.into(),
+        }
+    }
+
+    pub fn path(&self) -> String {
+        format!(
+            "/v1/advertisers/{}/campaigns/{}",
+            self.advertiser_id, self.campaign_id
+        )
+    }
+
+    pub fn impression(&self, impression_id: Uuid, ad_id: Uuid, at: DateTime<Utc>) -> Value {
+        json!({
+            "impression_id": impression_id,
+            "advertiser_id": self.advertiser_id,
+            "campaign_id": self.campaign_id,
+            "ad_id": ad_id,
+            "user_id": Uuid::new_v4(),
+            "timestamp": at.to_rfc3339(),
+        })
+    }
+
+    pub fn click(&self, impression_id: Uuid, ad_id: Uuid, at: DateTime<Utc>) -> Value {
+        json!({
+            "impression_id": impression_id,
+            "advertiser_id": self.advertiser_id,
+            "campaign_id": self.campaign_id,
+            "ad_id": ad_id,
+            "timestamp": at.timestamp_millis(),
+        })
+    }
+}
+
+pub fn at(text: &str) -> DateTime<Utc> {
+    text.parse().expect("valid RFC 3339 instant")
+}
+
+/// POSTs `body` as JSON and returns the status and the JSON answer.
+pub async fn post(server: &TestServer, path: &str, body: &Value) -> (StatusCode, Value) {
+    let response = super::http()
+        .post(server.url(path))
+        .json(body)
+        .send()
+        .await
+        .expect("POST answered");
+    let status = response.status();
+    (status, response.json().await.expect("JSON answer"))
+}
+
+/// POSTs every event in batches of `batch`, asserting each batch is accepted whole.
+pub async fn post_all(server: &TestServer, path: &str, events: &[Value], batch: usize) {
+    for chunk in events.chunks(batch) {
+        let (status, body) = post(server, path, &Value::Array(chunk.to_vec())).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["accepted"], chunk.len(), "{body}");
+    }
+}
+
+/// GETs `path?query` and returns the status and the JSON answer.
+pub async fn get(server: &TestServer, path: &str, query: &str) -> (StatusCode, Value) {
+    let response = super::http()
+        .get(server.url(&format!("{path}?{query}")))
+        .send()
+        .await
+        .expect("GET answered");
+    let status = response.status();
+    (status, response.json().await.expect("JSON answer"))
+}
+
+/// The summary, which must be a 200.
+pub async fn summary(server: &TestServer, campaign: &Campaign, query: &str) -> Value {
+    let (status, body) = get(server, &format!("{}/summary", campaign.path()), query).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
