@@ -1,19 +1,25 @@
 //! `POST /v1/impressions` and `POST /v1/clicks`: read, validate whole, write, then answer.
 
 use super::AppState;
-use super::body::{body_format, read_body, split_items};
+use super::body::{body_format, read_body};
 use super::client_ip::client_ip;
 use super::error::ApiError;
-use super::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_events};
+use super::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
 use axum::Json;
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use bytes::Bytes;
 use serde_json::{Value, json};
 
 pub async fn post_impressions(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let (events, accepted) = read_events::<ImpressionWire>(&state, request, "impression").await?;
+    let (parts, bytes) = read_request(&state, request, "impression").await?;
+    let (events, accepted) = rejected_counted(
+        "impression",
+        parse::<ImpressionWire>(&state, &parts, &bytes),
+    )?;
     state.ingestor.impressions(events).await?;
     Ok(accepted_answer("impression", accepted))
 }
@@ -22,30 +28,46 @@ pub async fn post_clicks(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let (events, accepted) = read_events::<ClickWire>(&state, request, "click").await?;
+    let (parts, bytes) = read_request(&state, request, "click").await?;
+    let (events, accepted) = rejected_counted("click", parse::<ClickWire>(&state, &parts, &bytes))?;
     state.ingestor.clicks(events).await?;
     Ok(accepted_answer("click", accepted))
 }
 
-/// The request's events (repeats of one id folded) and how many it held.
-async fn read_events<W: IntoEvent>(
+/// The request's head and decoded body, within the limits.
+async fn read_request(
     state: &AppState,
     request: Request,
     kind: &'static str,
-) -> Result<(Vec<W::Event>, usize), ApiError> {
+) -> Result<(Parts, Bytes), ApiError> {
     let (parts, body) = request.into_parts();
-    let result = async {
-        let format = body_format(&parts.headers)?;
-        let bytes = read_body(&parts.headers, body, state.options.body_limits).await?;
-        let items = split_items(&bytes, format, state.options.body_limits.max_events)?;
-        let context = Context {
-            now: chrono::Utc::now(),
-            client_ip: client_ip(&parts, &state.options.trusted_proxies),
-        };
-        let events = parse_events::<W>(&items, &context)?;
-        Ok((events, items.len()))
-    }
-    .await;
+    let bytes = rejected_counted(
+        kind,
+        read_body(&parts.headers, body, state.options.body_limits).await,
+    )?;
+    Ok((parts, bytes))
+}
+
+/// The body's events (repeats of one id folded) and how many it held.
+fn parse<'de, W: IntoEvent<'de>>(
+    state: &AppState,
+    parts: &Parts,
+    bytes: &'de [u8],
+) -> Result<(Vec<W::Event>, usize), ApiError> {
+    let format = body_format(&parts.headers)?;
+    let context = Context {
+        now: chrono::Utc::now(),
+        client_ip: client_ip(parts, &state.options.trusted_proxies),
+    };
+    parse_body::<W>(
+        bytes,
+        format,
+        state.options.body_limits.max_events,
+        &context,
+    )
+}
+
+fn rejected_counted<T>(kind: &'static str, result: Result<T, ApiError>) -> Result<T, ApiError> {
     if result.is_err() {
         metrics::counter!("adevents_requests_rejected_total", "kind" => kind).increment(1);
     }

@@ -2,7 +2,7 @@
 //! Every problem is reported with the item's index and the field's name; a request with any
 //! problem stores nothing.
 
-use super::body::RawItem;
+use super::body::{BodyFormat, RawItem, split_items};
 use super::error::{ApiError, FieldError};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
@@ -10,39 +10,98 @@ use crate::domain::time::EventTime;
 use crate::domain::user_data::UserData;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::de::{self, Deserializer, Visitor};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use uuid::Uuid;
 
-/// An event timestamp as sent: RFC 3339 text or epoch milliseconds.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum WireTimestamp {
+/// An event timestamp as sent: RFC 3339 text or epoch milliseconds. Deserialized by hand
+/// rather than as an untagged enum, which would buffer every value first.
+#[derive(Debug)]
+pub enum WireTimestamp<'a> {
     Millis(i64),
-    Text(String),
-    Other(serde::de::IgnoredAny),
+    Text(Cow<'a, str>),
+    Other,
 }
 
+impl<'de: 'a, 'a> Deserialize<'de> for WireTimestamp<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TimestampVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> Visitor<'de> for TimestampVisitor<'a> {
+            type Value = WireTimestamp<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an RFC 3339 string or an integer of epoch milliseconds")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(WireTimestamp::Millis(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(i64::try_from(v).map_or(WireTimestamp::Other, WireTimestamp::Millis))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(WireTimestamp::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(WireTimestamp::Other)
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(WireTimestamp::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(WireTimestamp::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(WireTimestamp::Other)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map
+                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(WireTimestamp::Other)
+            }
+        }
+
+        deserializer.deserialize_any(TimestampVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Borrowed from the body where the JSON needs no unescaping: no allocation per field.
 #[derive(Debug, Deserialize)]
-pub struct ImpressionWire {
-    impression_id: Option<String>,
-    advertiser_id: Option<String>,
-    campaign_id: Option<String>,
-    ad_id: Option<String>,
-    user_id: Option<String>,
-    timestamp: Option<WireTimestamp>,
-    user_ip: Option<String>,
+pub struct ImpressionWire<'a> {
+    #[serde(borrow)]
+    impression_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    advertiser_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    campaign_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    ad_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    user_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    timestamp: Option<WireTimestamp<'a>>,
+    #[serde(borrow)]
+    user_ip: Option<Cow<'a, str>>,
     user_data: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ClickWire {
-    impression_id: Option<String>,
-    advertiser_id: Option<String>,
-    campaign_id: Option<String>,
-    ad_id: Option<String>,
-    timestamp: Option<WireTimestamp>,
+pub struct ClickWire<'a> {
+    #[serde(borrow)]
+    impression_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    advertiser_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    campaign_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    ad_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    timestamp: Option<WireTimestamp<'a>>,
 }
 
 /// What conversion needs besides the item itself.
@@ -65,7 +124,7 @@ impl Item<'_> {
         None
     }
 
-    fn uuid(&mut self, field: &str, value: Option<String>) -> Option<Uuid> {
+    fn uuid(&mut self, field: &str, value: Option<Cow<'_, str>>) -> Option<Uuid> {
         match value {
             None => self.fail(field, "is required"),
             Some(text) => match Uuid::parse_str(&text) {
@@ -80,7 +139,7 @@ impl Item<'_> {
             None => return self.fail("timestamp", "is required"),
             Some(WireTimestamp::Millis(millis)) => EventTime::from_epoch_millis(millis, now),
             Some(WireTimestamp::Text(text)) => EventTime::from_rfc3339(&text, now),
-            Some(WireTimestamp::Other(_)) => {
+            Some(WireTimestamp::Other) => {
                 return self.fail(
                     "timestamp",
                     "must be an RFC 3339 string or an integer of epoch milliseconds",
@@ -95,7 +154,7 @@ impl Item<'_> {
 }
 
 /// Conversion of one wire item into its domain event.
-pub trait IntoEvent: DeserializeOwned {
+pub trait IntoEvent<'de>: Deserialize<'de> {
     type Event: Clone + PartialEq;
     fn into_event(self, item: &mut ItemContext<'_>) -> Option<Self::Event>;
     fn identity(event: &Self::Event) -> ImpressionId;
@@ -107,7 +166,7 @@ pub struct ItemContext<'a> {
     context: &'a Context,
 }
 
-impl IntoEvent for ImpressionWire {
+impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
     type Event = Impression;
 
     fn into_event(self, cx: &mut ItemContext<'_>) -> Option<Impression> {
@@ -151,7 +210,7 @@ impl IntoEvent for ImpressionWire {
     }
 }
 
-impl IntoEvent for ClickWire {
+impl<'de> IntoEvent<'de> for ClickWire<'de> {
     type Event = Click;
 
     fn into_event(self, cx: &mut ItemContext<'_>) -> Option<Click> {
@@ -177,37 +236,83 @@ impl IntoEvent for ClickWire {
     }
 }
 
-/// Converts every item; all valid gives the events (exact repeats of one id dropped), any
-/// problem gives a 400 listing every problem.
-pub fn parse_events<W: IntoEvent>(
-    items: &[RawItem<'_>],
+/// Reads the events of a decoded body: one pass straight into wire structs when every item
+/// is well-formed (the common case), and an item-by-item pass only to say exactly what is
+/// wrong with a malformed one. Any problem is a 400 listing every problem; more events than
+/// `max_events` is a 413.
+pub fn parse_body<'de, W: IntoEvent<'de>>(
+    bytes: &'de [u8],
+    format: BodyFormat,
+    max_events: usize,
+    context: &Context,
+) -> Result<(Vec<W::Event>, usize), ApiError> {
+    let Some(wires) = well_formed::<W>(bytes, format) else {
+        let items = split_items(bytes, format, max_events)?;
+        let count = items.len();
+        return convert_items::<W>(&items, context).map(|events| (events, count));
+    };
+    if wires.len() > max_events {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the request holds {} events; at most {max_events} are accepted per request",
+            wires.len()
+        )));
+    }
+    let count = wires.len();
+    convert(wires.into_iter().map(Ok), count, context).map(|events| (events, count))
+}
+
+/// Every item deserialized in one pass, or `None` if any is malformed.
+fn well_formed<'de, W: Deserialize<'de>>(bytes: &'de [u8], format: BodyFormat) -> Option<Vec<W>> {
+    match format {
+        BodyFormat::Json => match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') => serde_json::from_slice(bytes).ok(),
+            Some(b'{') => serde_json::from_slice(bytes).ok().map(|wire| vec![wire]),
+            _ => None,
+        },
+        BodyFormat::Ndjson => bytes
+            .split(|b| *b == b'\n')
+            .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
+            .map(|line| serde_json::from_slice(line).ok())
+            .collect(),
+    }
+}
+
+/// The slow path: each raw item on its own, so a type error names its item and field.
+fn convert_items<'de, W: IntoEvent<'de>>(
+    items: &[RawItem<'de>],
+    context: &Context,
+) -> Result<Vec<W::Event>, ApiError> {
+    let wires = items.iter().enumerate().map(|(index, raw)| {
+        let raw = raw
+            .as_ref()
+            .map_err(|message| FieldError::whole_item(index, message.clone()))?;
+        if !raw.get().trim_start().starts_with('{') {
+            return Err(FieldError::whole_item(index, "must be a JSON object"));
+        }
+        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+        serde_path_to_error::deserialize::<_, W>(&mut deserializer).map_err(|error| {
+            let field = error.path().to_string();
+            FieldError::item(index, field, error.into_inner().to_string())
+        })
+    });
+    convert(wires, items.len(), context)
+}
+
+/// Converts well-formed items into events, collecting every problem; exact repeats of one id
+/// are dropped, different ones refused.
+fn convert<'de, W: IntoEvent<'de>>(
+    wires: impl Iterator<Item = Result<W, FieldError>>,
+    count: usize,
     context: &Context,
 ) -> Result<Vec<W::Event>, ApiError> {
     let mut errors = Vec::new();
-    let mut events = Vec::with_capacity(items.len());
-    let mut first_seen: HashMap<ImpressionId, usize> = HashMap::with_capacity(items.len());
-    for (index, raw) in items.iter().enumerate() {
-        let raw = match raw {
-            Ok(raw) => raw,
-            Err(message) => {
-                errors.push(FieldError::whole_item(index, message.clone()));
-                continue;
-            }
-        };
-        if !raw.get().trim_start().starts_with('{') {
-            errors.push(FieldError::whole_item(index, "must be a JSON object"));
-            continue;
-        }
-        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-        let wire: W = match serde_path_to_error::deserialize(&mut deserializer) {
+    let mut events = Vec::with_capacity(count);
+    let mut first_seen: HashMap<ImpressionId, usize> = HashMap::with_capacity(count);
+    for (index, wire) in wires.enumerate() {
+        let wire = match wire {
             Ok(wire) => wire,
             Err(error) => {
-                let field = error.path().to_string();
-                errors.push(FieldError::item(
-                    index,
-                    field,
-                    error.into_inner().to_string(),
-                ));
+                errors.push(error);
                 continue;
             }
         };
@@ -246,9 +351,8 @@ pub fn parse_events<W: IntoEvent>(
             errors.iter().filter_map(|error| error.index).collect();
         Err(ApiError::InvalidRequest {
             message: format!(
-                "{} of {} events are invalid; nothing was stored",
-                invalid.len(),
-                items.len()
+                "{} of {count} events are invalid; nothing was stored",
+                invalid.len()
             ),
             errors,
         })
@@ -258,7 +362,6 @@ pub fn parse_events<W: IntoEvent>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::body::{BodyFormat, split_items};
 
     fn context() -> Context {
         Context {
@@ -279,8 +382,9 @@ mod tests {
     #[test]
     fn a_valid_impression_takes_the_client_address_when_it_names_none() {
         let body = impression(ID, "1764158400000");
-        let items = split_items(body.as_bytes(), BodyFormat::Json, 10).expect("valid");
-        let events = parse_events::<ImpressionWire>(&items, &context()).expect("valid");
+        let (events, _) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context())
+                .expect("valid");
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].user_ip, context().client_ip);
         assert_eq!(events[0].timestamp.to_string(), "2025-11-26T12:00:00.000Z");
@@ -294,9 +398,8 @@ mod tests {
             impression("not-a-uuid", "\"2099-01-01T00:00:00Z\""),
             r#"{"impression_id": 5}"#
         );
-        let items = split_items(body.as_bytes(), BodyFormat::Json, 10).expect("valid");
         let Err(ApiError::InvalidRequest { message, errors }) =
-            parse_events::<ImpressionWire>(&items, &context())
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context())
         else {
             panic!("expected a 400");
         };
@@ -319,24 +422,40 @@ mod tests {
     }
 
     #[test]
+    fn ndjson_goes_through_the_fast_path_and_a_bad_line_is_named() {
+        let good = format!(
+            "{}\n\n{}\n",
+            impression(ID, "1764158400000"),
+            impression(ID, "1764158400000")
+        );
+        let (events, count) =
+            parse_body::<ImpressionWire>(good.as_bytes(), BodyFormat::Ndjson, 10, &context())
+                .expect("valid");
+        assert_eq!((events.len(), count), (1, 2));
+        let bad = format!("{}\n{{oops\n", impression(ID, "1764158400000"));
+        let Err(ApiError::InvalidRequest { errors, .. }) =
+            parse_body::<ImpressionWire>(bad.as_bytes(), BodyFormat::Ndjson, 10, &context())
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errors[0].index, Some(1));
+    }
+
+    #[test]
     fn the_same_id_twice_is_dropped_when_identical_and_refused_when_different() {
         let same = format!("[{0}, {0}]", impression(ID, "1764158400000"));
-        let items = split_items(same.as_bytes(), BodyFormat::Json, 10).expect("valid");
-        assert_eq!(
-            parse_events::<ImpressionWire>(&items, &context())
-                .expect("valid")
-                .len(),
-            1
-        );
+        let (events, count) =
+            parse_body::<ImpressionWire>(same.as_bytes(), BodyFormat::Json, 10, &context())
+                .expect("valid");
+        assert_eq!((events.len(), count), (1, 2));
 
         let different = format!(
             "[{}, {}]",
             impression(ID, "1764158400000"),
             impression(ID, "1764158400001")
         );
-        let items = split_items(different.as_bytes(), BodyFormat::Json, 10).expect("valid");
         let Err(ApiError::InvalidRequest { errors, .. }) =
-            parse_events::<ImpressionWire>(&items, &context())
+            parse_body::<ImpressionWire>(different.as_bytes(), BodyFormat::Json, 10, &context())
         else {
             panic!("expected a 400");
         };

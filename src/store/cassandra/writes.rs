@@ -22,6 +22,21 @@ const EVENTS_PER_BATCH: usize = 100;
 /// Bytes of user_data per batch, so a batch of attribute-heavy impressions stays ~1 MiB.
 const USER_DATA_BYTES_PER_BATCH: usize = 1 << 20;
 
+/// Single-row inserts in flight for one partition write: enough to fill a connection's
+/// pipeline without one large request starving the others.
+const ROWS_IN_FLIGHT: usize = 128;
+
+/// Runs `insert` for every item, [`ROWS_IN_FLIGHT`] at a time, stopping at the first failure.
+async fn bounded<'a, T, F>(items: &'a [T], insert: impl Fn(&'a T) -> F) -> Result<(), StoreError>
+where
+    F: std::future::Future<Output = Result<(), StoreError>>,
+{
+    for chunk in items.chunks(ROWS_IN_FLIGHT) {
+        try_join_all(chunk.iter().map(&insert)).await?;
+    }
+    Ok(())
+}
+
 /// The partition key columns, bound first in every insert.
 type PartitionValues = (Uuid, Uuid, NaiveDate, i16);
 
@@ -183,29 +198,20 @@ pub async fn write_impressions(
             try_join_all(batches).await?;
         }
         WriteMode::Rows => {
-            let inserts = impressions.iter().flat_map(|event| {
-                [
-                    futures::future::Either::Left(async move {
-                        session
-                            .execute_unpaged(
-                                &statements.insert_impression,
-                                impression_values(key, event, ttl),
-                            )
-                            .await
-                            .map_err(failed("writing impressions"))
-                    }),
-                    futures::future::Either::Right(async move {
-                        session
-                            .execute_unpaged(
-                                &statements.insert_impression_summary,
-                                summary_values(key, event, ttl),
-                            )
-                            .await
-                            .map_err(failed("writing impressions"))
-                    }),
-                ]
-            });
-            try_join_all(inserts).await?;
+            bounded(impressions, |event| async move {
+                let full = session.execute_unpaged(
+                    &statements.insert_impression,
+                    impression_values(key, event, ttl),
+                );
+                let thin = session.execute_unpaged(
+                    &statements.insert_impression_summary,
+                    summary_values(key, event, ttl),
+                );
+                futures::try_join!(full, thin)
+                    .map(|_| ())
+                    .map_err(failed("writing impressions"))
+            })
+            .await?;
         }
     }
     Ok(())
@@ -238,18 +244,20 @@ pub async fn write_clicks(
                 });
                 try_join_all(batches).await.map(|_| ())
             }
-            WriteMode::Rows => try_join_all(clicks.iter().map(|click| async move {
-                session
-                    .execute_unpaged(&statements.insert_click, click_values(key, click, ttl))
-                    .await
-                    .map_err(failed("writing clicks"))
-            }))
-            .await
-            .map(|_| ()),
+            WriteMode::Rows => {
+                bounded(clicks, |click| async move {
+                    session
+                        .execute_unpaged(&statements.insert_click, click_values(key, click, ttl))
+                        .await
+                        .map(|_| ())
+                        .map_err(failed("writing clicks"))
+                })
+                .await
+            }
         }
     };
     // Each index row is its own partition (one per impression): single-row inserts.
-    let index_rows = try_join_all(clicks.iter().map(|click| async move {
+    let index_rows = bounded(clicks, |click| async move {
         let values = (
             key.0,
             key.1,
@@ -261,8 +269,9 @@ pub async fn write_clicks(
         session
             .execute_unpaged(&statements.insert_click_index, values)
             .await
+            .map(|_| ())
             .map_err(failed("writing the click index"))
-    }));
+    });
     futures::try_join!(click_rows, index_rows)?;
     Ok(())
 }

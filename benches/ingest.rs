@@ -1,0 +1,261 @@
+//! Ingestion throughput: events per second through HTTP (batches of 500, concurrent clients)
+//! against raw prepared inserts of the same rows with the same driver to the same node, and
+//! the service's two write modes (unlogged single-partition batches, concurrent single-row
+//! inserts), measured side by side in interleaved rounds.
+//!
+//! `scripts/bench ingest` (starts the Cassandra node if needed). Knobs: BENCH_EVENTS (per
+//! variant and round, default 100000), BENCH_ROUNDS (default 3), BENCH_CLIENTS (default 8).
+
+mod support;
+
+use adevents::http::{AppState, ServiceOptions};
+use adevents::store::cassandra::CassandraStore;
+use adevents::store::cassandra::config::WriteMode;
+use chrono::{DateTime, Duration, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use scylla::serialize::row::SerializeRow;
+use scylla::statement::batch::{Batch, BatchType};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+
+const BATCH: usize = 500;
+
+struct Event {
+    impression_id: Uuid,
+    ad_id: Uuid,
+    user_id: Uuid,
+    timestamp: DateTime<Utc>,
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Near-now, time-ordered events of one campaign: what a live ad server sends.
+fn events(n: usize) -> Vec<Event> {
+    let start = Utc::now() - Duration::hours(1);
+    let ads: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
+    (0..n)
+        .map(|i| Event {
+            impression_id: Uuid::new_v4(),
+            ad_id: ads[i % ads.len()],
+            user_id: Uuid::new_v4(),
+            timestamp: start + Duration::milliseconds(i as i64),
+        })
+        .collect()
+}
+
+fn body(advertiser: Uuid, campaign: Uuid, events: &[Event]) -> String {
+    Value::Array(
+        events
+            .iter()
+            .map(|e| {
+                json!({
+                    "impression_id": e.impression_id, "advertiser_id": advertiser, "campaign_id": campaign,
+                    "ad_id": e.ad_id, "user_id": e.user_id, "timestamp": e.timestamp.timestamp_millis(),
+                    "user_ip": "203.0.113.7", "user_data": {"country": "FR", "device": "mobile"},
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+async fn through_http(store: CassandraStore, n: usize, clients: usize) -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let state = AppState::new(Arc::new(store), ServiceOptions::default());
+    let server = tokio::spawn(adevents::server::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    let (advertiser, campaign) = (Uuid::new_v4(), Uuid::new_v4());
+    let all = events(n);
+    let bodies: Vec<String> = all
+        .chunks(BATCH)
+        .map(|chunk| body(advertiser, campaign, chunk))
+        .collect();
+    let client = reqwest::Client::new();
+    let url = format!("http://{address}/v1/impressions");
+    let (result, elapsed) = support::timed(
+        stream::iter(bodies)
+            .map(|body| {
+                let request = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body);
+                async move {
+                    let response = request.send().await?;
+                    assert!(response.status().is_success(), "{}", response.status());
+                    Ok::<_, reqwest::Error>(())
+                }
+            })
+            .buffer_unordered(clients)
+            .try_collect::<()>(),
+    )
+    .await;
+    result.expect("every batch accepted");
+    server.abort();
+    n as f64 / elapsed.as_secs_f64()
+}
+
+/// How the raw-driver baseline sends its rows.
+#[derive(Clone, Copy)]
+enum Raw {
+    /// One prepared insert per row, 256 in flight.
+    Rows,
+    /// Unlogged batches of 100 impressions (both rows of each), 16 in flight.
+    Batches,
+}
+
+/// The same two rows per impression straight through the driver: no HTTP, no JSON, no
+/// validation, no grouping.
+async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
+    let session = store.session();
+    let keyspace = store.keyspace();
+    let mut insert = session
+        .prepare(format!(
+            "INSERT INTO {keyspace}.impression (advertiser_id, campaign_id, day, bucket_id, timestamp, impression_id, \
+             ad_id, user_id, user_ip, user_data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ))
+        .await
+        .expect("prepare");
+    insert.set_is_idempotent(true);
+    let mut thin = session
+        .prepare(format!(
+            "INSERT INTO {keyspace}.impression_summary (advertiser_id, campaign_id, day, bucket_id, timestamp, \
+             impression_id, ad_id, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        ))
+        .await
+        .expect("prepare");
+    thin.set_is_idempotent(true);
+    let (advertiser, campaign) = (Uuid::new_v4(), Uuid::new_v4());
+    let all = events(n);
+    let ip: std::net::IpAddr = "203.0.113.7".parse().expect("ip");
+    let user_data = std::collections::BTreeMap::from([
+        ("country".to_owned(), "FR".to_owned()),
+        ("device".to_owned(), "mobile".to_owned()),
+    ]);
+    let (insert, thin, user_data) = (&insert, &thin, &user_data);
+    let full = |e: &Event| {
+        let day = e.timestamp.date_naive();
+        (
+            advertiser,
+            campaign,
+            day,
+            0i16,
+            e.timestamp,
+            e.impression_id,
+            e.ad_id,
+            e.user_id,
+            ip,
+            user_data,
+        )
+    };
+    let summary = |e: &Event| {
+        let day = e.timestamp.date_naive();
+        (
+            advertiser,
+            campaign,
+            day,
+            0i16,
+            e.timestamp,
+            e.impression_id,
+            e.ad_id,
+            e.user_id,
+        )
+    };
+    let (result, elapsed) = match mode {
+        Raw::Rows => {
+            support::timed(
+                stream::iter(&all)
+                    .map(|e| async move {
+                        futures::try_join!(
+                            session.execute_unpaged(insert, full(e)),
+                            session.execute_unpaged(thin, summary(e))
+                        )
+                        .map(|_| ())
+                    })
+                    .buffer_unordered(256)
+                    .try_collect::<()>(),
+            )
+            .await
+        }
+        Raw::Batches => {
+            support::timed(
+                stream::iter(all.chunks(100))
+                    .map(|chunk| async move {
+                        let mut batch = Batch::new(BatchType::Unlogged);
+                        batch.set_is_idempotent(true);
+                        let mut values: Vec<Box<dyn SerializeRow + Send + Sync>> = Vec::new();
+                        for e in chunk {
+                            batch.append_statement(insert.clone());
+                            values.push(Box::new(full(e)));
+                            batch.append_statement(thin.clone());
+                            values.push(Box::new(summary(e)));
+                        }
+                        session.batch(&batch, values).await.map(|_| ())
+                    })
+                    .buffer_unordered(16)
+                    .try_collect::<()>(),
+            )
+            .await
+        }
+    };
+    result.expect("every insert acknowledged");
+    n as f64 / elapsed.as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let n = env("BENCH_EVENTS", 50_000);
+    let rounds = env("BENCH_ROUNDS", 3);
+    let clients = env("BENCH_CLIENTS", 8);
+    let raw_store = support::store(WriteMode::Rows).await;
+    // Warm-up: JIT of the node, connection pools, statement caches.
+    raw_driver(&raw_store, 20_000, Raw::Batches).await;
+    through_http(support::store(WriteMode::Batch).await, 20_000, clients).await;
+
+    let mut results: [Vec<f64>; 4] = Default::default();
+    for round in 1..=rounds {
+        let measured = [
+            raw_driver(&raw_store, n, Raw::Batches).await,
+            through_http(support::store(WriteMode::Batch).await, n, clients).await,
+            raw_driver(&raw_store, n, Raw::Rows).await,
+            through_http(support::store(WriteMode::Rows).await, n, clients).await,
+        ];
+        println!(
+            "round {round}: raw batches {:.0}/s, HTTP batch mode {:.0}/s, raw rows {:.0}/s, HTTP rows mode {:.0}/s",
+            measured[0], measured[1], measured[2], measured[3]
+        );
+        for (all, value) in results.iter_mut().zip(measured) {
+            all.push(value);
+        }
+    }
+    let [raw_batches, http_batches, raw_rows, http_rows] = results.map(support::median);
+    println!("\n{n} events per variant and round; median of {rounds} rounds.\n");
+    println!("| variant | events/s | ratio |");
+    println!("|---|---|---|");
+    println!(
+        "| raw driver: unlogged batches of 100 impressions, 16 in flight | {raw_batches:.0} | 1.00 |"
+    );
+    println!(
+        "| service over HTTP: batches of {BATCH}, {clients} clients, `--cassandra-write-mode batch` | {http_batches:.0} | {:.2} of raw batches |",
+        http_batches / raw_batches
+    );
+    println!(
+        "| raw driver: single-row inserts, 256 in flight | {raw_rows:.0} | {:.2} of raw batches |",
+        raw_rows / raw_batches
+    );
+    println!(
+        "| service over HTTP: batches of {BATCH}, {clients} clients, `--cassandra-write-mode rows` | {http_rows:.0} | {:.2} of raw rows |",
+        http_rows / raw_rows
+    );
+}
