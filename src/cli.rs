@@ -6,6 +6,7 @@ use crate::query::FanOut;
 use crate::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
 };
+use crate::store::embedded::{EmbeddedConfig, Fsync};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -113,17 +114,35 @@ pub struct MigrateArgs {
 /// Which store keeps the events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StoreKind {
-    /// Apache Cassandra or ScyllaDB.
+    /// An embedded engine in a local folder (--data-dir): nothing to install, one process.
+    Embedded,
+    /// Apache Cassandra or ScyllaDB: any number of server processes.
     Cassandra,
 }
 
 #[derive(Debug, Args)]
 pub struct StoreArgs {
     /// Where events are stored.
-    #[arg(long = "store", env = "ADEVENTS_STORE", value_enum, default_value_t = StoreKind::Cassandra)]
+    #[arg(long = "store", env = "ADEVENTS_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     pub kind: StoreKind,
+    /// Folder of the embedded store (created if missing; one process at a time).
+    #[arg(long, env = "ADEVENTS_DATA_DIR", default_value = "./data")]
+    pub data_dir: std::path::PathBuf,
+    /// Embedded store: `always` fdatasyncs the journal before every answer (survives power
+    /// loss); `never` hands it to the OS (survives a crash of the process, not of the machine).
+    #[arg(long, env = "ADEVENTS_FSYNC", value_enum, default_value_t = Fsync::Always)]
+    pub fsync: Fsync,
     #[command(flatten)]
     pub cassandra: CassandraArgs,
+}
+
+impl StoreArgs {
+    pub fn embedded_config(&self) -> EmbeddedConfig {
+        EmbeddedConfig {
+            data_dir: self.data_dir.clone(),
+            fsync: self.fsync,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -254,7 +273,9 @@ mod tests {
                 .join(",")
         };
         assert_eq!(default_of("listen"), "127.0.0.1:8080");
-        assert_eq!(default_of("store"), "cassandra");
+        assert_eq!(default_of("store"), "embedded");
+        assert_eq!(default_of("data-dir"), "./data");
+        assert_eq!(default_of("fsync"), "always");
         assert_eq!(default_of("cassandra-nodes"), "127.0.0.1:9042");
         assert_eq!(default_of("keyspace"), "adevents");
         assert_eq!(default_of("replication"), "simple:1");

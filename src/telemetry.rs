@@ -6,7 +6,13 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber. An invalid `--log-level` falls back to `info` with a
 /// warning instead of silencing the process.
 pub fn init(args: &LogArgs) {
-    let (filter, invalid) = match EnvFilter::try_new(&args.log_level) {
+    // The embedded engine logs every recovery step at info; keep it to warnings unless asked.
+    let directives = if args.log_level.contains("fjall") || args.log_level.contains("lsm_tree") {
+        args.log_level.clone()
+    } else {
+        format!("{},fjall=warn,lsm_tree=warn", args.log_level)
+    };
+    let (filter, invalid) = match EnvFilter::try_new(&directives) {
         Ok(filter) => (filter, None),
         Err(error) => (EnvFilter::new("info"), Some(error)),
     };

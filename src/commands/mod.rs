@@ -11,6 +11,7 @@ use crate::migrations::{self, Migration, MigrationFileError};
 use crate::store::StoreError;
 use crate::store::cassandra::CassandraStore;
 use crate::store::cassandra::migrator::{MigrateError, MigrationReport};
+use crate::store::embedded::EmbeddedStore;
 use std::sync::Arc;
 
 /// Why a command failed; `main` prints it and exits non-zero.
@@ -33,6 +34,7 @@ pub enum CommandError {
 
 /// A store opened for a command, with the concrete type kept for store-specific work.
 enum OpenedStore {
+    Embedded(Arc<EmbeddedStore>),
     Cassandra(Arc<CassandraStore>),
 }
 
@@ -40,6 +42,11 @@ impl OpenedStore {
     /// The backend is chosen here, and only here.
     async fn open(args: &StoreArgs, migrations: &[Migration]) -> Result<Self, CommandError> {
         match args.kind {
+            StoreKind::Embedded => {
+                let config = args.embedded_config();
+                tracing::info!(data_dir = %config.data_dir.display(), fsync = ?config.fsync, "opening the embedded store");
+                Ok(Self::Embedded(Arc::new(EmbeddedStore::open(&config)?)))
+            }
             StoreKind::Cassandra => {
                 let config = args.cassandra.to_config();
                 tracing::info!(nodes = %config.nodes.join(","), keyspace = %config.keyspace, "connecting to Cassandra");
@@ -50,10 +57,11 @@ impl OpenedStore {
     }
 
     async fn migrate(&self, migrations: &[Migration]) -> Result<(), CommandError> {
-        let report = match self {
-            Self::Cassandra(store) => store.migrate(migrations).await?,
-        };
-        log_report(&report);
+        match self {
+            // Its layout is versioned when it opens; there is nothing to apply.
+            Self::Embedded(_) => tracing::info!("the embedded store's format is current"),
+            Self::Cassandra(store) => log_report(&store.migrate(migrations).await?),
+        }
         Ok(())
     }
 
@@ -61,6 +69,7 @@ impl OpenedStore {
     /// missing (`--no-migrate` before `adevents migrate`), the first request retries it.
     async fn prepare(&self) {
         let result = match self {
+            Self::Embedded(_) => Ok(()),
             Self::Cassandra(store) => store.prepare().await,
         };
         if let Err(error) = result {
@@ -70,6 +79,7 @@ impl OpenedStore {
 
     fn into_store(self) -> Arc<dyn crate::store::Store> {
         match self {
+            Self::Embedded(store) => store,
             Self::Cassandra(store) => store,
         }
     }

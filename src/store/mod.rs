@@ -8,6 +8,7 @@
 //! ([`StoreError::is_retryable`]).
 
 pub mod cassandra;
+pub mod embedded;
 mod error;
 pub mod instrumented;
 mod rows;

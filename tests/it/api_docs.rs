@@ -1,14 +1,13 @@
 //! The self-description of the service: its OpenAPI document and its metrics.
 
 use crate::common::events::{Campaign, at, post_all};
-use crate::common::{TestServer, http, migrated_store};
+use crate::common::{Backend, http};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use uuid::Uuid;
 
-#[tokio::test]
-async fn the_openapi_document_describes_every_route_and_every_route_exists() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn the_openapi_document_describes_every_route_and_every_route_exists(backend: Backend) {
+    let server = backend.server().await;
     let client = http();
 
     let doc: Value = client
@@ -67,9 +66,8 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists() {
     }
 }
 
-#[tokio::test]
-async fn framework_rejections_use_the_error_shape() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn framework_rejections_use_the_error_shape(backend: Backend) {
+    let server = backend.server().await;
 
     let response = http()
         .delete(server.url("/v1/impressions"))
@@ -82,9 +80,8 @@ async fn framework_rejections_use_the_error_shape() {
     assert_eq!(body["error"]["code"], "method_not_allowed");
 }
 
-#[tokio::test]
-async fn metrics_count_requests_by_route_and_events_accepted() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn metrics_count_requests_by_route_and_events_accepted(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let events = [campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at("2026-10-25T10:00:00Z"))];
     post_all(&server, "/v1/impressions", &events, 1).await;
@@ -114,3 +111,9 @@ async fn metrics_count_requests_by_route_and_events_accepted() {
         "{text}"
     );
 }
+
+conformance!(
+    the_openapi_document_describes_every_route_and_every_route_exists,
+    framework_rejections_use_the_error_shape,
+    metrics_count_requests_by_route_and_events_accepted,
+);

@@ -1,7 +1,7 @@
 //! Campaign settings through HTTP: defaults, scheduling, and refusals.
 
 use crate::common::events::{Campaign, get};
-use crate::common::{TestServer, http, migrated_store};
+use crate::common::{Backend, TestServer, http};
 use chrono::{DateTime, Duration, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -17,9 +17,8 @@ async fn put(server: &TestServer, campaign: &Campaign, body: Value) -> (StatusCo
     (status, response.json().await.expect("JSON"))
 }
 
-#[tokio::test]
-async fn a_never_configured_campaign_has_one_bucket() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn a_never_configured_campaign_has_one_bucket(backend: Backend) {
+    let server = backend.server().await;
 
     let (status, body) = get(&server, &Campaign::fresh().path(), "").await;
 
@@ -28,9 +27,8 @@ async fn a_never_configured_campaign_has_one_bucket() {
     assert_eq!(body["daily_cap"], Value::Null);
 }
 
-#[tokio::test]
-async fn a_change_without_effective_from_waits_for_every_cache_to_expire() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn a_change_without_effective_from_waits_for_every_cache_to_expire(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let before = Utc::now();
 
@@ -58,9 +56,8 @@ async fn a_change_without_effective_from_waits_for_every_cache_to_expire() {
     assert_eq!(read_back["in_force"], 1, "not in force yet");
 }
 
-#[tokio::test]
-async fn invalid_settings_are_refused_naming_the_field() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let past = (Utc::now() - Duration::minutes(1)).to_rfc3339();
     let cases = [
@@ -89,3 +86,9 @@ async fn invalid_settings_are_refused_naming_the_field() {
     let (_, read_back) = get(&server, &campaign.path(), "").await;
     assert_eq!(read_back["buckets"], 1, "nothing stored");
 }
+
+conformance!(
+    a_never_configured_campaign_has_one_bucket,
+    a_change_without_effective_from_waits_for_every_cache_to_expire,
+    invalid_settings_are_refused_naming_the_field,
+);

@@ -1,14 +1,14 @@
 //! Liveness, readiness and the error shape, through HTTP on a real socket.
 
 use crate::common::{
-    TestServer, config, drop_keyspace, http, migrated_store, private_keyspace, store_for,
+    Backend, TestServer, config, drop_keyspace, http, private_keyspace, store_for,
 };
 use reqwest::StatusCode;
 use serde_json::Value;
+use std::sync::Arc;
 
-#[tokio::test]
-async fn healthz_answers_while_the_process_runs() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn healthz_answers_while_the_process_runs(backend: Backend) {
+    let server = backend.server().await;
 
     let response = http()
         .get(server.url("/healthz"))
@@ -21,9 +21,8 @@ async fn healthz_answers_while_the_process_runs() {
     assert_eq!(body["status"], "ok");
 }
 
-#[tokio::test]
-async fn readyz_is_200_when_the_store_answers_and_the_schema_is_current() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn readyz_is_200_when_the_store_answers_and_the_schema_is_current(backend: Backend) {
+    let server = backend.server().await;
 
     let response = http()
         .get(server.url("/readyz"))
@@ -39,7 +38,8 @@ async fn readyz_is_200_when_the_store_answers_and_the_schema_is_current() {
 #[tokio::test]
 async fn readyz_is_503_with_retry_after_until_migrations_run() {
     let keyspace = private_keyspace("unmigrated");
-    let server = TestServer::start(store_for(config(keyspace.clone()), false).await).await;
+    let server =
+        TestServer::start(Arc::new(store_for(config(keyspace.clone()), false).await)).await;
 
     let response = http()
         .get(server.url("/readyz"))
@@ -70,9 +70,8 @@ async fn readyz_is_503_with_retry_after_until_migrations_run() {
     drop_keyspace(&keyspace).await;
 }
 
-#[tokio::test]
-async fn unknown_paths_answer_404_in_the_error_shape() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn unknown_paths_answer_404_in_the_error_shape(backend: Backend) {
+    let server = backend.server().await;
 
     let response = http()
         .get(server.url("/no/such/thing"))
@@ -91,9 +90,8 @@ async fn unknown_paths_answer_404_in_the_error_shape() {
     );
 }
 
-#[tokio::test]
-async fn every_answer_carries_a_request_id_and_keeps_the_callers() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn every_answer_carries_a_request_id_and_keeps_the_callers(backend: Backend) {
+    let server = backend.server().await;
     let client = http();
 
     let minted = client
@@ -111,3 +109,10 @@ async fn every_answer_carries_a_request_id_and_keeps_the_callers() {
     assert!(!minted.headers()["x-request-id"].is_empty());
     assert_eq!(kept.headers()["x-request-id"], "trace-me-42");
 }
+
+conformance!(
+    healthz_answers_while_the_process_runs,
+    readyz_is_200_when_the_store_answers_and_the_schema_is_current,
+    unknown_paths_answer_404_in_the_error_shape,
+    every_answer_carries_a_request_id_and_keeps_the_callers,
+);

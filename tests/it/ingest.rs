@@ -3,23 +3,22 @@
 
 use crate::common::events::{Campaign, at, get, post, post_all, summary};
 use crate::common::{
-    TestServer, config, first_node_address, http, migrated_store, proxy::TcpProxy, shared_keyspace,
-    store_for,
+    Backend, TestServer, config, first_node_address, http, migrated_store, proxy::TcpProxy,
+    shared_keyspace, store_for,
 };
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
 use adevents::domain::partition::EventPartition;
 use adevents::domain::time::EventTime;
 use adevents::http::{BodyLimits, ServiceOptions};
-use adevents::store::Store;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::io::Write;
+use std::sync::Arc;
 use uuid::Uuid;
 
-#[tokio::test]
-async fn resending_a_batch_changes_no_count() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn resending_a_batch_changes_no_count(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let ad = Uuid::new_v4();
     let batch: Vec<Value> = (0..50)
@@ -41,9 +40,10 @@ async fn resending_a_batch_changes_no_count() {
     assert_eq!(body["totals"]["impressions"], 50, "{body}");
 }
 
-#[tokio::test]
-async fn a_batch_with_one_bad_item_stores_none_of_its_items_and_names_the_problem() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn a_batch_with_one_bad_item_stores_none_of_its_items_and_names_the_problem(
+    backend: Backend,
+) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let ad = Uuid::new_v4();
     let mut batch: Vec<Value> = (0..10)
@@ -78,9 +78,8 @@ async fn a_batch_with_one_bad_item_stores_none_of_its_items_and_names_the_proble
     assert_eq!(body["totals"]["impressions"], 0, "nothing stored: {body}");
 }
 
-#[tokio::test]
-async fn missing_fields_unknown_fields_and_duplicate_ids_are_judged_per_item() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn missing_fields_unknown_fields_and_duplicate_ids_are_judged_per_item(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let id = Uuid::new_v4();
     let mut valid = campaign.impression(id, Uuid::new_v4(), at("2026-10-06T10:00:00Z"));
@@ -107,9 +106,8 @@ async fn missing_fields_unknown_fields_and_duplicate_ids_are_judged_per_item() {
     assert_eq!(errors[1]["field"], "impression_id");
 }
 
-#[tokio::test]
-async fn gzip_and_ndjson_bodies_are_accepted() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn gzip_and_ndjson_bodies_are_accepted(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let ad = Uuid::new_v4();
     let events: Vec<Value> = (0..30)
@@ -173,8 +171,7 @@ async fn gzip_and_ndjson_bodies_are_accepted() {
     assert_eq!(body["totals"]["impressions"], 30, "{body}");
 }
 
-#[tokio::test]
-async fn bodies_over_the_limits_are_413_and_other_media_types_415() {
+async fn bodies_over_the_limits_are_413_and_other_media_types_415(backend: Backend) {
     let options = ServiceOptions {
         body_limits: BodyLimits {
             max_bytes: 64 * 1024,
@@ -182,7 +179,7 @@ async fn bodies_over_the_limits_are_413_and_other_media_types_415() {
         },
         ..ServiceOptions::default()
     };
-    let server = TestServer::with_options(migrated_store().await, options).await;
+    let server = backend.server_with(options).await;
     let campaign = Campaign::fresh();
     let events = |n: usize| {
         Value::Array(
@@ -241,9 +238,8 @@ async fn bodies_over_the_limits_are_413_and_other_media_types_415() {
     assert_eq!(body["totals"]["impressions"], 0, "{body}");
 }
 
-#[tokio::test]
-async fn malformed_json_is_a_400_in_the_error_shape() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn malformed_json_is_a_400_in_the_error_shape(backend: Backend) {
+    let server = backend.server().await;
 
     let response = http()
         .post(server.url("/v1/clicks"))
@@ -265,9 +261,8 @@ async fn malformed_json_is_a_400_in_the_error_shape() {
     );
 }
 
-#[tokio::test]
-async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions() {
-    let store = migrated_store().await;
+async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions(backend: Backend) {
+    let store = backend.store().await;
     let campaign = Campaign::fresh();
     let four = CampaignSettings {
         buckets: BucketCount::new(4).expect("valid"),
@@ -278,7 +273,7 @@ async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions() {
         .put_campaign_settings(campaign.key(), &four)
         .await
         .expect("arranged");
-    let server = TestServer::start(migrated_store().await).await;
+    let server = backend.server().await;
     let ad = Uuid::new_v4();
     let events: Vec<Value> = (0..200)
         .map(|i| {
@@ -324,7 +319,7 @@ async fn a_store_outage_answers_503_with_retry_after() {
         .prepare()
         .await
         .expect("prepared while the node is reachable");
-    let server = TestServer::start(store).await;
+    let server = TestServer::start(Arc::new(store)).await;
     let campaign = Campaign::fresh();
     let event = campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at("2026-10-10T08:00:00Z"));
 
@@ -348,3 +343,13 @@ async fn a_store_outage_answers_503_with_retry_after() {
         .expect("answered");
     assert!(response.headers().contains_key("retry-after"));
 }
+
+conformance!(
+    resending_a_batch_changes_no_count,
+    a_batch_with_one_bad_item_stores_none_of_its_items_and_names_the_problem,
+    missing_fields_unknown_fields_and_duplicate_ids_are_judged_per_item,
+    gzip_and_ndjson_bodies_are_accepted,
+    bodies_over_the_limits_are_413_and_other_media_types_415,
+    malformed_json_is_a_400_in_the_error_shape,
+    a_four_bucket_campaign_spreads_each_day_over_four_partitions,
+);

@@ -1,9 +1,11 @@
 //! Integration tests: the service driven like its clients drive it (HTTP over real sockets,
 //! the real binary for signals and flags), on the real Cassandra node.
 
+#[macro_use]
+mod common;
+
 mod api_docs;
 mod campaigns;
-mod common;
 mod health;
 mod ingest;
 mod migrations;

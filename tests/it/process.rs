@@ -15,6 +15,8 @@ async fn migrate_applies_pending_files_then_is_a_no_op() {
     let nodes = cassandra_nodes().join(",");
     let args = [
         "migrate",
+        "--store",
+        "cassandra",
         "--keyspace",
         keyspace.as_str(),
         "--cassandra-nodes",
@@ -42,6 +44,8 @@ async fn migrate_applies_pending_files_then_is_a_no_op() {
 async fn an_unreachable_cluster_fails_start_up_with_a_clear_error() {
     let args = [
         "serve",
+        "--store",
+        "cassandra",
         "--listen",
         "127.0.0.1:0",
         "--cassandra-nodes",
@@ -64,6 +68,7 @@ async fn with_no_subcommand_it_serves_configured_from_the_environment_and_stops_
     let keyspace = shared_keyspace();
     let env = [
         ("ADEVENTS_LISTEN", "127.0.0.1:0"),
+        ("ADEVENTS_STORE", "cassandra"),
         ("ADEVENTS_CASSANDRA_NODES", nodes.as_str()),
         ("ADEVENTS_KEYSPACE", keyspace.as_str()),
         ("ADEVENTS_NO_MIGRATE", "true"),
@@ -97,6 +102,8 @@ async fn sigterm_lets_an_in_flight_request_finish_before_exiting() {
     let keyspace = shared_keyspace();
     let args = [
         "serve",
+        "--store",
+        "cassandra",
         "--listen",
         "127.0.0.1:0",
         "--cassandra-nodes",

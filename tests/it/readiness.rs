@@ -14,7 +14,8 @@ async fn readyz_is_503_while_cassandra_is_unreachable_and_200_again_once_it_is_b
     let proxy = TcpProxy::start(first_node_address()).await;
     let mut through_proxy = config(shared_keyspace());
     through_proxy.nodes = vec![proxy.address.to_string()];
-    let server = TestServer::start(store_for(through_proxy, false).await).await;
+    let server =
+        TestServer::start(std::sync::Arc::new(store_for(through_proxy, false).await)).await;
     let client = http();
     let status = |path: &'static str| {
         let client = client.clone();

@@ -1,19 +1,18 @@
 //! Campaign summaries: exact counts per day, per ad and in total, in any time zone, whatever
 //! the bucket layout or the retries.
 
+use crate::common::Backend;
 use crate::common::events::{Campaign, at, get, post_all, summary};
-use crate::common::{TestServer, migrated_store};
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
 use adevents::domain::time::EventTime;
-use adevents::store::Store;
 use chrono::{Duration, NaiveDate};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-async fn configure_buckets(campaign: &Campaign, buckets: u16, from: &str) {
+async fn configure_buckets(backend: Backend, campaign: &Campaign, buckets: u16, from: &str) {
     let settings = CampaignSettings {
         buckets: BucketCount::new(buckets).expect("valid"),
         effective_from: if from == "always" {
@@ -23,18 +22,18 @@ async fn configure_buckets(campaign: &Campaign, buckets: u16, from: &str) {
         },
         daily_cap: None,
     };
-    migrated_store()
+    backend
+        .store()
         .await
         .put_campaign_settings(campaign.key(), &settings)
         .await
         .expect("arranged");
 }
 
-#[tokio::test]
-async fn a_month_of_a_four_bucket_campaign_is_exact_per_day_per_ad_and_in_total() {
+async fn a_month_of_a_four_bucket_campaign_is_exact_per_day_per_ad_and_in_total(backend: Backend) {
     let campaign = Campaign::fresh();
-    configure_buckets(&campaign, 4, "always").await;
-    let server = TestServer::start(migrated_store().await).await;
+    configure_buckets(backend, &campaign, 4, "always").await;
+    let server = backend.server().await;
     let ads: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
     let october = NaiveDate::from_ymd_opt(2026, 10, 1).expect("valid");
     let (mut impressions, mut clicks, mut reclicks) = (Vec::new(), Vec::new(), Vec::new());
@@ -135,9 +134,8 @@ async fn a_month_of_a_four_bucket_campaign_is_exact_per_day_per_ad_and_in_total(
     assert_eq!(none["totals"], by_day["totals"]);
 }
 
-#[tokio::test]
-async fn a_click_counts_once_at_the_first_click_of_its_impression() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn a_click_counts_once_at_the_first_click_of_its_impression(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
     post_all(
@@ -168,9 +166,8 @@ async fn a_click_counts_once_at_the_first_click_of_its_impression() {
     assert_eq!(first_day["totals"]["clicks"], 1);
 }
 
-#[tokio::test]
-async fn an_impression_stored_twice_counts_once_per_utc_day_at_its_earliest_time() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn an_impression_stored_twice_counts_once_per_utc_day_at_its_earliest_time(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
     let same_day_later = campaign.impression(id, ad, at("2026-10-11T20:00:00Z"));
@@ -197,9 +194,10 @@ async fn an_impression_stored_twice_counts_once_per_utc_day_at_its_earliest_time
     assert_eq!(per_day, [1, 1, 0], "{body}");
 }
 
-#[tokio::test]
-async fn an_event_at_23_30_utc_is_the_next_day_in_kolkata_and_the_same_day_in_utc() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn an_event_at_23_30_utc_is_the_next_day_in_kolkata_and_the_same_day_in_utc(
+    backend: Backend,
+) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
     let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
     post_all(
@@ -234,11 +232,10 @@ async fn an_event_at_23_30_utc_is_the_next_day_in_kolkata_and_the_same_day_in_ut
     assert_eq!(utc["rows"][1]["impressions"], 0);
 }
 
-#[tokio::test]
-async fn a_bucket_change_in_the_middle_of_a_day_neither_hides_nor_double_counts() {
+async fn a_bucket_change_in_the_middle_of_a_day_neither_hides_nor_double_counts(backend: Backend) {
     let campaign = Campaign::fresh();
-    configure_buckets(&campaign, 8, "2026-10-15T12:00:00Z").await;
-    let server = TestServer::start(migrated_store().await).await;
+    configure_buckets(backend, &campaign, 8, "2026-10-15T12:00:00Z").await;
+    let server = backend.server().await;
     let ad = Uuid::new_v4();
     let start = at("2026-10-15T00:00:00Z");
     let events: Vec<Value> = (0..96)
@@ -272,9 +269,8 @@ async fn a_bucket_change_in_the_middle_of_a_day_neither_hides_nor_double_counts(
     assert_eq!(settings["buckets"], 8);
 }
 
-#[tokio::test]
-async fn a_campaign_without_events_answers_zeros() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn a_campaign_without_events_answers_zeros(backend: Backend) {
+    let server = backend.server().await;
     let campaign = Campaign::fresh();
 
     let body = summary(&server, &campaign, "from=2026-10-01&to=2026-10-03").await;
@@ -285,9 +281,8 @@ async fn a_campaign_without_events_answers_zeros() {
     assert_eq!(body["campaign_id"], campaign.campaign_id.to_string());
 }
 
-#[tokio::test]
-async fn bad_query_parameters_are_400s_naming_the_parameter() {
-    let server = TestServer::start(migrated_store().await).await;
+async fn bad_query_parameters_are_400s_naming_the_parameter(backend: Backend) {
+    let server = backend.server().await;
     let path = format!("{}/summary", Campaign::fresh().path());
     let cases = [
         ("to=2026-10-03", "from"),
@@ -316,3 +311,13 @@ async fn bad_query_parameters_are_400s_naming_the_parameter() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["errors"][0]["field"], "advertiser_id");
 }
+
+conformance!(
+    a_month_of_a_four_bucket_campaign_is_exact_per_day_per_ad_and_in_total,
+    a_click_counts_once_at_the_first_click_of_its_impression,
+    an_impression_stored_twice_counts_once_per_utc_day_at_its_earliest_time,
+    an_event_at_23_30_utc_is_the_next_day_in_kolkata_and_the_same_day_in_utc,
+    a_bucket_change_in_the_middle_of_a_day_neither_hides_nor_double_counts,
+    a_campaign_without_events_answers_zeros,
+    bad_query_parameters_are_400s_naming_the_parameter,
+);

@@ -12,12 +12,14 @@ pub mod proxy;
 use adevents::http::{AppState, ServiceOptions};
 use adevents::migrations::{self, Migration};
 use adevents::server;
+use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, KeyspaceName, WriteMode,
 };
+use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, Fsync};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -79,6 +81,72 @@ pub fn embedded_migrations() -> Vec<Migration> {
     migrations::embedded().expect("embedded migrations are valid")
 }
 
+/// The stores the conformance suite runs every test against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Cassandra,
+    Embedded,
+}
+
+impl Backend {
+    /// The backend's store for this test run: the shared keyspace, or the shared data folder.
+    pub async fn store(self) -> Arc<dyn Store> {
+        match self {
+            Self::Cassandra => Arc::new(migrated_store().await),
+            Self::Embedded => shared_embedded_store(),
+        }
+    }
+
+    pub async fn server(self) -> TestServer {
+        TestServer::start(self.store().await).await
+    }
+
+    pub async fn server_with(self, options: ServiceOptions) -> TestServer {
+        TestServer::with_options(self.store().await, options).await
+    }
+}
+
+/// One embedded store per test process: it owns its folder (a second open is refused), so
+/// every test shares this instance, isolated by fresh ids like tests on the shared keyspace.
+pub fn shared_embedded_store() -> Arc<dyn Store> {
+    static STORE: OnceLock<Arc<EmbeddedStore>> = OnceLock::new();
+    STORE
+        .get_or_init(|| {
+            let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("embedded-store-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&folder);
+            let config = EmbeddedConfig {
+                data_dir: folder,
+                fsync: Fsync::Always,
+            };
+            Arc::new(EmbeddedStore::open(&config).expect("open the embedded store"))
+        })
+        .clone()
+}
+
+/// Runs each listed `async fn name(backend: Backend)` as one test per store, so the same
+/// specification holds for both (`cassandra::name` and `embedded::name`).
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod cassandra {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test(crate::common::Backend::Cassandra).await
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test(crate::common::Backend::Embedded).await
+                }
+            )*
+        }
+    };
+}
+
 /// A store on the shared keyspace, migrated (a no-op once the first test has done it).
 pub async fn migrated_store() -> CassandraStore {
     store_for(config(shared_keyspace()), true).await
@@ -102,14 +170,14 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub async fn start(store: CassandraStore) -> Self {
+    pub async fn start(store: Arc<dyn Store>) -> Self {
         Self::with_options(store, ServiceOptions::default()).await
     }
 
-    pub async fn with_options(store: CassandraStore, options: ServiceOptions) -> Self {
+    pub async fn with_options(store: Arc<dyn Store>, options: ServiceOptions) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
         let address = listener.local_addr().expect("local address");
-        let state = AppState::new(Arc::new(store), options);
+        let state = AppState::new(store, options);
         // Graceful shutdown is the binary's business (tests/it/process.rs); here the task
         // is simply aborted when the test ends.
         let task = tokio::spawn(server::serve(listener, state, std::future::pending()));

@@ -1,0 +1,372 @@
+//! The zero-setup store: an embedded LSM engine (`fjall`) in a local data folder.
+//!
+//! Each table of the Cassandra schema is one fjall keyspace, and each row's key starts with its
+//! partition key ([`keys`]), so a partition is one contiguous, clustering-ordered key range and
+//! the planner above reads it exactly as it reads a Cassandra partition. A write call is one
+//! atomic write batch, in the journal before the call returns: with `--fsync always` (the
+//! default) fdatasync'ed, so it survives power loss; with `--fsync never`, handed to the OS,
+//! so it survives a crash of the process (kill -9) but not of the machine. The folder is locked:
+//! a second process on it is refused.
+
+mod keys;
+mod rows;
+
+use crate::domain::bucket::BucketCount;
+use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::event::{Click, Impression};
+use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
+use crate::domain::partition::EventPartition;
+use crate::domain::time::EventTime;
+use crate::store::{ClickRow, ImpressionSummaryRow, Store, StoreError};
+use async_trait::async_trait;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The on-disk layout this build reads and writes.
+const FORMAT_VERSION: u32 = 1;
+
+/// When the journal is synced to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fsync {
+    /// fdatasync before every answer: acknowledged events survive power loss.
+    Always,
+    /// Hand the journal to the OS before every answer: acknowledged events survive a crash of
+    /// the process, not of the machine.
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    pub data_dir: PathBuf,
+    pub fsync: Fsync,
+}
+
+struct Tables {
+    db: Database,
+    impression: Keyspace,
+    impression_summary: Keyspace,
+    click: Keyspace,
+    click_by_impression: Keyspace,
+    campaign_config: Keyspace,
+    persist: PersistMode,
+}
+
+/// The embedded store; cheap to clone, one per data folder and process.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    tables: Arc<Tables>,
+}
+
+fn engine_error(context: &str, error: fjall::Error) -> StoreError {
+    match error {
+        fjall::Error::Poisoned | fjall::Error::Unrecoverable => StoreError::Internal(format!(
+            "{context}: the data folder failed a write earlier ({error}); restart the server"
+        )),
+        _ => StoreError::Unavailable(format!("{context}: {error}")),
+    }
+}
+
+fn corrupt(context: &str) -> StoreError {
+    StoreError::Internal(format!("{context}: a stored row does not decode"))
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `config.data_dir`, refusing a folder another process holds.
+    pub fn open(config: &EmbeddedConfig) -> Result<Self, StoreError> {
+        let folder = config.data_dir.display();
+        std::fs::create_dir_all(&config.data_dir).map_err(|error| {
+            StoreError::Internal(format!("cannot create the data folder {folder}: {error}"))
+        })?;
+        let db = Database::builder(&config.data_dir).open().map_err(|error| match error {
+            fjall::Error::Locked => StoreError::Internal(format!(
+                "the data folder {folder} is in use by another adevents process; stop it or choose another --data-dir"
+            )),
+            other => StoreError::Internal(format!("cannot open the data folder {folder}: {other}")),
+        })?;
+        let open = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(|error| engine_error("opening tables", error))
+        };
+        let meta = open("meta")?;
+        match meta
+            .get("format")
+            .map_err(|error| engine_error("reading the format", error))?
+        {
+            None => meta
+                .insert("format", FORMAT_VERSION.to_be_bytes())
+                .map_err(|error| engine_error("writing the format", error))?,
+            Some(version) if version.as_ref() == FORMAT_VERSION.to_be_bytes() => {}
+            Some(_) => {
+                return Err(StoreError::SchemaNotCurrent(format!(
+                    "the data folder {folder} was written by a newer adevents (format other than {FORMAT_VERSION})"
+                )));
+            }
+        }
+        let tables = Tables {
+            impression: open("impression")?,
+            impression_summary: open("impression_summary")?,
+            click: open("click")?,
+            click_by_impression: open("click_by_impression")?,
+            campaign_config: open("campaign_config")?,
+            persist: match config.fsync {
+                Fsync::Always => PersistMode::SyncData,
+                Fsync::Never => PersistMode::Buffer,
+            },
+            db,
+        };
+        tables
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|error| engine_error("syncing the data folder", error))?;
+        Ok(Self {
+            tables: Arc::new(tables),
+        })
+    }
+
+    /// Runs engine work off the async threads: a synced commit blocks for a disk flush.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tables) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let tables = Arc::clone(&self.tables);
+        tokio::task::spawn_blocking(move || work(&tables))
+            .await
+            .map_err(|error| StoreError::Internal(format!("store task failed: {error}")))?
+    }
+
+    /// Applies `rows` (table, key, value) as one atomic batch, durable per the fsync policy.
+    async fn write(
+        &self,
+        context: &'static str,
+        rows: Vec<(Table, Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        self.blocking(move |tables| {
+            let mut batch = tables.db.batch().durability(Some(tables.persist));
+            for (table, key, value) in rows {
+                batch.insert(tables.get(table), key, value);
+            }
+            batch.commit().map_err(|error| engine_error(context, error))
+        })
+        .await
+    }
+
+    /// Every (key, value) under `prefix` in one table, in key order, at most `limit`.
+    async fn scan(
+        &self,
+        table: Table,
+        prefix: Vec<u8>,
+        limit: Option<usize>,
+        context: &'static str,
+    ) -> Result<Vec<(fjall::Slice, fjall::Slice)>, StoreError> {
+        self.blocking(move |tables| {
+            tables
+                .get(table)
+                .prefix(prefix)
+                .take(limit.unwrap_or(usize::MAX))
+                .map(|guard| {
+                    guard
+                        .into_inner()
+                        .map_err(|error| engine_error(context, error))
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Impression,
+    ImpressionSummary,
+    Click,
+    ClickByImpression,
+    CampaignConfig,
+}
+
+impl Tables {
+    fn get(&self, table: Table) -> &Keyspace {
+        match table {
+            Table::Impression => &self.impression,
+            Table::ImpressionSummary => &self.impression_summary,
+            Table::Click => &self.click,
+            Table::ClickByImpression => &self.click_by_impression,
+            Table::CampaignConfig => &self.campaign_config,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        // A local folder answers whenever the process runs; a poisoned one fails its writes.
+        self.scan(
+            Table::CampaignConfig,
+            Vec::new(),
+            Some(1),
+            "checking readiness",
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn write_impressions(
+        &self,
+        partition: EventPartition,
+        impressions: &[Impression],
+    ) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(impressions.len() * 2);
+        for event in impressions {
+            let key = keys::event_key(&partition, event.timestamp.instant(), event.impression_id);
+            rows.push((
+                Table::Impression,
+                key.clone(),
+                rows::impression_value(event),
+            ));
+            rows.push((Table::ImpressionSummary, key, rows::summary_value(event)));
+        }
+        self.write("writing impressions", rows).await
+    }
+
+    async fn write_clicks(
+        &self,
+        partition: EventPartition,
+        clicks: &[Click],
+    ) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(clicks.len() * 2);
+        for click in clicks {
+            let ad = click.ad_id.as_uuid().as_bytes().to_vec();
+            let key = keys::event_key(&partition, click.timestamp.instant(), click.impression_id);
+            rows.push((Table::Click, key, ad.clone()));
+            let index = keys::click_index_key(
+                click.campaign,
+                click.impression_id,
+                click.timestamp.instant(),
+            );
+            rows.push((Table::ClickByImpression, index, ad));
+        }
+        self.write("writing clicks", rows).await
+    }
+
+    async fn read_impression_summaries(
+        &self,
+        partition: EventPartition,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+        let context = "reading impressions";
+        let rows = self
+            .scan(
+                Table::ImpressionSummary,
+                keys::partition_prefix(&partition),
+                None,
+                context,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (at, impression_id) =
+                    keys::decode_event_key(key).ok_or_else(|| corrupt(context))?;
+                let (ad, user) = rows::decode_two_ids(value).ok_or_else(|| corrupt(context))?;
+                Ok(ImpressionSummaryRow {
+                    impression_id,
+                    ad_id: AdId::new(ad),
+                    user_id: UserId::new(user),
+                    timestamp: EventTime::from_stored(at),
+                })
+            })
+            .collect()
+    }
+
+    async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {
+        let context = "reading clicks";
+        let rows = self
+            .scan(
+                Table::Click,
+                keys::partition_prefix(&partition),
+                None,
+                context,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (at, impression_id) =
+                    keys::decode_event_key(key).ok_or_else(|| corrupt(context))?;
+                let ad = rows::decode_one_id(value).ok_or_else(|| corrupt(context))?;
+                Ok(ClickRow {
+                    impression_id,
+                    ad_id: AdId::new(ad),
+                    timestamp: EventTime::from_stored(at),
+                })
+            })
+            .collect()
+    }
+
+    async fn first_click(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Option<ClickRow>, StoreError> {
+        let context = "reading the click index";
+        let rows = self
+            .scan(
+                Table::ClickByImpression,
+                keys::click_index_prefix(campaign, impression_id),
+                Some(1),
+                context,
+            )
+            .await?;
+        rows.first()
+            .map(|(key, value)| {
+                let at = keys::decode_click_index_time(key).ok_or_else(|| corrupt(context))?;
+                let ad = rows::decode_one_id(value).ok_or_else(|| corrupt(context))?;
+                Ok(ClickRow {
+                    impression_id,
+                    ad_id: AdId::new(ad),
+                    timestamp: EventTime::from_stored(at),
+                })
+            })
+            .transpose()
+    }
+
+    async fn campaign_settings(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<SettingsHistory, StoreError> {
+        let context = "reading campaign settings";
+        let rows = self
+            .scan(
+                Table::CampaignConfig,
+                keys::campaign_prefix(campaign),
+                None,
+                context,
+            )
+            .await?;
+        let entries = rows
+            .iter()
+            .map(|(key, value)| {
+                let effective_from =
+                    keys::decode_settings_time(key).ok_or_else(|| corrupt(context))?;
+                let (buckets, daily_cap) =
+                    rows::decode_settings_value(value).ok_or_else(|| corrupt(context))?;
+                Ok(CampaignSettings {
+                    buckets: BucketCount::new(buckets).map_err(|_| corrupt(context))?,
+                    effective_from,
+                    daily_cap,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(SettingsHistory::new(entries))
+    }
+
+    async fn put_campaign_settings(
+        &self,
+        campaign: CampaignKey,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        let row = (
+            Table::CampaignConfig,
+            keys::settings_key(campaign, settings.effective_from),
+            rows::settings_value(settings.buckets.get(), settings.daily_cap),
+        );
+        self.write("writing campaign settings", vec![row]).await
+    }
+}
