@@ -6,6 +6,7 @@ mod common;
 
 mod api_docs;
 mod campaigns;
+mod embedded_process;
 mod health;
 mod ingest;
 mod migrations;
