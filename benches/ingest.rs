@@ -9,8 +9,10 @@
 mod support;
 
 use adevents::http::{AppState, ServiceOptions};
+use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::WriteMode;
+use adevents::store::embedded::Fsync;
 use chrono::{DateTime, Duration, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use scylla::serialize::row::SerializeRow;
@@ -65,12 +67,12 @@ fn body(advertiser: Uuid, campaign: Uuid, events: &[Event]) -> String {
     .to_string()
 }
 
-async fn through_http(store: CassandraStore, n: usize, clients: usize) -> f64 {
+async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize) -> f64 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
-    let state = AppState::new(Arc::new(store), ServiceOptions::default());
+    let state = AppState::new(store, ServiceOptions::default());
     let server = tokio::spawn(adevents::server::serve(
         listener,
         state,
@@ -221,25 +223,43 @@ async fn main() {
     let raw_store = support::store(WriteMode::Rows).await;
     // Warm-up: JIT of the node, connection pools, statement caches.
     raw_driver(&raw_store, 20_000, Raw::Batches).await;
-    through_http(support::store(WriteMode::Batch).await, 20_000, clients).await;
+    let cassandra = |mode| async move { Arc::new(support::store(mode).await) as Arc<dyn Store> };
+    let synced: Arc<dyn Store> = Arc::new(support::embedded_store(
+        "ingest-fsync-always",
+        Fsync::Always,
+    ));
+    let unsynced: Arc<dyn Store> =
+        Arc::new(support::embedded_store("ingest-fsync-never", Fsync::Never));
+    through_http(cassandra(WriteMode::Batch).await, 20_000, clients).await;
+    through_http(synced.clone(), 20_000, clients).await;
 
-    let mut results: [Vec<f64>; 4] = Default::default();
+    let mut results: [Vec<f64>; 6] = Default::default();
     for round in 1..=rounds {
         let measured = [
             raw_driver(&raw_store, n, Raw::Batches).await,
-            through_http(support::store(WriteMode::Batch).await, n, clients).await,
+            through_http(cassandra(WriteMode::Batch).await, n, clients).await,
             raw_driver(&raw_store, n, Raw::Rows).await,
-            through_http(support::store(WriteMode::Rows).await, n, clients).await,
+            through_http(cassandra(WriteMode::Rows).await, n, clients).await,
+            through_http(synced.clone(), n, clients).await,
+            through_http(unsynced.clone(), n, clients).await,
         ];
         println!(
-            "round {round}: raw batches {:.0}/s, HTTP batch mode {:.0}/s, raw rows {:.0}/s, HTTP rows mode {:.0}/s",
-            measured[0], measured[1], measured[2], measured[3]
+            "round {round}: raw batches {:.0}/s, HTTP batch mode {:.0}/s, raw rows {:.0}/s, HTTP rows mode {:.0}/s, \
+             embedded fsync always {:.0}/s, embedded fsync never {:.0}/s",
+            measured[0], measured[1], measured[2], measured[3], measured[4], measured[5]
         );
         for (all, value) in results.iter_mut().zip(measured) {
             all.push(value);
         }
     }
-    let [raw_batches, http_batches, raw_rows, http_rows] = results.map(support::median);
+    let [
+        raw_batches,
+        http_batches,
+        raw_rows,
+        http_rows,
+        embedded_synced,
+        embedded_unsynced,
+    ] = results.map(support::median);
     println!("\n{n} events per variant and round; median of {rounds} rounds.\n");
     println!("| variant | events/s | ratio |");
     println!("|---|---|---|");
@@ -257,5 +277,13 @@ async fn main() {
     println!(
         "| service over HTTP: batches of {BATCH}, {clients} clients, `--cassandra-write-mode rows` | {http_rows:.0} | {:.2} of raw rows |",
         http_rows / raw_rows
+    );
+    println!(
+        "| service over HTTP: batches of {BATCH}, {clients} clients, embedded store, `--fsync always` | {embedded_synced:.0} | {:.2} of Cassandra batch mode |",
+        embedded_synced / http_batches
+    );
+    println!(
+        "| service over HTTP: batches of {BATCH}, {clients} clients, embedded store, `--fsync never` | {embedded_unsynced:.0} | {:.2} of Cassandra batch mode |",
+        embedded_unsynced / http_batches
     );
 }

@@ -6,6 +6,7 @@
 use adevents::migrations;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::{CassandraConfig, ConsistencyLevel, WriteMode};
+use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, Fsync};
 use std::time::{Duration, Instant};
 
 pub fn config(write_mode: WriteMode) -> CassandraConfig {
@@ -48,4 +49,17 @@ pub async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) 
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+/// An embedded store in `target/bench-data/NAME` (kept between runs, so loaded data is reused).
+pub fn embedded_store(name: &str, fsync: Fsync) -> EmbeddedStore {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("bench-data")
+        .join(name);
+    EmbeddedStore::open(&EmbeddedConfig {
+        data_dir: folder,
+        fsync,
+    })
+    .expect("open the embedded store")
 }

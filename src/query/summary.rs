@@ -133,12 +133,12 @@ async fn count_impressions(
                 .or_insert((row.timestamp, row.ad_id));
         }
         *remaining -= 1;
-        if *remaining == 0 {
-            if let Some((_, earliest)) = pending.remove(&day) {
-                for (timestamp, ad) in earliest.into_values() {
-                    if range.contains(timestamp.instant()) {
-                        summary.add(range, timestamp, ad, |counts| counts.impressions += 1);
-                    }
+        if *remaining == 0
+            && let Some((_, earliest)) = pending.remove(&day)
+        {
+            for (timestamp, ad) in earliest.into_values() {
+                if range.contains(timestamp.instant()) {
+                    summary.add(range, timestamp, ad, |counts| counts.impressions += 1);
                 }
             }
         }
@@ -177,12 +177,12 @@ async fn count_clicks(
         .map(|impression_id| store.first_click(campaign, impression_id))
         .buffer_unordered(concurrency);
     while let Some(first) = lookups.next().await {
-        if let Some(first) = first? {
-            if range.contains(first.timestamp.instant()) {
-                summary.add(range, first.timestamp, first.ad_id, |counts| {
-                    counts.clicks += 1
-                });
-            }
+        if let Some(first) = first?
+            && range.contains(first.timestamp.instant())
+        {
+            summary.add(range, first.timestamp, first.ad_id, |counts| {
+                counts.clicks += 1
+            });
         }
     }
     Ok(())

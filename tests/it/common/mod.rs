@@ -112,8 +112,8 @@ pub fn shared_embedded_store() -> Arc<dyn Store> {
     static STORE: OnceLock<Arc<EmbeddedStore>> = OnceLock::new();
     STORE
         .get_or_init(|| {
-            let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("embedded-store-{}", std::process::id()));
+            // Fresh for every run (this process holds the folder's lock while it runs).
+            let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("embedded-store");
             let _ = std::fs::remove_dir_all(&folder);
             let config = EmbeddedConfig {
                 data_dir: folder,
