@@ -2,12 +2,15 @@
 //! in force at the event's own time) and written partition by partition, several at once.
 //! An answer is given only after every write was acknowledged.
 
+use crate::domain::bucket::BucketCount;
+use crate::domain::campaign::SettingsHistory;
 use crate::domain::event::{CampaignEvent, Click, Impression};
+use crate::domain::ids::CampaignKey;
 use crate::domain::partition::EventPartition;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use futures::{StreamExt, TryStreamExt, stream};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 pub struct Ingestor {
@@ -51,30 +54,38 @@ impl Ingestor {
         &self,
         events: Vec<E>,
     ) -> Result<BTreeMap<EventPartition, Vec<E>>, StoreError> {
-        let mut histories = HashMap::new();
+        let histories = self.histories(&events).await?;
         let mut partitions: BTreeMap<EventPartition, Vec<E>> = BTreeMap::new();
         for event in events {
             let campaign = event.campaign();
-            let history = match histories.get(&campaign) {
-                Some(history) => Arc::clone(history),
-                None => {
-                    let history = self.settings.history(campaign).await?;
-                    histories.insert(campaign, Arc::clone(&history));
-                    history
-                }
-            };
             let timestamp = event.timestamp();
-            let bucket = history
-                .buckets_at(timestamp.instant())
-                .bucket_of(event.bucket_key().as_uuid());
+            let buckets = histories
+                .get(&campaign)
+                .map_or(BucketCount::ONE, |history| {
+                    history.buckets_at(timestamp.instant())
+                });
             let partition = EventPartition {
                 campaign,
                 day: timestamp.utc_day(),
-                bucket,
+                bucket: buckets.bucket_of(event.bucket_key().as_uuid()),
             };
             partitions.entry(partition).or_default().push(event);
         }
         Ok(partitions)
+    }
+
+    /// The settings of every campaign in `events`, fetched concurrently: a batch may name
+    /// many campaigns the cache has not seen.
+    async fn histories<E: CampaignEvent>(
+        &self,
+        events: &[E],
+    ) -> Result<HashMap<CampaignKey, Arc<SettingsHistory>>, StoreError> {
+        let campaigns: HashSet<CampaignKey> = events.iter().map(CampaignEvent::campaign).collect();
+        stream::iter(campaigns)
+            .map(|campaign| async move { Ok((campaign, self.settings.history(campaign).await?)) })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect()
+            .await
     }
 
     async fn write_all<E, W, F>(

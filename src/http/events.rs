@@ -41,6 +41,8 @@ async fn read_request(
     kind: &'static str,
 ) -> Result<(Parts, Bytes), ApiError> {
     let (parts, body) = request.into_parts();
+    // An unreadable content type is refused before any of the body is read.
+    rejected_counted(kind, body_format(&parts.headers))?;
     let bytes = rejected_counted(
         kind,
         read_body(&parts.headers, body, state.options.body_limits).await,
