@@ -101,6 +101,95 @@ pub async fn read_body(
     Ok(Bytes::from(decoded))
 }
 
+/// What a cheap scan of a body says before anything is allocated per item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Events in the body (top-level array items, or non-blank NDJSON lines).
+    pub items: usize,
+    /// Whether every item starts as a JSON object (as far as the scan can tell).
+    pub all_objects: bool,
+}
+
+/// Counts a body's events in one pass over its bytes, so an oversized request is refused
+/// before per-item memory is spent on it (a 5 MiB body of `{}` is 1.7 million items).
+pub fn scan(bytes: &[u8], format: BodyFormat) -> Shape {
+    match format {
+        BodyFormat::Ndjson => {
+            let mut shape = Shape {
+                items: 0,
+                all_objects: true,
+            };
+            for line in bytes.split(|b| *b == b'\n') {
+                if let Some(first) = line.iter().find(|b| !b.is_ascii_whitespace()) {
+                    shape.items += 1;
+                    shape.all_objects &= *first == b'{';
+                }
+            }
+            shape
+        }
+        BodyFormat::Json => scan_json(bytes),
+    }
+}
+
+fn scan_json(bytes: &[u8]) -> Shape {
+    let mut shape = Shape {
+        items: 0,
+        all_objects: true,
+    };
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    // Whether the next value at depth 1 starts an item.
+    let mut expect_item = false;
+    for &byte in bytes {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if byte.is_ascii_whitespace() {
+            continue;
+        }
+        if depth == 0 {
+            match byte {
+                b'[' => expect_item = true,
+                b'{' => {
+                    shape.items = 1;
+                    return shape;
+                }
+                _ => return shape,
+            }
+            depth = 1;
+            continue;
+        }
+        if expect_item && depth == 1 && byte != b']' {
+            shape.items += 1;
+            shape.all_objects &= byte == b'{';
+            expect_item = false;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => expect_item = true,
+            _ => {}
+        }
+    }
+    shape
+}
+
+/// A 413 when `items` is over the limit.
+pub fn check_count(items: usize, max_events: usize) -> Result<(), ApiError> {
+    if items > max_events {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the request holds {items} events; at most {max_events} are accepted per request"
+        )));
+    }
+    Ok(())
+}
+
 /// One event's raw JSON, or why its line could not be read (NDJSON).
 pub type RawItem<'a> = Result<&'a RawValue, String>;
 
@@ -146,12 +235,7 @@ pub fn split_items(
                 .collect::<Vec<_>>()
         }
     };
-    if items.len() > max_events {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "the request holds {} events; at most {max_events} are accepted per request",
-            items.len()
-        )));
-    }
+    check_count(items.len(), max_events)?;
     Ok(items)
 }
 
@@ -189,6 +273,36 @@ mod tests {
             split_items(b"42", BodyFormat::Json, 2),
             Err(ApiError::InvalidRequest { .. })
         ));
+    }
+
+    #[test]
+    fn the_scan_counts_items_without_parsing_them() {
+        let json = br#" [ {"a": "x,]\"}"}, {"b": [1, 2, {"c": 3}]}, {} ] "#;
+        assert_eq!(
+            scan(json, BodyFormat::Json),
+            Shape {
+                items: 3,
+                all_objects: true
+            }
+        );
+        assert_eq!(scan(b"[]", BodyFormat::Json).items, 0);
+        assert_eq!(scan(br#"{"a": [1, 2]}"#, BodyFormat::Json).items, 1);
+        assert_eq!(
+            scan(br#"[{}, ["x"], 1]"#, BodyFormat::Json),
+            Shape {
+                items: 3,
+                all_objects: false
+            }
+        );
+        assert_eq!(
+            scan(b"{}\n\n  \n[1]\n", BodyFormat::Ndjson),
+            Shape {
+                items: 2,
+                all_objects: false
+            }
+        );
+        let many = format!("[{}{{}}]", "{},".repeat(20_000));
+        assert_eq!(scan(many.as_bytes(), BodyFormat::Json).items, 20_001);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `POST /v1/impressions` and `POST /v1/clicks`: read, validate whole, write, then answer.
 
 use super::AppState;
-use super::body::{body_format, read_body};
+use super::body::{body_format, read_body, scan};
 use super::client_ip::client_ip;
 use super::error::ApiError;
 use super::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
@@ -29,7 +29,12 @@ pub async fn post_clicks(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let (parts, bytes) = read_request(&state, request, "click").await?;
-    let (events, accepted) = rejected_counted("click", parse::<ClickWire>(&state, &parts, &bytes))?;
+    let (events, accepted) = events_rejected_counted(
+        "click",
+        &parts,
+        &bytes,
+        parse::<ClickWire>(&state, &parts, &bytes),
+    )?;
     state.ingestor.clicks(events).await?;
     Ok(accepted_answer("click", accepted))
 }
@@ -74,6 +79,22 @@ fn rejected_counted<T>(kind: &'static str, result: Result<T, ApiError>) -> Resul
         metrics::counter!("adevents_requests_rejected_total", "kind" => kind).increment(1);
     }
     result
+}
+
+/// Counts the rejected request and every event it held (none of them was stored).
+fn events_rejected_counted<T>(
+    kind: &'static str,
+    parts: &Parts,
+    bytes: &[u8],
+    result: Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    if result.is_err()
+        && let Ok(format) = body_format(&parts.headers)
+    {
+        let events = scan(bytes, format).items as u64;
+        metrics::counter!("adevents_events_rejected_total", "kind" => kind).increment(events);
+    }
+    rejected_counted(kind, result)
 }
 
 fn accepted_answer(kind: &'static str, accepted: usize) -> Json<Value> {

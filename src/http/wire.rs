@@ -2,7 +2,7 @@
 //! Every problem is reported with the item's index and the field's name; a request with any
 //! problem stores nothing.
 
-use super::body::{BodyFormat, RawItem, split_items};
+use super::body::{BodyFormat, RawItem, check_count, scan, split_items};
 use super::error::{ApiError, FieldError};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
@@ -246,17 +246,19 @@ pub fn parse_body<'de, W: IntoEvent<'de>>(
     max_events: usize,
     context: &Context,
 ) -> Result<(Vec<W::Event>, usize), ApiError> {
-    let Some(wires) = well_formed::<W>(bytes, format) else {
+    let shape = scan(bytes, format);
+    check_count(shape.items, max_events)?;
+    // Serde would also read a JSON array as a struct (fields by position): only objects are
+    // events, so anything else takes the slow path, which names the item.
+    let wires = shape
+        .all_objects
+        .then(|| well_formed::<W>(bytes, format))
+        .flatten();
+    let Some(wires) = wires else {
         let items = split_items(bytes, format, max_events)?;
         let count = items.len();
         return convert_items::<W>(&items, context).map(|events| (events, count));
     };
-    if wires.len() > max_events {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "the request holds {} events; at most {max_events} are accepted per request",
-            wires.len()
-        )));
-    }
     let count = wires.len();
     convert(wires.into_iter().map(Ok), count, context).map(|events| (events, count))
 }
@@ -439,6 +441,26 @@ mod tests {
             panic!("expected a 400");
         };
         assert_eq!(errors[0].index, Some(1));
+    }
+
+    #[test]
+    fn an_array_in_place_of_an_object_is_refused_on_every_path() {
+        let body = r#"[["962e0c3a-6c08-4160-9196-f0050faffe62"]]"#;
+        let Err(ApiError::InvalidRequest { errors, .. }) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context())
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errors[0].message, "must be a JSON object");
+    }
+
+    #[test]
+    fn an_oversized_request_is_refused_before_its_items_are_parsed() {
+        let body = format!("[{}{{}}]", "{},".repeat(100));
+        assert!(matches!(
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 100, &context()),
+            Err(ApiError::PayloadTooLarge(_))
+        ));
     }
 
     #[test]
