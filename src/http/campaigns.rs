@@ -6,6 +6,7 @@ use super::error::ApiError;
 use super::params::campaign_key;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::CampaignSettings;
+use crate::domain::time::MAX_FUTURE_SKEW;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -29,35 +30,52 @@ pub async fn put_settings(
     let wire: SettingsWire = serde_json::from_slice(&body).map_err(|error| {
         ApiError::invalid("body", format!("is not a JSON object of settings: {error}"))
     })?;
+    // The earliest instant a change may take effect: later than any event already accepted
+    // (timestamps may run 10 minutes ahead of the clock) and than any other process's cached
+    // settings, so no stored event is ever placed under a bucket count it was not written with.
     let now = Utc::now();
+    let lifetime = chrono::Duration::from_std(state.settings.lifetime()).unwrap_or_default();
+    let earliest = now + lifetime + MAX_FUTURE_SKEW;
+    let effective_from = match wire.effective_from {
+        None => earliest,
+        Some(text) => {
+            let instant = DateTime::parse_from_rfc3339(&text)
+                .map_err(|_| ApiError::invalid("effective_from", "must be an RFC 3339 date-time"))?
+                .with_timezone(&Utc);
+            if instant < now {
+                return Err(ApiError::invalid(
+                    "effective_from",
+                    "is in the past; a change can only apply to events still to come",
+                ));
+            }
+            if instant < earliest {
+                return Err(ApiError::invalid(
+                    "effective_from",
+                    format!(
+                        "must be at least {} seconds ahead: events may carry timestamps 10 minutes \
+                         ahead of the clock, and every server process must learn the change first",
+                        (lifetime + MAX_FUTURE_SKEW).num_seconds()
+                    ),
+                ));
+            }
+            instant
+        }
+    };
+    let daily_cap = match wire.daily_cap {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .filter(|cap| i64::try_from(*cap).is_ok())
+                .ok_or_else(|| {
+                    ApiError::invalid("daily_cap", "must be null or a whole number below 2^63")
+                })?,
+        ),
+    };
     let settings = CampaignSettings {
         buckets: parse_buckets(wire.buckets)?,
-        effective_from: match wire.effective_from {
-            // Far enough ahead that every server process has refreshed its cached settings.
-            None => now + chrono::Duration::from_std(state.settings.lifetime()).unwrap_or_default(),
-            Some(text) => {
-                let instant = DateTime::parse_from_rfc3339(&text)
-                    .map_err(|_| {
-                        ApiError::invalid("effective_from", "must be an RFC 3339 date-time")
-                    })?
-                    .with_timezone(&Utc);
-                if instant < now {
-                    return Err(ApiError::invalid(
-                        "effective_from",
-                        "is in the past; a change can only apply to events still to come",
-                    ));
-                }
-                instant
-            }
-        },
-        daily_cap: match wire.daily_cap {
-            None | Some(Value::Null) => None,
-            Some(value) => {
-                Some(value.as_u64().ok_or_else(|| {
-                    ApiError::invalid("daily_cap", "must be null or a whole number")
-                })?)
-            }
-        },
+        effective_from,
+        daily_cap,
     };
     state
         .store

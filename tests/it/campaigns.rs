@@ -56,10 +56,30 @@ async fn a_change_without_effective_from_waits_for_every_cache_to_expire(backend
     assert_eq!(read_back["in_force"], 1, "not in force yet");
 }
 
+async fn a_change_scheduled_far_enough_ahead_is_stored_as_given(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let later = "2099-01-01T00:00:00.000Z";
+
+    let (status, body) = put(
+        &server,
+        &campaign,
+        json!({"buckets": 4, "effective_from": later}),
+    )
+    .await;
+    let (_, read_back) = get(&server, &campaign.path(), "").await;
+
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(read_back["effective_from"], later);
+    assert_eq!(read_back["buckets"], 4);
+}
+
 async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
     let server = backend.server().await;
     let campaign = Campaign::fresh();
     let past = (Utc::now() - Duration::minutes(1)).to_rfc3339();
+    // Events up to 10 minutes ahead may already be stored under the current bucket count.
+    let soon = (Utc::now() + Duration::minutes(5)).to_rfc3339();
     let cases = [
         (json!({"buckets": 0}), "buckets"),
         (json!({"buckets": 257}), "buckets"),
@@ -73,7 +93,12 @@ async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
             json!({"buckets": 8, "effective_from": "tomorrow"}),
             "effective_from",
         ),
+        (
+            json!({"buckets": 8, "effective_from": soon}),
+            "effective_from",
+        ),
         (json!({"buckets": 8, "daily_cap": -3}), "daily_cap"),
+        (json!({"buckets": 8, "daily_cap": u64::MAX}), "daily_cap"),
     ];
     for (body, field) in cases {
         let (status, answer) = put(&server, &campaign, body.clone()).await;
@@ -89,6 +114,7 @@ async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
 
 conformance!(
     a_never_configured_campaign_has_one_bucket,
+    a_change_scheduled_far_enough_ahead_is_stored_as_given,
     a_change_without_effective_from_waits_for_every_cache_to_expire,
     invalid_settings_are_refused_naming_the_field,
 );
