@@ -16,7 +16,14 @@ const PRUNE_ABOVE: usize = 100_000;
 pub struct SettingsCache {
     store: Arc<dyn Store>,
     lifetime: Duration,
-    entries: Mutex<HashMap<CampaignKey, (Instant, Arc<SettingsHistory>)>>,
+    entries: Mutex<Entries>,
+}
+
+struct Entries {
+    map: HashMap<CampaignKey, (Instant, Arc<SettingsHistory>)>,
+    /// Size at which expired entries are next swept; doubles when a sweep frees little, so
+    /// sweeping stays amortised O(1) per insert however many campaigns are live.
+    sweep_at: usize,
 }
 
 impl SettingsCache {
@@ -24,7 +31,10 @@ impl SettingsCache {
         Self {
             store,
             lifetime,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                map: HashMap::new(),
+                sweep_at: PRUNE_ABOVE,
+            }),
         }
     }
 
@@ -39,28 +49,31 @@ impl SettingsCache {
         }
         let history = Arc::new(self.store.campaign_settings(campaign).await?);
         let mut entries = self.lock();
-        if entries.len() > PRUNE_ABOVE {
+        if entries.map.len() >= entries.sweep_at {
             let lifetime = self.lifetime;
-            entries.retain(|_, (fetched, _)| fetched.elapsed() < lifetime);
+            entries
+                .map
+                .retain(|_, (fetched, _)| fetched.elapsed() < lifetime);
+            entries.sweep_at = PRUNE_ABOVE.max(entries.map.len() * 2);
         }
-        entries.insert(campaign, (Instant::now(), Arc::clone(&history)));
+        entries
+            .map
+            .insert(campaign, (Instant::now(), Arc::clone(&history)));
         Ok(history)
     }
 
     /// Drops a campaign's entry, after this process changed its settings.
     pub fn forget(&self, campaign: CampaignKey) {
-        self.lock().remove(&campaign);
+        self.lock().map.remove(&campaign);
     }
 
     fn cached(&self, campaign: CampaignKey) -> Option<Arc<SettingsHistory>> {
         let entries = self.lock();
-        let (fetched, history) = entries.get(&campaign)?;
+        let (fetched, history) = entries.map.get(&campaign)?;
         (fetched.elapsed() < self.lifetime).then(|| Arc::clone(history))
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<CampaignKey, (Instant, Arc<SettingsHistory>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // A panic while holding this lock cannot leave the map inconsistent: keep using it.
         self.entries
             .lock()
