@@ -4,7 +4,7 @@
 use super::error::ApiError;
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
 use crate::query::range::{QueryRange, RangeError};
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
 use std::collections::HashMap;
 
@@ -45,9 +45,18 @@ impl Params {
     /// `from`, `to` (inclusive `YYYY-MM-DD`) and `tz` (IANA, default UTC).
     pub fn range(&self) -> Result<QueryRange, ApiError> {
         let date = |name: &str| {
-            self.required(name)?
-                .parse::<NaiveDate>()
-                .map_err(|_| ApiError::invalid(name, "must be a date YYYY-MM-DD"))
+            let text = self.required(name)?;
+            // Exactly YYYY-MM-DD within the years events can have: chrono alone would also take
+            // signed six-digit years, whose arithmetic overflows.
+            NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .ok()
+                .filter(|date| text.len() == 10 && (2000..=9998).contains(&date.year()))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        name,
+                        "must be a date YYYY-MM-DD from 2000-01-01 to 9998-12-31",
+                    )
+                })
         };
         let (from, to) = (date("from")?, date("to")?);
         let tz = match self.get("tz") {

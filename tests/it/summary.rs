@@ -293,6 +293,8 @@ async fn bad_query_parameters_are_400s_naming_the_parameter(backend: Backend) {
         ("from=2026-10-01&to=2026-10-03&group_by=week", "group_by"),
         ("from=2026-10-01&to=2026-10-03&colour=blue", "colour"),
         ("from=2026-10-01&from=2026-10-02&to=2026-10-03", "from"),
+        ("from=%2B262142-12-31&to=%2B262142-12-31", "from"),
+        ("from=1999-12-31&to=2000-01-01", "from"),
     ];
     for (query, field) in cases {
         let (status, body) = get(&server, &path, query).await;

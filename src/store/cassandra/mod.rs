@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
+/// Cassandra refuses a TTL above 20 years.
+const MAX_TTL_SECONDS: i32 = 630_720_000;
+
 /// A readiness probe answers quickly or not at all: a load balancer asks again soon.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -53,11 +56,16 @@ impl CassandraStore {
         let session = session::connect(&config).await?;
         let ttl_seconds = match config.retention {
             None => 0,
-            Some(retention) => i32::try_from(retention.as_secs().max(1)).map_err(|_| {
-                StoreError::Internal(
-                    "retention is longer than Cassandra's TTL limit (68 years)".into(),
-                )
-            })?,
+            Some(retention) => i32::try_from(retention.as_secs().max(1))
+                .ok()
+                .filter(|ttl| *ttl <= MAX_TTL_SECONDS)
+                .ok_or_else(|| {
+                    StoreError::Internal(
+                        "--retention is longer than Cassandra's TTL limit of 20 years; \
+                         leave it unset to keep events forever"
+                            .into(),
+                    )
+                })?,
         };
         Ok(Self {
             session: Arc::new(session),
