@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// explicit effective_from takes effect this long after it is made.
     #[arg(long, env = "ADEVENTS_SETTINGS_CACHE_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub settings_cache_ttl: Duration,
+    /// Browser origins allowed to call the query endpoints (CORS), ORIGIN[,ORIGIN…], e.g.
+    /// `https://dashboard.example.com`; none by default.
+    #[arg(long, env = "ADEVENTS_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<axum::http::HeaderValue>,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -99,6 +103,7 @@ impl ServeArgs {
             },
             write_concurrency: usize::from(self.write_concurrency),
             settings_lifetime: self.settings_cache_ttl,
+            cors_origins: self.cors_origins.clone(),
         }
     }
 }

@@ -23,11 +23,12 @@ use crate::settings::SettingsCache;
 use crate::store::Store;
 use crate::store::instrumented::Instrumented;
 use axum::Router;
-use axum::http::{HeaderName, Request};
+use axum::http::{HeaderName, HeaderValue, Method, Request, header};
 use axum::routing::{get, post};
 use ipnet::IpNet;
 use std::sync::Arc;
 use std::time::Duration;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -42,6 +43,8 @@ pub struct ServiceOptions {
     pub write_concurrency: usize,
     /// How long campaign settings are cached in the process.
     pub settings_lifetime: Duration,
+    /// Browser origins (dashboards) allowed to call the query endpoints; none by default.
+    pub cors_origins: Vec<HeaderValue>,
 }
 
 impl Default for ServiceOptions {
@@ -55,6 +58,7 @@ impl Default for ServiceOptions {
             fan_out: FanOut { concurrency: 64 },
             write_concurrency: 32,
             settings_lifetime: Duration::from_secs(10),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -96,6 +100,22 @@ const CAMPAIGN: &str = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}"
 /// The whole API as one router, ready for `axum::serve` or for tests.
 pub fn router(state: AppState) -> Router {
     metrics::prometheus();
+    let mut queries = Router::new()
+        .route(
+            CAMPAIGN,
+            get(campaigns::get_settings).put(campaigns::put_settings),
+        )
+        .route(&format!("{CAMPAIGN}/summary"), get(summary::get_summary));
+    if !state.options.cors_origins.is_empty() {
+        // Dashboards in a browser read the query endpoints from the origins an operator lists.
+        queries = queries.layer(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::list(state.options.cors_origins.clone()))
+                .allow_methods([Method::GET])
+                .allow_headers([header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(3600)),
+        );
+    }
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -103,11 +123,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::get_openapi))
         .route("/v1/impressions", post(events::post_impressions))
         .route("/v1/clicks", post(events::post_clicks))
-        .route(
-            CAMPAIGN,
-            get(campaigns::get_settings).put(campaigns::put_settings),
-        )
-        .route(&format!("{CAMPAIGN}/summary"), get(summary::get_summary))
+        .merge(queries)
         .fallback(error::not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn(error::log_server_errors))

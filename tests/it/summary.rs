@@ -323,3 +323,43 @@ conformance!(
     a_campaign_without_events_answers_zeros,
     bad_query_parameters_are_400s_naming_the_parameter,
 );
+
+/// Dashboards call the query endpoints from a browser: only the origins an operator lists get
+/// CORS headers, and by default none do.
+#[tokio::test]
+async fn query_endpoints_send_cors_headers_only_for_configured_origins() {
+    let options = adevents::http::ServiceOptions {
+        cors_origins: vec!["https://dash.example".parse().expect("header value")],
+        ..adevents::http::ServiceOptions::default()
+    };
+    let configured = Backend::Embedded.server_with(options).await;
+    let default = Backend::Embedded.server().await;
+    let path = format!(
+        "{}/summary?from=2026-10-01&to=2026-10-01",
+        Campaign::fresh().path()
+    );
+    let allowed_origin = |server: &crate::common::TestServer, origin: &'static str| {
+        let url = server.url(&path);
+        async move {
+            let response = crate::common::http()
+                .get(url)
+                .header("origin", origin)
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(response.status(), StatusCode::OK);
+            response
+                .headers()
+                .get("access-control-allow-origin")
+                .map(|value| value.to_str().unwrap_or_default().to_owned())
+        }
+    };
+
+    let listed = allowed_origin(&configured, "https://dash.example").await;
+    let unlisted = allowed_origin(&configured, "https://evil.example").await;
+    let by_default = allowed_origin(&default, "https://dash.example").await;
+
+    assert_eq!(listed.as_deref(), Some("https://dash.example"));
+    assert_eq!(unlisted, None);
+    assert_eq!(by_default, None);
+}
