@@ -1,28 +1,18 @@
 //! Reading one partition (all its pages) or one small row, decoded into store rows.
 
 use super::errors::pager_error;
-use super::statements::{Statements, failed};
+use super::statements::{Statements, failed, partition_values};
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::EventTime;
 use crate::store::{ClickRow, ImpressionSummaryRow, StoreError};
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use uuid::Uuid;
-
-fn partition_values(partition: &EventPartition) -> (Uuid, Uuid, NaiveDate, i16) {
-    (
-        partition.campaign.advertiser_id.as_uuid(),
-        partition.campaign.campaign_id.as_uuid(),
-        partition.day.date(),
-        // Bucket ids are below 256.
-        partition.bucket.get() as i16,
-    )
-}
 
 fn decode_error(context: &'static str) -> impl Fn(String) -> StoreError {
     move |error| StoreError::Internal(format!("{context}: {error}"))

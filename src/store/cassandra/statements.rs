@@ -3,9 +3,12 @@
 
 use super::config::KeyspaceName;
 use super::errors::execution_error;
+use crate::domain::partition::EventPartition;
 use crate::store::StoreError;
+use chrono::NaiveDate;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
+use uuid::Uuid;
 
 pub struct Statements {
     pub insert_impression: PreparedStatement,
@@ -88,6 +91,19 @@ fn prepare_error(message: &str) -> StoreError {
     } else {
         StoreError::Unavailable(format!("preparing statements: {message}"))
     }
+}
+
+/// The partition key columns of an event table, bound first in every event statement.
+pub type PartitionValues = (Uuid, Uuid, NaiveDate, i16);
+
+pub fn partition_values(partition: &EventPartition) -> PartitionValues {
+    (
+        partition.campaign.advertiser_id.as_uuid(),
+        partition.campaign.campaign_id.as_uuid(),
+        partition.day.date(),
+        // A BucketId is below 256 by construction, so it fits a smallint.
+        partition.bucket.get() as i16,
+    )
 }
 
 /// Sorts a failed execution of a prepared statement.

@@ -3,7 +3,7 @@
 //! key, so both go into the same batch: one mutation per chunk.
 
 use super::config::WriteMode;
-use super::statements::{Statements, failed};
+use super::statements::{PartitionValues, Statements, failed, partition_values};
 use crate::domain::event::{Click, Impression};
 use crate::domain::partition::EventPartition;
 use crate::store::StoreError;
@@ -35,21 +35,6 @@ where
         try_join_all(chunk.iter().map(&insert)).await?;
     }
     Ok(())
-}
-
-/// The partition key columns, bound first in every insert.
-type PartitionValues = (Uuid, Uuid, NaiveDate, i16);
-
-fn partition_values(partition: &EventPartition) -> Result<PartitionValues, StoreError> {
-    let bucket = i16::try_from(partition.bucket.get()).map_err(|_| {
-        StoreError::Internal(format!("bucket {} out of range", partition.bucket.get()))
-    })?;
-    Ok((
-        partition.campaign.advertiser_id.as_uuid(),
-        partition.campaign.campaign_id.as_uuid(),
-        partition.day.date(),
-        bucket,
-    ))
 }
 
 type ImpressionValues<'a> = (
@@ -173,7 +158,7 @@ pub async fn write_impressions(
     partition: &EventPartition,
     impressions: &[Impression],
 ) -> Result<(), StoreError> {
-    let key = partition_values(partition)?;
+    let key = partition_values(partition);
     match mode {
         WriteMode::Batch => {
             let batches = impression_chunks(impressions)
@@ -225,7 +210,7 @@ pub async fn write_clicks(
     partition: &EventPartition,
     clicks: &[Click],
 ) -> Result<(), StoreError> {
-    let key = partition_values(partition)?;
+    let key = partition_values(partition);
     let click_rows = async {
         match mode {
             WriteMode::Batch => {

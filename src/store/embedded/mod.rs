@@ -175,6 +175,28 @@ impl EmbeddedStore {
     }
 }
 
+impl EmbeddedStore {
+    /// Every row of one event partition, its key's time and id decoded, the value by `decode`.
+    async fn read_partition<R>(
+        &self,
+        table: Table,
+        partition: &EventPartition,
+        context: &'static str,
+        decode: impl Fn(chrono::DateTime<chrono::Utc>, ImpressionId, &[u8]) -> Option<R>,
+    ) -> Result<Vec<R>, StoreError> {
+        let rows = self
+            .scan(table, keys::partition_prefix(partition), None, context)
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (at, impression_id) =
+                    keys::decode_event_key(key).ok_or_else(|| corrupt(context))?;
+                decode(at, impression_id, value).ok_or_else(|| corrupt(context))
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Table {
     Impression,
@@ -252,52 +274,37 @@ impl Store for EmbeddedStore {
         &self,
         partition: EventPartition,
     ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
-        let context = "reading impressions";
-        let rows = self
-            .scan(
-                Table::ImpressionSummary,
-                keys::partition_prefix(&partition),
-                None,
-                context,
-            )
-            .await?;
-        rows.iter()
-            .map(|(key, value)| {
-                let (at, impression_id) =
-                    keys::decode_event_key(key).ok_or_else(|| corrupt(context))?;
-                let (ad, user) = rows::decode_two_ids(value).ok_or_else(|| corrupt(context))?;
-                Ok(ImpressionSummaryRow {
+        self.read_partition(
+            Table::ImpressionSummary,
+            &partition,
+            "reading impressions",
+            |at, impression_id, value| {
+                let (ad, user) = rows::decode_two_ids(value)?;
+                Some(ImpressionSummaryRow {
                     impression_id,
                     ad_id: AdId::new(ad),
                     user_id: UserId::new(user),
                     timestamp: EventTime::from_stored(at),
                 })
-            })
-            .collect()
+            },
+        )
+        .await
     }
 
     async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {
-        let context = "reading clicks";
-        let rows = self
-            .scan(
-                Table::Click,
-                keys::partition_prefix(&partition),
-                None,
-                context,
-            )
-            .await?;
-        rows.iter()
-            .map(|(key, value)| {
-                let (at, impression_id) =
-                    keys::decode_event_key(key).ok_or_else(|| corrupt(context))?;
-                let ad = rows::decode_one_id(value).ok_or_else(|| corrupt(context))?;
-                Ok(ClickRow {
+        self.read_partition(
+            Table::Click,
+            &partition,
+            "reading clicks",
+            |at, impression_id, value| {
+                Some(ClickRow {
                     impression_id,
-                    ad_id: AdId::new(ad),
+                    ad_id: AdId::new(rows::decode_one_id(value)?),
                     timestamp: EventTime::from_stored(at),
                 })
-            })
-            .collect()
+            },
+        )
+        .await
     }
 
     async fn first_click(
