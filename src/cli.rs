@@ -1,6 +1,7 @@
 //! The command line. Every option is a flag with an `ADEVENTS_*` environment fallback (the flag
 //! name in upper snake case) and a default shown in `--help`; with no subcommand, `serve` runs.
 
+use crate::domain::beacon::BeaconRules;
 use crate::http::{BodyLimits, ServiceOptions};
 use crate::query::FanOut;
 use crate::store::cassandra::config::{
@@ -84,6 +85,14 @@ pub struct ServeArgs {
     /// `https://dashboard.example.com`; none by default.
     #[arg(long, env = "ADEVENTS_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<axum::http::HeaderValue>,
+    /// Most features one /track beacon may carry (each subset of them gets a unique-visitor
+    /// sketch: 2^N per beacon).
+    #[arg(long, env = "ADEVENTS_MAX_FEATURES", default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=8))]
+    pub max_features: u8,
+    /// How often each process stores its live unique-visitor sketches: a uniques answer
+    /// reflects beacons acknowledged up to this long before it.
+    #[arg(long, env = "ADEVENTS_SKETCH_FLUSH_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub sketch_flush_interval: Duration,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -104,6 +113,10 @@ impl ServeArgs {
             write_concurrency: usize::from(self.write_concurrency),
             settings_lifetime: self.settings_cache_ttl,
             cors_origins: self.cors_origins.clone(),
+            beacon_rules: BeaconRules {
+                max_features: usize::from(self.max_features),
+            },
+            sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
         }
     }
 }

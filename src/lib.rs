@@ -10,6 +10,7 @@
 //!
 //! [`cli`] and [`commands`] wire them into the `adevents` binary; [`server`] runs the router.
 
+pub mod beacons;
 pub mod cli;
 pub mod commands;
 pub mod domain;

@@ -1,7 +1,9 @@
 //! Running the HTTP server until told to stop, and the signals that tell it.
 
+use crate::beacons::live::spawn_flusher;
 use crate::http::{AppState, router};
 use std::future::Future;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting connections
@@ -11,11 +13,32 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let flusher = AbortOnDrop(spawn_flusher(
+        Arc::clone(&state.live_sketches),
+        Arc::clone(&state.store),
+        state.options.sketch_flush_interval,
+    ));
+    let (live, store) = (Arc::clone(&state.live_sketches), Arc::clone(&state.store));
     // Connect info gives handlers the peer address (the default `user_ip`).
     let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    drop(flusher);
+    // Every answered beacon is counted in the store before the process goes.
+    if let Err(error) = live.flush(store.as_ref()).await {
+        tracing::warn!(%error, "could not store the last unique-visitor sketches; the next start rebuilds the open days from the stored beacons");
+    }
+    served
+}
+
+/// Stops a background task when its owner goes, including when the owner is aborted.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Completes on Ctrl-C (SIGINT) or SIGTERM, the signal process supervisors send.

@@ -2,9 +2,13 @@
 //! let in-flight requests finish within the shutdown timeout.
 
 use super::{CommandError, OpenedStore, embedded_migrations};
+use crate::beacons::rebuild::rebuild_days;
 use crate::cli::ServeArgs;
+use crate::domain::time::Day;
 use crate::http::AppState;
 use crate::server;
+use chrono::Utc;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -18,6 +22,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     }
     store.prepare().await;
     let state = AppState::new(store.into_store(), args.service_options());
+    spawn_open_day_rebuild(&state);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| CommandError::Listen {
@@ -55,6 +60,27 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         }
     }
     Ok(())
+}
+
+/// Rebuilds the unique-visitor sketches of the open UTC days (today, and yesterday, which still
+/// receives late beacons) from the stored beacons: a process that stopped without flushing its
+/// last sketches (a crash) is repaired by the next one to start (DESIGN.md, "Live state across
+/// processes"). Runs in the background; answers meanwhile may count a crashed second short.
+fn spawn_open_day_rebuild(state: &AppState) {
+    let (store, settings) = (Arc::clone(&state.store), Arc::clone(&state.settings));
+    let fan_out = state.options.fan_out;
+    tokio::spawn(async move {
+        let today = Day::new(Utc::now().date_naive());
+        let days = [Day::new(today.date() - chrono::Duration::days(1)), today];
+        match rebuild_days(store.as_ref(), &settings, &days, fan_out).await {
+            Ok(beacons) => {
+                tracing::info!(beacons, "rebuilt the open days' unique-visitor sketches")
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not rebuild the open days' unique-visitor sketches")
+            }
+        }
+    });
 }
 
 fn server_outcome(

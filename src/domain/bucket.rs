@@ -33,7 +33,12 @@ impl BucketCount {
     /// The bucket of the event whose identity is `id`. xxh3 is a fixed, seedless algorithm:
     /// the same id maps to the same bucket in every process and every release.
     pub fn bucket_of(&self, id: uuid::Uuid) -> BucketId {
-        let hash = xxh3_64(id.as_bytes());
+        self.bucket_of_bytes(id.as_bytes())
+    }
+
+    /// The bucket of an identity given as bytes (a visitor's guid).
+    pub fn bucket_of_bytes(&self, identity: &[u8]) -> BucketId {
+        let hash = xxh3_64(identity);
         // The remainder is below self.0 ≤ 256, so it fits.
         BucketId((hash % u64::from(self.0)) as u16)
     }

@@ -2,10 +2,12 @@
 //! over partitions. Values here are valid by construction; raw input becomes them at the
 //! HTTP edge, so inner code never holds an invalid event.
 
+pub mod beacon;
 pub mod bucket;
 pub mod campaign;
 pub mod event;
 pub mod ids;
 pub mod partition;
+pub mod sketch;
 pub mod time;
 pub mod user_data;

@@ -11,12 +11,17 @@ mod json_errors;
 pub mod metrics;
 mod openapi;
 mod params;
+mod sites;
 mod summary;
+mod track;
 mod wire;
 
 pub use body::BodyLimits;
 pub use error::{ApiError, FieldError};
 
+use crate::beacons::BeaconIngestor;
+use crate::beacons::live::LiveSketches;
+use crate::domain::beacon::BeaconRules;
 use crate::ingest::Ingestor;
 use crate::query::FanOut;
 use crate::settings::SettingsCache;
@@ -45,6 +50,10 @@ pub struct ServiceOptions {
     pub settings_lifetime: Duration,
     /// Browser origins (dashboards) allowed to call the query endpoints; none by default.
     pub cors_origins: Vec<HeaderValue>,
+    /// What a `/track` beacon may carry.
+    pub beacon_rules: BeaconRules,
+    /// How often live unique-visitor sketches are stored.
+    pub sketch_flush_interval: Duration,
 }
 
 impl Default for ServiceOptions {
@@ -59,6 +68,8 @@ impl Default for ServiceOptions {
             write_concurrency: 32,
             settings_lifetime: Duration::from_secs(10),
             cors_origins: Vec::new(),
+            beacon_rules: BeaconRules::default(),
+            sketch_flush_interval: Duration::from_secs(1),
         }
     }
 }
@@ -69,6 +80,9 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub settings: Arc<SettingsCache>,
     pub ingestor: Arc<Ingestor>,
+    pub beacons: Arc<BeaconIngestor>,
+    /// This process's unique-visitor sketches, flushed by [`crate::server::serve`].
+    pub live_sketches: Arc<LiveSketches>,
     pub options: Arc<ServiceOptions>,
 }
 
@@ -85,10 +99,18 @@ impl AppState {
             Arc::clone(&settings),
             options.write_concurrency,
         ));
+        let live_sketches = Arc::new(LiveSketches::new());
+        let beacons = Arc::new(BeaconIngestor::new(
+            Arc::clone(&store),
+            Arc::clone(&settings),
+            Arc::clone(&live_sketches),
+        ));
         Self {
             store,
             settings,
             ingestor,
+            beacons,
+            live_sketches,
             options: Arc::new(options),
         }
     }
@@ -105,7 +127,12 @@ pub fn router(state: AppState) -> Router {
             CAMPAIGN,
             get(campaigns::get_settings).put(campaigns::put_settings),
         )
-        .route(&format!("{CAMPAIGN}/summary"), get(summary::get_summary));
+        .route(&format!("{CAMPAIGN}/summary"), get(summary::get_summary))
+        .route(
+            "/v1/sites/{site}",
+            get(sites::get_settings).put(sites::put_settings),
+        )
+        .route("/v1/sites/{site}/uniques", get(sites::get_uniques));
     if !state.options.cors_origins.is_empty() {
         // Dashboards in a browser read the query endpoints from the origins an operator lists.
         queries = queries.layer(
@@ -116,6 +143,21 @@ pub fn router(state: AppState) -> Router {
                 .max_age(Duration::from_secs(3600)),
         );
     }
+    // Beacons come from every customer's pages: any origin may send them.
+    let beacons = Router::new()
+        .route(
+            "/track",
+            get(track::get_track)
+                .post(track::post_track)
+                .options(track::options_track),
+        )
+        .layer(
+            CorsLayer::new()
+                .allow_origin(tower_http::cors::Any)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(86_400)),
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -124,6 +166,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/impressions", post(events::post_impressions))
         .route("/v1/clicks", post(events::post_clicks))
         .merge(queries)
+        .merge(beacons)
         .fallback(error::not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn(error::log_server_errors))

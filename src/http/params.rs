@@ -2,19 +2,46 @@
 //! one or a malformed value is a 400 naming it.
 
 use super::error::ApiError;
+use crate::domain::beacon::{Features, SiteId};
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
 use crate::query::range::{QueryRange, RangeError};
 use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 pub struct Params(HashMap<String, String>);
 
 impl Params {
     /// Parses `raw` and refuses any name outside `known`.
     pub fn parse(raw: Option<&str>, known: &[&str]) -> Result<Self, ApiError> {
-        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or_default())
-            .map_err(|error| ApiError::invalid("query string", format!("is malformed: {error}")))?;
+        Self::from_pairs(pairs(raw)?, known)
+    }
+
+    /// Like [`parse`](Self::parse), and also takes `feature.<name>=<value>` parameters: the
+    /// feature filter of a unique-visitors query.
+    pub fn parse_with_features(
+        raw: Option<&str>,
+        known: &[&str],
+    ) -> Result<(Self, Features), ApiError> {
+        let mut filter = BTreeMap::new();
+        let mut rest = Vec::new();
+        for (name, value) in pairs(raw)? {
+            match name.strip_prefix("feature.") {
+                Some(feature) => {
+                    if filter.insert(feature.to_owned(), value).is_some() {
+                        return Err(ApiError::invalid(&name, "is given more than once"));
+                    }
+                }
+                None => rest.push((name, value)),
+            }
+        }
+        let filter = Features::new(filter).map_err(|(feature, message)| {
+            ApiError::invalid(&format!("feature.{feature}"), message)
+        })?;
+        Ok((Self::from_pairs(rest, known)?, filter))
+    }
+
+    fn from_pairs(pairs: Vec<(String, String)>, known: &[&str]) -> Result<Self, ApiError> {
         let mut params = HashMap::with_capacity(pairs.len());
         for (name, value) in pairs {
             if !known.contains(&name.as_str()) {
@@ -70,6 +97,16 @@ impl Params {
             RangeError::TooLong(_) => ApiError::invalid("to", error),
         })
     }
+}
+
+fn pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    serde_urlencoded::from_str(raw.unwrap_or_default())
+        .map_err(|error| ApiError::invalid("query string", format!("is malformed: {error}")))
+}
+
+/// The `{site}` of a path.
+pub fn site_id(site: &str) -> Result<SiteId, ApiError> {
+    SiteId::parse(site).map_err(|message| ApiError::invalid("site", message))
 }
 
 /// The `{advertiser_id}/{campaign_id}` of a path.

@@ -4,6 +4,7 @@
 pub mod plan;
 pub mod range;
 pub mod summary;
+pub mod uniques;
 
 /// How reads fan out.
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,7 @@
-//! Which partitions a campaign query reads: for each UTC day, every bucket of every bucket
-//! count in force that day. Pure: no store, no clock.
+//! Which partitions a campaign or site query reads: for each UTC day, every bucket of every
+//! bucket count in force that day. Pure: no store, no clock.
 
+use crate::domain::beacon::{SiteId, VisitPartition};
 use crate::domain::campaign::SettingsHistory;
 use crate::domain::ids::CampaignKey;
 use crate::domain::partition::EventPartition;
@@ -27,6 +28,24 @@ pub fn campaign_partitions(
         (day, partitions)
     })
     .collect()
+}
+
+/// The beacon partitions of one site's UTC day.
+pub fn visit_partitions(
+    site: &SiteId,
+    day: Day,
+    history: &SettingsHistory,
+    settings_staleness: Duration,
+) -> Vec<VisitPartition> {
+    history
+        .buckets_to_read(day, settings_staleness)
+        .ids()
+        .map(|bucket| VisitPartition {
+            site: site.clone(),
+            day,
+            bucket,
+        })
+        .collect()
 }
 
 #[cfg(test)]

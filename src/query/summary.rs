@@ -9,7 +9,7 @@ use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
-use crate::domain::time::{Day, EventTime, MAX_FUTURE_SKEW};
+use crate::domain::time::{Day, EventTime};
 use crate::settings::SettingsCache;
 use crate::store::{ClickRow, Store, StoreError};
 use chrono::NaiveDate;
@@ -84,12 +84,12 @@ pub async fn campaign_summary(
     fan_out: FanOut,
 ) -> Result<Summary, StoreError> {
     let history = settings.history(campaign).await?;
-    // Defence in depth: also read what a change made closer than the write rules allow could
-    // have left behind (a stale cache, an event timestamped ahead of the clock).
-    let staleness = chrono::Duration::from_std(settings.lifetime())
-        .unwrap_or_else(|_| chrono::Duration::zero())
-        + MAX_FUTURE_SKEW;
-    let plan = campaign_partitions(campaign, range.utc_days(), &history, staleness);
+    let plan = campaign_partitions(
+        campaign,
+        range.utc_days(),
+        &history,
+        settings.read_staleness(),
+    );
     let mut summary = Summary::new(range);
     count_impressions(store, &plan, range, fan_out, &mut summary).await?;
     count_clicks(store, campaign, &plan, range, fan_out, &mut summary).await?;

@@ -1,7 +1,7 @@
 //! The errors a store reports, in terms the layers above can act on.
 
 /// Why a store call failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached or did not answer in time; the same call may succeed
     /// later.

@@ -1,11 +1,15 @@
 //! A [`Store`] wrapper that times every call into the `adevents_store_call_duration_seconds`
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
-use super::{ClickRow, ImpressionSummaryRow, Store, StoreError};
+use super::{
+    ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+};
+use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
 use async_trait::async_trait;
 use std::future::Future;
 use std::sync::Arc;
@@ -107,5 +111,56 @@ impl Store for Instrumented {
             self.inner.put_campaign_settings(campaign, settings),
         )
         .await
+    }
+
+    async fn write_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[Beacon],
+    ) -> Result<(), StoreError> {
+        timed("write_visits", self.inner.write_visits(partition, visits)).await
+    }
+
+    async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
+        timed("read_visits", self.inner.read_visits(partition)).await
+    }
+
+    async fn site_settings(&self, site: &SiteId) -> Result<SettingsHistory, StoreError> {
+        timed("site_settings", self.inner.site_settings(site)).await
+    }
+
+    async fn put_site_settings(
+        &self,
+        site: &SiteId,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        timed(
+            "put_site_settings",
+            self.inner.put_site_settings(site, settings),
+        )
+        .await
+    }
+
+    async fn write_sketches(
+        &self,
+        partition: &SketchPartition,
+        rows: &[SketchRow],
+    ) -> Result<(), StoreError> {
+        timed("write_sketches", self.inner.write_sketches(partition, rows)).await
+    }
+
+    async fn read_sketches(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<Vec<SketchRow>, StoreError> {
+        timed("read_sketches", self.inner.read_sketches(partition)).await
+    }
+
+    async fn mark_site_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
+        timed("mark_site_day", self.inner.mark_site_day(day, site)).await
+    }
+
+    async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError> {
+        timed("sites_of_day", self.inner.sites_of_day(day)).await
     }
 }

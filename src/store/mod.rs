@@ -14,12 +14,14 @@ pub mod instrumented;
 mod rows;
 
 pub use error::StoreError;
-pub use rows::{ClickRow, ImpressionSummaryRow};
+pub use rows::{ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, VisitRow};
 
+use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
 use async_trait::async_trait;
 
 /// A place events are kept.
@@ -72,4 +74,44 @@ pub trait Store: Send + Sync + 'static {
         campaign: CampaignKey,
         settings: &CampaignSettings,
     ) -> Result<(), StoreError>;
+
+    /// Writes beacons that all belong to `partition`. Idempotent: a beacon is its site, guid,
+    /// timestamp and features, and re-writing one overwrites it.
+    async fn write_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[Beacon],
+    ) -> Result<(), StoreError>;
+
+    /// Every beacon of one partition, in no promised order.
+    async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError>;
+
+    /// Every configuration the site ever had (empty when never configured).
+    async fn site_settings(&self, site: &SiteId) -> Result<SettingsHistory, StoreError>;
+
+    /// Records a site configuration (only `buckets` and `effective_from` apply to sites).
+    async fn put_site_settings(
+        &self,
+        site: &SiteId,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError>;
+
+    /// Writes writers' absolute sketch states into one sketch partition.
+    async fn write_sketches(
+        &self,
+        partition: &SketchPartition,
+        rows: &[SketchRow],
+    ) -> Result<(), StoreError>;
+
+    /// Every writer's sketch of every hour of one sketch partition.
+    async fn read_sketches(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<Vec<SketchRow>, StoreError>;
+
+    /// Records that `site` received beacons for UTC `day` (the day index). Idempotent.
+    async fn mark_site_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError>;
+
+    /// The sites that received beacons for UTC `day`.
+    async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError>;
 }

@@ -9,20 +9,26 @@ mod errors;
 pub mod migrator;
 mod reads;
 mod session;
+mod sites;
 mod statements;
 mod writes;
 
+use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
 use crate::migrations::Migration;
-use crate::store::{ClickRow, ImpressionSummaryRow, Store, StoreError};
+use crate::store::{
+    ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+};
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
 use migrator::{MigrateError, MigrationReport};
 use scylla::client::session::Session;
 use scylla::statement::unprepared::Statement;
+use sites::SiteStatements;
 use statements::Statements;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +49,7 @@ pub struct CassandraStore {
     /// Prepared once, at start-up after migrations ([`prepare`](Self::prepare)), or by the
     /// first request if the schema was not there yet.
     statements: OnceCell<Statements>,
+    site_statements: OnceCell<SiteStatements>,
     /// Seconds for `USING TTL` (0: never expire).
     ttl_seconds: i32,
 }
@@ -72,13 +79,21 @@ impl CassandraStore {
             config,
             latest_migration: migrations.last().cloned(),
             statements: OnceCell::new(),
+            site_statements: OnceCell::new(),
             ttl_seconds,
         })
     }
 
     /// Prepares every hot-path statement; fails while the schema is missing.
     pub async fn prepare(&self) -> Result<(), StoreError> {
-        self.statements().await.map(|_| ())
+        self.statements().await?;
+        self.site_statements().await.map(|_| ())
+    }
+
+    async fn site_statements(&self) -> Result<&SiteStatements, StoreError> {
+        self.site_statements
+            .get_or_try_init(|| SiteStatements::prepare(&self.session, &self.config.keyspace))
+            .await
     }
 
     async fn statements(&self) -> Result<&Statements, StoreError> {
@@ -233,5 +248,63 @@ impl Store for CassandraStore {
             .await
             .map_err(statements::failed("writing campaign settings"))?;
         Ok(())
+    }
+
+    async fn write_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[Beacon],
+    ) -> Result<(), StoreError> {
+        let statements = self.site_statements().await?;
+        sites::write_visits(
+            &self.session,
+            statements,
+            self.ttl_seconds,
+            partition,
+            visits,
+        )
+        .await
+    }
+
+    async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
+        sites::read_visits(&self.session, self.site_statements().await?, partition).await
+    }
+
+    async fn site_settings(&self, site: &SiteId) -> Result<SettingsHistory, StoreError> {
+        sites::site_settings(&self.session, self.site_statements().await?, site).await
+    }
+
+    async fn put_site_settings(
+        &self,
+        site: &SiteId,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        let statements = self.site_statements().await?;
+        sites::put_site_settings(&self.session, statements, site, settings).await
+    }
+
+    async fn write_sketches(
+        &self,
+        partition: &SketchPartition,
+        rows: &[SketchRow],
+    ) -> Result<(), StoreError> {
+        let statements = self.site_statements().await?;
+        sites::write_sketches(&self.session, statements, self.ttl_seconds, partition, rows).await
+    }
+
+    async fn read_sketches(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<Vec<SketchRow>, StoreError> {
+        sites::read_sketches(&self.session, self.site_statements().await?, partition).await
+    }
+
+    async fn mark_site_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
+        let statements = self.site_statements().await?;
+        sites::mark_site_day(&self.session, statements, self.ttl_seconds, day, site).await
+    }
+
+    async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError> {
+        sites::sites_of_day(&self.session, self.site_statements().await?, day).await
     }
 }

@@ -26,15 +26,7 @@ const EVENT_PARTITION: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?
 
 impl Statements {
     pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
-        let prepare = |cql: String| async move {
-            let mut statement = session
-                .prepare(cql)
-                .await
-                .map_err(|error| prepare_error(&error.to_string()))?;
-            // Every statement here writes absolute values or reads: repeating one is harmless.
-            statement.set_is_idempotent(true);
-            Ok::<_, StoreError>(statement)
-        };
+        let prepare = |cql: String| prepare_one(session, cql);
         Ok(Self {
             insert_impression: prepare(format!(
                 "INSERT INTO {keyspace}.impression (advertiser_id, campaign_id, day, bucket_id, timestamp, \
@@ -81,6 +73,29 @@ impl Statements {
             .await?,
         })
     }
+}
+
+/// Prepares one statement. Every statement of this store writes absolute values or reads, so
+/// repeating one is harmless: all are idempotent.
+async fn prepare_one(session: &Session, cql: String) -> Result<PreparedStatement, StoreError> {
+    let mut statement = session
+        .prepare(cql)
+        .await
+        .map_err(|error| prepare_error(&error.to_string()))?;
+    statement.set_is_idempotent(true);
+    Ok(statement)
+}
+
+/// Prepares several statements at once, in the order given.
+pub async fn prepare_all<const N: usize>(
+    session: &Session,
+    cql: [String; N],
+) -> Result<[PreparedStatement; N], StoreError> {
+    let prepared =
+        futures::future::try_join_all(cql.into_iter().map(|cql| prepare_one(session, cql))).await?;
+    prepared
+        .try_into()
+        .map_err(|_| StoreError::Internal("preparing statements: a statement went missing".into()))
 }
 
 /// A statement that cannot be prepared almost always names a table migrations have not

@@ -8,17 +8,24 @@
 //! so it survives a crash of the process (kill -9) but not of the machine. The folder is locked:
 //! a second process on it is refused.
 
+mod committer;
 mod keys;
 mod rows;
+mod site_keys;
 
+use crate::domain::beacon::{Beacon, Features, Guid, SiteId, VisitPartition};
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
 use crate::domain::time::EventTime;
-use crate::store::{ClickRow, ImpressionSummaryRow, Store, StoreError};
+use crate::store::{
+    ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+};
 use async_trait::async_trait;
+use committer::{Committer, Rows};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +56,10 @@ struct Tables {
     click: Keyspace,
     click_by_impression: Keyspace,
     campaign_config: Keyspace,
+    visit: Keyspace,
+    site_config: Keyspace,
+    visit_sketch: Keyspace,
+    site_day: Keyspace,
     persist: PersistMode,
 }
 
@@ -56,9 +67,10 @@ struct Tables {
 #[derive(Clone)]
 pub struct EmbeddedStore {
     tables: Arc<Tables>,
+    committer: Arc<Committer>,
 }
 
-fn engine_error(context: &str, error: fjall::Error) -> StoreError {
+fn engine_error(context: &str, error: &fjall::Error) -> StoreError {
     match error {
         fjall::Error::Poisoned | fjall::Error::Unrecoverable => StoreError::Internal(format!(
             "{context}: the data folder failed a write earlier ({error}); restart the server"
@@ -86,16 +98,16 @@ impl EmbeddedStore {
         })?;
         let open = |name: &str| {
             db.keyspace(name, KeyspaceCreateOptions::default)
-                .map_err(|error| engine_error("opening tables", error))
+                .map_err(|error| engine_error("opening tables", &error))
         };
         let meta = open("meta")?;
         match meta
             .get("format")
-            .map_err(|error| engine_error("reading the format", error))?
+            .map_err(|error| engine_error("reading the format", &error))?
         {
             None => meta
                 .insert("format", FORMAT_VERSION.to_be_bytes())
-                .map_err(|error| engine_error("writing the format", error))?,
+                .map_err(|error| engine_error("writing the format", &error))?,
             Some(version) if version.as_ref() == FORMAT_VERSION.to_be_bytes() => {}
             Some(_) => {
                 return Err(StoreError::SchemaNotCurrent(format!(
@@ -109,6 +121,10 @@ impl EmbeddedStore {
             click: open("click")?,
             click_by_impression: open("click_by_impression")?,
             campaign_config: open("campaign_config")?,
+            visit: open("visit")?,
+            site_config: open("site_config")?,
+            visit_sketch: open("visit_sketch")?,
+            site_day: open("site_day")?,
             persist: match config.fsync {
                 Fsync::Always => PersistMode::SyncData,
                 Fsync::Never => PersistMode::Buffer,
@@ -118,10 +134,10 @@ impl EmbeddedStore {
         tables
             .db
             .persist(PersistMode::SyncAll)
-            .map_err(|error| engine_error("syncing the data folder", error))?;
-        Ok(Self {
-            tables: Arc::new(tables),
-        })
+            .map_err(|error| engine_error("syncing the data folder", &error))?;
+        let tables = Arc::new(tables);
+        let committer = Arc::new(Committer::start(Arc::clone(&tables))?);
+        Ok(Self { tables, committer })
     }
 
     /// Runs engine work off the async threads: a synced commit blocks for a disk flush.
@@ -135,20 +151,10 @@ impl EmbeddedStore {
             .map_err(|error| StoreError::Internal(format!("store task failed: {error}")))?
     }
 
-    /// Applies `rows` (table, key, value) as one atomic batch, durable per the fsync policy.
-    async fn write(
-        &self,
-        context: &'static str,
-        rows: Vec<(Table, Vec<u8>, Vec<u8>)>,
-    ) -> Result<(), StoreError> {
-        self.blocking(move |tables| {
-            let mut batch = tables.db.batch().durability(Some(tables.persist));
-            for (table, key, value) in rows {
-                batch.insert(tables.get(table), key, value);
-            }
-            batch.commit().map_err(|error| engine_error(context, error))
-        })
-        .await
+    /// Applies `rows` (table, key, value) as one atomic batch, durable per the fsync policy;
+    /// concurrent calls share a commit ([`committer`]).
+    async fn write(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
+        self.committer.commit(context, rows).await
     }
 
     /// Every (key, value) under `prefix` in one table, in key order, at most `limit`.
@@ -167,7 +173,7 @@ impl EmbeddedStore {
                 .map(|guard| {
                     guard
                         .into_inner()
-                        .map_err(|error| engine_error(context, error))
+                        .map_err(|error| engine_error(context, &error))
                 })
                 .collect()
         })
@@ -204,6 +210,10 @@ enum Table {
     Click,
     ClickByImpression,
     CampaignConfig,
+    Visit,
+    SiteConfig,
+    VisitSketch,
+    SiteDay,
 }
 
 impl Tables {
@@ -214,6 +224,10 @@ impl Tables {
             Table::Click => &self.click,
             Table::ClickByImpression => &self.click_by_impression,
             Table::CampaignConfig => &self.campaign_config,
+            Table::Visit => &self.visit,
+            Table::SiteConfig => &self.site_config,
+            Table::VisitSketch => &self.visit_sketch,
+            Table::SiteDay => &self.site_day,
         }
     }
 }
@@ -375,5 +389,146 @@ impl Store for EmbeddedStore {
             rows::settings_value(settings.buckets.get(), settings.daily_cap),
         );
         self.write("writing campaign settings", vec![row]).await
+    }
+
+    async fn write_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[Beacon],
+    ) -> Result<(), StoreError> {
+        let rows = visits
+            .iter()
+            .map(|visit| {
+                let key = site_keys::visit_key(
+                    partition,
+                    visit.timestamp.instant(),
+                    visit.guid.as_str(),
+                    &visit.features.combination_key(),
+                );
+                (Table::Visit, key, Vec::new())
+            })
+            .collect();
+        self.write("writing beacons", rows).await
+    }
+
+    async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
+        const CONTEXT: &str = "reading beacons";
+        let prefix = site_keys::visit_prefix(partition);
+        let prefix_len = prefix.len();
+        let rows = self.scan(Table::Visit, prefix, None, CONTEXT).await?;
+        rows.iter()
+            .map(|(key, _)| {
+                let (at, guid, features) =
+                    site_keys::decode_visit_key(key, prefix_len).ok_or_else(|| corrupt(CONTEXT))?;
+                Ok(VisitRow {
+                    timestamp: EventTime::from_stored(at),
+                    guid: Guid::from_stored(guid.to_owned()),
+                    features: Features::from_combination_key(features)
+                        .ok_or_else(|| corrupt(CONTEXT))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn site_settings(&self, site: &SiteId) -> Result<SettingsHistory, StoreError> {
+        const CONTEXT: &str = "reading site settings";
+        let prefix = site_keys::site_prefix(site);
+        let prefix_len = prefix.len();
+        let rows = self.scan(Table::SiteConfig, prefix, None, CONTEXT).await?;
+        let entries = rows
+            .iter()
+            .map(|(key, value)| {
+                let effective_from = site_keys::decode_site_settings_time(key, prefix_len)
+                    .ok_or_else(|| corrupt(CONTEXT))?;
+                let (buckets, _) =
+                    rows::decode_settings_value(value).ok_or_else(|| corrupt(CONTEXT))?;
+                Ok(CampaignSettings {
+                    buckets: BucketCount::new(buckets).map_err(|_| corrupt(CONTEXT))?,
+                    effective_from,
+                    daily_cap: None,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(SettingsHistory::new(entries))
+    }
+
+    async fn put_site_settings(
+        &self,
+        site: &SiteId,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        let row = (
+            Table::SiteConfig,
+            site_keys::site_settings_key(site, settings.effective_from),
+            rows::settings_value(settings.buckets.get(), None),
+        );
+        self.write("writing site settings", vec![row]).await
+    }
+
+    async fn write_sketches(
+        &self,
+        partition: &SketchPartition,
+        rows: &[SketchRow],
+    ) -> Result<(), StoreError> {
+        let rows = rows
+            .iter()
+            .map(|row| {
+                (
+                    Table::VisitSketch,
+                    site_keys::sketch_key(partition, row.hour, row.writer),
+                    row.sketch.clone(),
+                )
+            })
+            .collect();
+        self.write("writing sketches", rows).await
+    }
+
+    async fn read_sketches(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<Vec<SketchRow>, StoreError> {
+        const CONTEXT: &str = "reading sketches";
+        let prefix = site_keys::sketch_prefix(partition);
+        let prefix_len = prefix.len();
+        let rows = self.scan(Table::VisitSketch, prefix, None, CONTEXT).await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (hour, writer) = site_keys::decode_sketch_key(key, prefix_len)
+                    .ok_or_else(|| corrupt(CONTEXT))?;
+                Ok(SketchRow {
+                    hour,
+                    writer,
+                    sketch: value.to_vec(),
+                })
+            })
+            .collect()
+    }
+
+    async fn mark_site_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
+        let row = (
+            Table::SiteDay,
+            site_keys::site_day_key(day, site),
+            Vec::new(),
+        );
+        self.write("writing the day index", vec![row]).await
+    }
+
+    async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError> {
+        const CONTEXT: &str = "reading the day index";
+        let rows = self
+            .scan(
+                Table::SiteDay,
+                site_keys::site_day_prefix(day),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, _)| {
+                site_keys::decode_site_day_key(key)
+                    .and_then(|site| SiteId::parse(site).ok())
+                    .ok_or_else(|| corrupt(CONTEXT))
+            })
+            .collect()
     }
 }

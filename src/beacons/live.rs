@@ -1,0 +1,280 @@
+//! This process's unique-visitor sketches of recent beacons, one per site, UTC hour and feature
+//! combination, flushed about every second as **absolute** state under a writer id of their own
+//! (DESIGN.md, "Live state across processes"). Readers merge every writer's row of an hour, so
+//! a rewrite, a retried beacon, a restart or a second process never inflates a count.
+//!
+//! A sketch evicted from memory and needed again (a late beacon for an old hour) starts afresh
+//! under a new writer id rather than overwrite the state already stored with less.
+
+use crate::domain::beacon::{Beacon, SiteId};
+use crate::domain::sketch::{MemberHash, UniqueSketch};
+use crate::domain::time::Day;
+use crate::store::{SketchPartition, SketchRow, Store, StoreError};
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// Independent locks, so concurrent beacons rarely wait for each other.
+const SHARDS: usize = 16;
+/// Sketch partitions written at once by one flush.
+const FLUSH_CONCURRENCY: usize = 16;
+const HOUR_MILLIS: i64 = 3_600_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Cell {
+    site: SiteId,
+    /// Hours since the epoch.
+    hour: i64,
+    combination: String,
+}
+
+impl Cell {
+    fn hour_start(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(self.hour * HOUR_MILLIS).unwrap_or_default()
+    }
+
+    fn partition(&self) -> SketchPartition {
+        SketchPartition {
+            site: self.site.clone(),
+            day: Day::new(self.hour_start().date_naive()),
+            combination: self.combination.clone(),
+        }
+    }
+}
+
+struct Entry {
+    writer: Uuid,
+    sketch: UniqueSketch,
+    /// Bumped by every insert; the state is stored once `flushed` catches up.
+    version: u64,
+    flushed: u64,
+    touched: Instant,
+}
+
+/// One dirty sketch, copied out for a flush.
+struct Snapshot {
+    cell: Cell,
+    writer: Uuid,
+    version: u64,
+    bytes: Vec<u8>,
+}
+
+pub struct LiveSketches {
+    shards: Vec<Mutex<HashMap<Cell, Entry>>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for LiveSketches {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LiveSketches {
+    pub fn new() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// Counts `beacon`'s visitor in the sketch of every subset of its features.
+    pub fn record(&self, beacon: &Beacon) {
+        let member = MemberHash::of(beacon.guid.as_str().as_bytes());
+        let hour = beacon.timestamp.epoch_millis().div_euclid(HOUR_MILLIS);
+        let now = Instant::now();
+        for subset in beacon.features.subsets() {
+            let cell = Cell {
+                site: beacon.site.clone(),
+                hour,
+                combination: subset.combination_key(),
+            };
+            let mut shard = self.shard(&cell);
+            let entry = shard.entry(cell).or_insert_with(|| Entry {
+                writer: Uuid::new_v4(),
+                sketch: UniqueSketch::new(),
+                version: 0,
+                flushed: 0,
+                touched: now,
+            });
+            entry.sketch.insert(member);
+            entry.version += 1;
+            entry.touched = now;
+        }
+    }
+
+    /// Writes every sketch changed since its last flush. A sketch whose write fails stays
+    /// dirty and is written by the next flush. Returns how many sketches were written.
+    pub async fn flush(&self, store: &dyn Store) -> Result<usize, StoreError> {
+        let mut by_partition: BTreeMap<SketchPartition, Vec<Snapshot>> = BTreeMap::new();
+        for snapshot in self.dirty() {
+            by_partition
+                .entry(snapshot.cell.partition())
+                .or_default()
+                .push(snapshot);
+        }
+        let mut written = 0;
+        let mut first_error = None;
+        let mut writes = stream::iter(by_partition)
+            .map(|(partition, snapshots)| async move {
+                let rows: Vec<SketchRow> = snapshots
+                    .iter()
+                    .map(|snapshot| SketchRow {
+                        hour: snapshot.cell.hour_start(),
+                        writer: snapshot.writer,
+                        sketch: snapshot.bytes.clone(),
+                    })
+                    .collect();
+                let result = store.write_sketches(&partition, &rows).await;
+                (snapshots, result)
+            })
+            .buffer_unordered(FLUSH_CONCURRENCY);
+        while let Some((snapshots, result)) = writes.next().await {
+            match result {
+                Ok(()) => {
+                    written += snapshots.len();
+                    self.mark_flushed(&snapshots);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(written),
+        }
+    }
+
+    /// Drops sketches that are stored and have not changed for `idle`.
+    pub fn evict_idle(&self, idle: Duration) {
+        for shard in &self.shards {
+            lock(shard).retain(|_, entry| {
+                entry.version != entry.flushed || entry.touched.elapsed() < idle
+            });
+        }
+    }
+
+    /// Sketches held in memory.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|shard| lock(shard).len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn dirty(&self) -> Vec<Snapshot> {
+        let mut dirty = Vec::new();
+        for shard in &self.shards {
+            for (cell, entry) in lock(shard).iter() {
+                if entry.version != entry.flushed {
+                    dirty.push(Snapshot {
+                        cell: cell.clone(),
+                        writer: entry.writer,
+                        version: entry.version,
+                        bytes: entry.sketch.to_bytes(),
+                    });
+                }
+            }
+        }
+        dirty
+    }
+
+    fn mark_flushed(&self, snapshots: &[Snapshot]) {
+        for snapshot in snapshots {
+            if let Some(entry) = self.shard(&snapshot.cell).get_mut(&snapshot.cell)
+                && entry.writer == snapshot.writer
+            {
+                entry.flushed = entry.flushed.max(snapshot.version);
+            }
+        }
+    }
+
+    fn shard(&self, cell: &Cell) -> MutexGuard<'_, HashMap<Cell, Entry>> {
+        let index = (self.hasher.hash_one(cell) as usize) % SHARDS;
+        lock(&self.shards[index])
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Sketches stay valid whatever panicked while one was held: keep counting.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Flushes `live` every `period` until the task is aborted; sketches idle for 15 minutes are
+/// dropped from memory once stored.
+pub fn spawn_flusher(
+    live: Arc<LiveSketches>,
+    store: Arc<dyn Store>,
+    period: Duration,
+) -> tokio::task::JoinHandle<()> {
+    const IDLE: Duration = Duration::from_secs(15 * 60);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            ticks.tick().await;
+            match live.flush(store.as_ref()).await {
+                Ok(_) => {
+                    if failing {
+                        tracing::info!("unique-visitor sketches are being stored again");
+                    }
+                    failing = false;
+                    live.evict_idle(IDLE);
+                }
+                Err(error) => {
+                    // Logged once per outage; the sketches stay in memory and are retried.
+                    if !failing {
+                        tracing::warn!(%error, "cannot store unique-visitor sketches; retrying every flush");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::beacon::{BeaconRules, parse_beacon};
+
+    fn beacon(guid: &str, features: &[(&str, &str)]) -> Beacon {
+        let mut params = vec![
+            ("site".to_owned(), "example.com".to_owned()),
+            ("guid".to_owned(), guid.to_owned()),
+            ("timestamp".to_owned(), "1764158400".to_owned()),
+        ];
+        params.extend(
+            features
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+        );
+        parse_beacon(params, None, Utc::now(), BeaconRules::default()).expect("valid")
+    }
+
+    #[test]
+    fn a_beacon_touches_one_sketch_per_feature_subset_and_dirty_ones_are_snapshotted_once() {
+        let live = LiveSketches::new();
+        live.record(&beacon("a", &[("ref", "x"), ("page", "/")]));
+        live.record(&beacon("b", &[("ref", "x"), ("page", "/")]));
+        assert_eq!(live.len(), 4);
+        let dirty = live.dirty();
+        assert_eq!(dirty.len(), 4);
+        live.mark_flushed(&dirty);
+        assert!(live.dirty().is_empty());
+        live.record(&beacon("c", &[("ref", "y")]));
+        // Two new cells (ref=y, and the site-wide one again).
+        assert_eq!(live.dirty().len(), 2);
+        live.evict_idle(Duration::ZERO);
+        assert_eq!(live.len(), 2, "only the stored, idle sketches are dropped");
+    }
+}

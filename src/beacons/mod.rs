@@ -1,0 +1,75 @@
+//! The beacon write path: a validated beacon is stored in its partition (site, UTC day, bucket
+//! in force at its own time) before the answer, then counted in this process's live sketches,
+//! which reach the store about a second later ([`live`]). Sketches can always be rebuilt from
+//! the stored beacons ([`rebuild`]).
+
+pub mod live;
+pub mod rebuild;
+
+use crate::domain::beacon::{Beacon, SiteId};
+use crate::domain::time::Day;
+use crate::settings::SettingsCache;
+use crate::store::{Store, StoreError};
+use live::LiveSketches;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+/// Site-days remembered as already in the day index; past this, the memory starts over.
+const MARKED_DAYS_REMEMBERED: usize = 100_000;
+
+pub struct BeaconIngestor {
+    store: Arc<dyn Store>,
+    settings: Arc<SettingsCache>,
+    live: Arc<LiveSketches>,
+    /// Site-days this process already wrote to the day index (DESIGN.md: de-duplicated in the
+    /// process, so the index costs one write per site and day, not one per beacon).
+    marked: Mutex<HashSet<(Day, SiteId)>>,
+}
+
+impl BeaconIngestor {
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings: Arc<SettingsCache>,
+        live: Arc<LiveSketches>,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            live,
+            marked: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Stores `beacon` durably, then counts it.
+    pub async fn track(&self, beacon: Beacon) -> Result<(), StoreError> {
+        let history = self.settings.site_history(&beacon.site).await?;
+        let partition = beacon.partition(history.buckets_at(beacon.timestamp.instant()));
+        self.mark_day(partition.day, &beacon.site).await?;
+        self.store
+            .write_visits(&partition, std::slice::from_ref(&beacon))
+            .await?;
+        self.live.record(&beacon);
+        Ok(())
+    }
+
+    async fn mark_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
+        let key = (day, site.clone());
+        if self.lock_marked().contains(&key) {
+            return Ok(());
+        }
+        self.store.mark_site_day(day, site).await?;
+        let mut marked = self.lock_marked();
+        if marked.len() >= MARKED_DAYS_REMEMBERED {
+            marked.clear();
+        }
+        marked.insert(key);
+        Ok(())
+    }
+
+    fn lock_marked(&self) -> std::sync::MutexGuard<'_, HashSet<(Day, SiteId)>> {
+        // A set of markers stays usable whatever panicked while holding it.
+        self.marked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

@@ -1,0 +1,168 @@
+//! `/track`: beacons from page script tags, as a form post, a `navigator.sendBeacon` body
+//! (`text/plain` holding urlencoded text or a JSON object), JSON, or a `GET` pixel.
+//! CORS is open to every page (the `/track` routes carry their own layer in the router).
+
+use super::AppState;
+use super::body::{BodyLimits, read_body};
+use super::error::{ApiError, FieldError};
+use crate::domain::beacon::{BeaconError, parse_beacon};
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use serde_json::Value;
+
+/// A beacon is a few hundred bytes; this leaves room for the largest valid one.
+const MAX_BEACON_BYTES: usize = 64 * 1024;
+
+/// The smallest transparent GIF: 1×1, one transparent colour.
+const PIXEL: &[u8] = &[
+    0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0xff, 0xff, 0xff, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
+];
+
+pub async fn post_track(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let limits = BodyLimits {
+        max_bytes: MAX_BEACON_BYTES,
+        max_events: 1,
+    };
+    let body = read_body(&headers, body, limits).await?;
+    let mut params = query_params(query.as_deref())?;
+    params.extend(body_params(&headers, &body)?);
+    track(&state, &headers, params).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn get_track(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    track(&state, &headers, query_params(query.as_deref())?).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/gif"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        PIXEL,
+    )
+        .into_response())
+}
+
+/// A plain `OPTIONS` (not a CORS preflight, which the CORS layer answers) says what is allowed.
+pub async fn options_track() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(header::ALLOW, "GET, POST, OPTIONS")],
+    )
+        .into_response()
+}
+
+async fn track(
+    state: &AppState,
+    headers: &HeaderMap,
+    params: Vec<(String, String)>,
+) -> Result<(), ApiError> {
+    let fallback = page_host(headers);
+    let beacon = parse_beacon(
+        params,
+        fallback.as_deref(),
+        Utc::now(),
+        state.options.beacon_rules,
+    )
+    .map_err(|errors| {
+        metrics::counter!("adevents_events_rejected_total", "kind" => "beacon").increment(1);
+        invalid_beacon(errors)
+    })?;
+    state.beacons.track(beacon).await?;
+    metrics::counter!("adevents_events_accepted_total", "kind" => "beacon").increment(1);
+    Ok(())
+}
+
+fn invalid_beacon(errors: Vec<BeaconError>) -> ApiError {
+    let message = errors
+        .iter()
+        .map(|error| format!("{} {}", error.field, error.message))
+        .collect::<Vec<_>>()
+        .join("; ");
+    ApiError::InvalidRequest {
+        message: format!("the beacon is invalid: {message}"),
+        errors: errors
+            .into_iter()
+            .map(|error| FieldError {
+                index: None,
+                field: Some(error.field),
+                message: error.message,
+            })
+            .collect(),
+    }
+}
+
+/// The host of the page that sent the beacon: from `Origin`, else from `Referer`.
+fn page_host(headers: &HeaderMap) -> Option<String> {
+    [header::ORIGIN, header::REFERER].iter().find_map(|name| {
+        let value = headers.get(name)?.to_str().ok()?;
+        let url = url::Url::parse(value).ok()?;
+        url.host_str().map(str::to_owned)
+    })
+}
+
+fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|error| ApiError::invalid("query string", format!("is malformed: {error}")))
+}
+
+/// Parameters from a body, by its type. `sendBeacon` with a string sends `text/plain`, which
+/// may hold urlencoded text or a JSON object; a body without a type is read the same way.
+fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(|value| value.trim().to_ascii_lowercase());
+    match media_type.as_deref() {
+        Some("application/x-www-form-urlencoded") => urlencoded(body),
+        Some("application/json") => json_object(body),
+        None | Some("text/plain") => {
+            if body.trim_ascii_start().starts_with(b"{") {
+                json_object(body)
+            } else {
+                urlencoded(body)
+            }
+        }
+        Some(other) => Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Type {other:?} is not accepted by /track; send application/x-www-form-urlencoded, \
+             text/plain or application/json"
+        ))),
+    }
+}
+
+fn urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    serde_urlencoded::from_bytes(body).map_err(|error| {
+        ApiError::invalid("body", format!("is not urlencoded parameters: {error}"))
+    })
+}
+
+/// A JSON object of strings (numbers are taken as their text, e.g. a numeric timestamp).
+fn json_object(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    let object: serde_json::Map<String, Value> = serde_json::from_slice(body)
+        .map_err(|error| ApiError::invalid("body", format!("is not a JSON object: {error}")))?;
+    object
+        .into_iter()
+        .map(|(name, value)| match value {
+            Value::String(text) => Ok((name, text)),
+            Value::Number(number) => Ok((name, number.to_string())),
+            _ => Err(ApiError::invalid(&name, "must be a string or a number")),
+        })
+        .collect()
+}
