@@ -40,6 +40,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply pending schema migrations, then exit.
     Migrate(MigrateArgs),
+    /// Send realistic mock beacon traffic to a running server, then print its unique-visitor
+    /// counts for every feature combination beside the exact ones.
+    Simulate(SimulateArgs),
 }
 
 impl Command {
@@ -47,6 +50,7 @@ impl Command {
         match self {
             Self::Serve(args) => &args.log,
             Self::Migrate(args) => &args.log,
+            Self::Simulate(args) => &args.log,
         }
     }
 }
@@ -119,6 +123,85 @@ impl ServeArgs {
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Site id the beacons are for.
+    #[arg(
+        short = 's',
+        long,
+        env = "ADEVENTS_SIMULATE_SITE",
+        default_value = "site1"
+    )]
+    pub site: String,
+    /// Distinct visitors (guids).
+    #[arg(
+        short = 'g',
+        long,
+        env = "ADEVENTS_SIMULATE_GUIDS",
+        default_value_t = 100
+    )]
+    pub guids: usize,
+    /// Visits (beacons) to send.
+    #[arg(
+        short = 'n',
+        long,
+        env = "ADEVENTS_SIMULATE_VISITS",
+        default_value_t = 500
+    )]
+    pub visits: usize,
+    /// Referrers (feature1), most popular first.
+    #[arg(short = 'r', long, num_args = 1.., default_values_t = ["facebook.com".to_owned(), "google.com".to_owned()])]
+    pub referers: Vec<String>,
+    /// Landing pages (feature2), most popular first.
+    #[arg(short = 'p', long, num_args = 1.., default_values_t = ["/index.html".to_owned(), "/index2.html".to_owned(), "/index3.html".to_owned()])]
+    pub pages: Vec<String>,
+    /// First day of the traffic (UTC).
+    #[arg(
+        short = 'f',
+        long,
+        env = "ADEVENTS_SIMULATE_FROM",
+        default_value = "2018-10-01"
+    )]
+    pub from: chrono::NaiveDate,
+    /// Day after the last day of the traffic (exclusive, UTC).
+    #[arg(
+        short = 't',
+        long,
+        env = "ADEVENTS_SIMULATE_TO",
+        default_value = "2018-11-01"
+    )]
+    pub to: chrono::NaiveDate,
+    /// Beacons in flight at once.
+    #[arg(short = 'c', long, env = "ADEVENTS_SIMULATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Seed of the generator: the same seed gives the same traffic.
+    #[arg(long, env = "ADEVENTS_SIMULATE_SEED", default_value_t = 1)]
+    pub seed: u64,
+    /// Base URL of the running server.
+    #[arg(
+        long,
+        env = "ADEVENTS_SIMULATE_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+    /// Where the generated visits are written as CSV.
+    #[arg(
+        long,
+        env = "ADEVENTS_SIMULATE_CSV",
+        default_value = "simulated-visits.csv"
+    )]
+    pub csv: std::path::PathBuf,
+    /// How long to wait after sending before querying: the server stores its live sketches
+    /// about every second.
+    #[arg(long, env = "ADEVENTS_SIMULATE_SETTLE", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub settle: Duration,
+    /// No progress bar (for logs and scripts).
+    #[arg(long, env = "ADEVENTS_SIMULATE_QUIET", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[derive(Debug, Args)]

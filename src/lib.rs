@@ -20,5 +20,6 @@ pub mod migrations;
 pub mod query;
 pub mod server;
 pub mod settings;
+pub mod simulate;
 pub mod store;
 pub mod telemetry;

@@ -12,6 +12,7 @@ async fn main() -> ExitCode {
     let outcome = match command {
         Command::Serve(args) => commands::serve(args).await,
         Command::Migrate(args) => commands::migrate(args).await,
+        Command::Simulate(args) => commands::simulate(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

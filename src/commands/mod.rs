@@ -2,9 +2,11 @@
 
 mod migrate;
 mod serve;
+mod simulate;
 
 pub use migrate::migrate;
 pub use serve::serve;
+pub use simulate::simulate;
 
 use crate::cli::{StoreArgs, StoreKind};
 use crate::migrations::{self, Migration, MigrationFileError};
@@ -30,6 +32,8 @@ pub enum CommandError {
     },
     #[error("the HTTP server failed: {0}")]
     Server(std::io::Error),
+    #[error("simulation failed: {0}")]
+    Simulate(String),
 }
 
 /// A store opened for a command, with the concrete type kept for store-specific work.

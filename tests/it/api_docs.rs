@@ -33,17 +33,21 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
             "/metrics",
             "/openapi.json",
             "/readyz",
+            "/track",
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}",
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary",
             "/v1/clicks",
             "/v1/impressions",
+            "/v1/sites/{site}",
+            "/v1/sites/{site}/uniques",
         ]
     );
     let campaign = Campaign::fresh();
     for (path, operations) in paths {
         let concrete = path
             .replace("{advertiser_id}", &campaign.advertiser_id.to_string())
-            .replace("{campaign_id}", &campaign.campaign_id.to_string());
+            .replace("{campaign_id}", &campaign.campaign_id.to_string())
+            .replace("{site}", "example.com");
         for method in operations.as_object().expect("operations").keys() {
             let method = match method.as_str() {
                 "get" => Method::GET,

@@ -1,0 +1,7 @@
+//! `adevents simulate`: mock traffic for a site ([`traffic`]), sent to a running server like
+//! script tags send it ([`send`]), then the server's unique-visitor counts set beside the exact
+//! ones ([`report`]).
+
+pub mod report;
+pub mod send;
+pub mod traffic;

@@ -1,0 +1,140 @@
+//! The server's unique-visitor counts for every feature combination of the simulated traffic,
+//! beside the exact counts, as a table.
+
+use super::traffic::Filter;
+use chrono::NaiveDate;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// One combination: exact and served visits and unique visitors.
+#[derive(Debug, Clone)]
+pub struct ComparedRow {
+    pub filter: Filter,
+    pub exact_visits: u64,
+    pub exact_uniques: u64,
+    pub served_visits: u64,
+    pub served_uniques: u64,
+}
+
+impl ComparedRow {
+    /// Relative error of the unique count.
+    pub fn error(&self) -> f64 {
+        if self.exact_uniques == 0 {
+            return 0.0;
+        }
+        (self.served_uniques as f64 - self.exact_uniques as f64) / self.exact_uniques as f64
+    }
+}
+
+/// Why the server's counts could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("querying {url}: {reason}")]
+pub struct QueryError {
+    url: String,
+    reason: String,
+}
+
+/// Asks the server for the total visits and unique visitors of each filter over the inclusive
+/// local (UTC) days `from..=to`.
+pub async fn compare(
+    client: &reqwest::Client,
+    server: &str,
+    site: &str,
+    from: NaiveDate,
+    to: NaiveDate,
+    exact: &BTreeMap<Filter, (u64, u64)>,
+) -> Result<Vec<ComparedRow>, QueryError> {
+    let mut rows = Vec::with_capacity(exact.len());
+    for (filter, (exact_visits, exact_uniques)) in exact {
+        let mut params = vec![
+            ("from".to_owned(), from.to_string()),
+            ("to".to_owned(), to.to_string()),
+        ];
+        params.extend(
+            filter
+                .iter()
+                .map(|(name, value)| (format!("feature.{name}"), value.clone())),
+        );
+        let query = serde_urlencoded::to_string(&params).unwrap_or_default();
+        let url = format!(
+            "{}/v1/sites/{site}/uniques?{query}",
+            server.trim_end_matches('/')
+        );
+        let failed = |reason: String| QueryError {
+            url: url.clone(),
+            reason,
+        };
+        let response = client
+            .get(&url)
+            .send()
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            return Err(failed(format!("status {status}: {body}")));
+        }
+        let answer: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+        let count = |name: &str| answer["total"][name].as_u64().unwrap_or_default();
+        rows.push(ComparedRow {
+            filter: filter.clone(),
+            exact_visits: *exact_visits,
+            exact_uniques: *exact_uniques,
+            served_visits: count("visits"),
+            served_uniques: count("unique_visitors"),
+        });
+    }
+    Ok(rows)
+}
+
+/// The rows as an aligned text table, one line per combination ("*" where a feature is free).
+pub fn table(rows: &[ComparedRow], feature_names: &[&str]) -> String {
+    let mut header: Vec<String> = feature_names
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect();
+    header.extend(
+        [
+            "visits",
+            "visits (server)",
+            "uniques (exact)",
+            "uniques (server)",
+            "error",
+        ]
+        .map(str::to_owned),
+    );
+    let mut lines = vec![header];
+    for row in rows {
+        let mut line: Vec<String> = feature_names
+            .iter()
+            .map(|name| row.filter.get(name).cloned().unwrap_or_else(|| "*".into()))
+            .collect();
+        line.push(row.exact_visits.to_string());
+        line.push(row.served_visits.to_string());
+        line.push(row.exact_uniques.to_string());
+        line.push(row.served_uniques.to_string());
+        line.push(format!("{:+.2}%", row.error() * 100.0));
+        lines.push(line);
+    }
+    let widths: Vec<usize> = (0..lines[0].len())
+        .map(|column| {
+            lines
+                .iter()
+                .map(|line| line[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in &lines {
+        for (column, cell) in line.iter().enumerate() {
+            let _ = write!(out, "{cell:<width$}  ", width = widths[column]);
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    out
+}
