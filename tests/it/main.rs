@@ -5,6 +5,7 @@
 mod common;
 
 mod api_docs;
+mod beacons;
 mod campaigns;
 mod embedded_process;
 mod health;
@@ -13,3 +14,4 @@ mod migrations;
 mod process;
 mod readiness;
 mod summary;
+mod uniques;
