@@ -13,7 +13,7 @@ use crate::store::{SketchPartition, SketchRow, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -24,7 +24,8 @@ const SHARDS: usize = 16;
 const FLUSH_CONCURRENCY: usize = 16;
 const HOUR_MILLIS: i64 = 3_600_000;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// One sketch's place: site, hour and combination.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Cell {
     site: SiteId,
     /// Hours since the epoch.
@@ -55,6 +56,12 @@ struct Entry {
     touched: Instant,
 }
 
+impl Entry {
+    fn is_dirty(&self) -> bool {
+        self.version != self.flushed
+    }
+}
+
 /// One dirty sketch, copied out for a flush.
 struct Snapshot {
     cell: Cell,
@@ -63,8 +70,21 @@ struct Snapshot {
     bytes: Vec<u8>,
 }
 
+/// What one flush wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flushed {
+    pub sketches: usize,
+    /// Serialized sketch bytes (keys not included).
+    pub bytes: usize,
+}
+
+/// A site's sketches by hour, then combination: nested so a beacon's lookups borrow its
+/// site and keys instead of allocating a composite key per subset.
+type SiteSketches = HashMap<i64, HashMap<String, Entry>>;
+type Shard = HashMap<SiteId, SiteSketches>;
+
 pub struct LiveSketches {
-    shards: Vec<Mutex<HashMap<Cell, Entry>>>,
+    shards: Vec<Mutex<Shard>>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -82,25 +102,41 @@ impl LiveSketches {
         }
     }
 
-    /// Counts `beacon`'s visitor in the sketch of every subset of its features.
+    /// Counts `beacon`'s visitor in the sketch of every subset of its features. Runs for every
+    /// beacon: the combination keys are built in one reused buffer and only allocated for a
+    /// sketch seen for the first time.
     pub fn record(&self, beacon: &Beacon) {
         let member = MemberHash::of(beacon.guid.as_str().as_bytes());
         let hour = beacon.timestamp.epoch_millis().div_euclid(HOUR_MILLIS);
+        let pairs = beacon.features.encoded_pairs();
+        let mut key = String::with_capacity(pairs.iter().map(|pair| pair.len() + 1).sum());
         let now = Instant::now();
-        for subset in beacon.features.subsets() {
-            let cell = Cell {
-                site: beacon.site.clone(),
-                hour,
-                combination: subset.combination_key(),
+        let mut shard = self.shard(&beacon.site);
+        let hours = match shard.get_mut(&beacon.site) {
+            Some(hours) => hours,
+            None => shard.entry(beacon.site.clone()).or_default(),
+        };
+        let combinations = hours.entry(hour).or_default();
+        for mask in 0u32..(1 << pairs.len()) {
+            key.clear();
+            for (bit, pair) in pairs.iter().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    if !key.is_empty() {
+                        key.push('&');
+                    }
+                    key.push_str(pair);
+                }
+            }
+            let entry = match combinations.get_mut(key.as_str()) {
+                Some(entry) => entry,
+                None => combinations.entry(key.clone()).or_insert_with(|| Entry {
+                    writer: Uuid::new_v4(),
+                    sketch: UniqueSketch::new(),
+                    version: 0,
+                    flushed: 0,
+                    touched: now,
+                }),
             };
-            let mut shard = self.shard(&cell);
-            let entry = shard.entry(cell).or_insert_with(|| Entry {
-                writer: Uuid::new_v4(),
-                sketch: UniqueSketch::new(),
-                version: 0,
-                flushed: 0,
-                touched: now,
-            });
             entry.sketch.insert(member);
             entry.version += 1;
             entry.touched = now;
@@ -108,8 +144,8 @@ impl LiveSketches {
     }
 
     /// Writes every sketch changed since its last flush. A sketch whose write fails stays
-    /// dirty and is written by the next flush. Returns how many sketches were written.
-    pub async fn flush(&self, store: &dyn Store) -> Result<usize, StoreError> {
+    /// dirty and is written by the next flush.
+    pub async fn flush(&self, store: &dyn Store) -> Result<Flushed, StoreError> {
         let mut by_partition: BTreeMap<SketchPartition, Vec<Snapshot>> = BTreeMap::new();
         for snapshot in self.dirty() {
             by_partition
@@ -117,7 +153,7 @@ impl LiveSketches {
                 .or_default()
                 .push(snapshot);
         }
-        let mut written = 0;
+        let mut written = Flushed::default();
         let mut first_error = None;
         let mut writes = stream::iter(by_partition)
             .map(|(partition, snapshots)| async move {
@@ -136,7 +172,8 @@ impl LiveSketches {
         while let Some((snapshots, result)) = writes.next().await {
             match result {
                 Ok(()) => {
-                    written += snapshots.len();
+                    written.sketches += snapshots.len();
+                    written.bytes += snapshots.iter().map(|s| s.bytes.len()).sum::<usize>();
                     self.mark_flushed(&snapshots);
                 }
                 Err(error) => {
@@ -153,15 +190,29 @@ impl LiveSketches {
     /// Drops sketches that are stored and have not changed for `idle`.
     pub fn evict_idle(&self, idle: Duration) {
         for shard in &self.shards {
-            lock(shard).retain(|_, entry| {
-                entry.version != entry.flushed || entry.touched.elapsed() < idle
+            lock(shard).retain(|_, hours| {
+                hours.retain(|_, combinations| {
+                    combinations
+                        .retain(|_, entry| entry.is_dirty() || entry.touched.elapsed() < idle);
+                    !combinations.is_empty()
+                });
+                !hours.is_empty()
             });
         }
     }
 
     /// Sketches held in memory.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|shard| lock(shard).len()).sum()
+        self.shards
+            .iter()
+            .map(|shard| {
+                lock(shard)
+                    .values()
+                    .flat_map(HashMap::values)
+                    .map(HashMap::len)
+                    .sum::<usize>()
+            })
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -171,14 +222,22 @@ impl LiveSketches {
     fn dirty(&self) -> Vec<Snapshot> {
         let mut dirty = Vec::new();
         for shard in &self.shards {
-            for (cell, entry) in lock(shard).iter() {
-                if entry.version != entry.flushed {
-                    dirty.push(Snapshot {
-                        cell: cell.clone(),
-                        writer: entry.writer,
-                        version: entry.version,
-                        bytes: entry.sketch.to_bytes(),
-                    });
+            for (site, hours) in lock(shard).iter() {
+                for (hour, combinations) in hours {
+                    for (combination, entry) in combinations {
+                        if entry.is_dirty() {
+                            dirty.push(Snapshot {
+                                cell: Cell {
+                                    site: site.clone(),
+                                    hour: *hour,
+                                    combination: combination.clone(),
+                                },
+                                writer: entry.writer,
+                                version: entry.version,
+                                bytes: entry.sketch.to_bytes(),
+                            });
+                        }
+                    }
                 }
             }
         }
@@ -187,7 +246,16 @@ impl LiveSketches {
 
     fn mark_flushed(&self, snapshots: &[Snapshot]) {
         for snapshot in snapshots {
-            if let Some(entry) = self.shard(&snapshot.cell).get_mut(&snapshot.cell)
+            let Cell {
+                site,
+                hour,
+                combination,
+            } = &snapshot.cell;
+            if let Some(entry) = self
+                .shard(site)
+                .get_mut(site)
+                .and_then(|hours| hours.get_mut(hour))
+                .and_then(|combinations| combinations.get_mut(combination))
                 && entry.writer == snapshot.writer
             {
                 entry.flushed = entry.flushed.max(snapshot.version);
@@ -195,8 +263,8 @@ impl LiveSketches {
         }
     }
 
-    fn shard(&self, cell: &Cell) -> MutexGuard<'_, HashMap<Cell, Entry>> {
-        let index = (self.hasher.hash_one(cell) as usize) % SHARDS;
+    fn shard(&self, site: &SiteId) -> MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one(site) as usize) % SHARDS;
         lock(&self.shards[index])
     }
 }

@@ -43,9 +43,9 @@ pub async fn rebuild_site_day(
                 .duration_trunc(TimeDelta::hours(1))
                 .unwrap_or_else(|_| row.timestamp.instant());
             let member = MemberHash::of(row.guid.as_str().as_bytes());
-            for subset in row.features.subsets() {
+            for combination in row.features.subset_keys() {
                 sketches
-                    .entry(subset.combination_key())
+                    .entry(combination)
                     .or_default()
                     .entry(hour)
                     .or_default()

@@ -1,0 +1,352 @@
+//! Beacons: single-beacon `/track` requests per second on each store (wrk, 64 connections),
+//! side by side with `GET /healthz` on the same server (the HTTP ceiling of this machine), in
+//! interleaved rounds; then a month's uniques query for a site with 1 million beacons of four
+//! features, and the storage their hourly sketches take.
+//!
+//! `scripts/bench track` (starts the Cassandra node if needed, installs wrk if missing).
+//! Knobs: BENCH_SECONDS (per variant and round, default 10), BENCH_ROUNDS (default 3),
+//! BENCH_CONNECTIONS (default 64), BENCH_BEACONS (default 1000000), BENCH_QUERIES (default 5).
+
+mod support;
+
+use adevents::beacons::live::LiveSketches;
+use adevents::domain::beacon::{BeaconRules, parse_beacon};
+use adevents::domain::bucket::BucketCount;
+use adevents::http::{AppState, ServiceOptions};
+use adevents::store::Store;
+use adevents::store::cassandra::config::WriteMode;
+use adevents::store::embedded::Fsync;
+use chrono::{NaiveDate, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use rand::distr::Distribution;
+use rand::distr::weighted::WeightedIndex;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Server {
+    address: SocketAddr,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn serve(store: Arc<dyn Store>) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let state = AppState::new(store, ServiceOptions::default());
+    let task = tokio::spawn(adevents::server::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    Server { address, task }
+}
+
+/// Requests per second and latency percentiles as wrk reports them.
+struct WrkResult {
+    per_second: f64,
+    p50: String,
+    p99: String,
+    errors: String,
+}
+
+async fn wrk(url: String, script: Option<&str>, seconds: usize, connections: usize) -> WrkResult {
+    let mut args = vec![
+        "-t1".to_owned(),
+        format!("-c{connections}"),
+        format!("-d{seconds}s"),
+        "--latency".to_owned(),
+    ];
+    if let Some(script) = script {
+        args.push("-s".to_owned());
+        args.push(script.to_owned());
+    }
+    args.push(url);
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("wrk")
+            .args(&args)
+            .output()
+            .expect("run wrk (scripts/bench track installs it)")
+    })
+    .await
+    .expect("wrk task");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    let field = |prefix: &str| {
+        text.lines()
+            .find_map(|line| {
+                line.trim()
+                    .strip_prefix(prefix)
+                    .map(|rest| rest.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let percentile = |label: &str| {
+        field(label)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    WrkResult {
+        per_second: field("Requests/sec:").parse().unwrap_or(0.0),
+        p50: percentile("50%"),
+        p99: percentile("99%"),
+        errors: [field("Non-2xx or 3xx responses:"), field("Socket errors:")]
+            .into_iter()
+            .filter(|e| !e.is_empty())
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let seconds = env("BENCH_SECONDS", 10);
+    let rounds = env("BENCH_ROUNDS", 3);
+    let connections = env("BENCH_CONNECTIONS", 64);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/track.lua");
+
+    let embedded_dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data/track");
+    let _ = std::fs::remove_dir_all(&embedded_dir);
+    let embedded: Arc<dyn Store> = Arc::new(support::embedded_store("track", Fsync::Always));
+    let cassandra: Arc<dyn Store> = Arc::new(support::store(WriteMode::Batch).await);
+    let servers = [
+        (
+            "embedded (fsync always)",
+            serve(Arc::clone(&embedded)).await,
+        ),
+        ("cassandra", serve(Arc::clone(&cassandra)).await),
+    ];
+
+    println!(
+        "## /track throughput ({connections} connections, {seconds} s per variant and round)\n"
+    );
+    let mut results: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for round in 1..=rounds {
+        let baseline = wrk(
+            format!("http://{}/healthz", servers[0].1.address),
+            None,
+            seconds,
+            connections,
+        )
+        .await;
+        println!(
+            "round {round}: GET /healthz {:.0}/s (p50 {}, p99 {})",
+            baseline.per_second, baseline.p50, baseline.p99
+        );
+        results
+            .entry("GET /healthz")
+            .or_default()
+            .push(baseline.per_second);
+        for (name, server) in &servers {
+            let result = wrk(
+                format!("http://{}/track", server.address),
+                Some(script),
+                seconds,
+                connections,
+            )
+            .await;
+            println!(
+                "round {round}: /track on {name} {:.0}/s (p50 {}, p99 {}){}",
+                result.per_second,
+                result.p50,
+                result.p99,
+                if result.errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(" errors: {}", result.errors)
+                }
+            );
+            results.entry(name).or_default().push(result.per_second);
+        }
+    }
+    let baseline = support::median(results["GET /healthz"].clone());
+    println!("\n| variant | requests/s (median) | × GET /healthz |\n|---|---|---|");
+    for (name, values) in &results {
+        let median = support::median(values.clone());
+        println!("| {name} | {median:.0} | {:.2} |", median / baseline);
+    }
+    for (_, server) in &servers {
+        server.task.abort();
+    }
+
+    let beacons = env("BENCH_BEACONS", 1_000_000);
+    let queries = env("BENCH_QUERIES", 5);
+    println!("\n## A month's uniques for a site with {beacons} beacons of 4 features\n");
+    for (name, store) in [("embedded", embedded), ("cassandra", cassandra)] {
+        uniques_month(name, store, beacons, queries).await;
+    }
+}
+
+/// The month's beacons: 100,000 visitors (a Zipf-like few return often), 5 referrers, 40
+/// pages, 3 devices and 10 countries of uneven popularity, day-time heavy.
+fn month_of_beacons(beacons: usize) -> Vec<Vec<(String, String)>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let rank =
+        |n: usize| WeightedIndex::new((0..n).map(|r| 1.0 / (r as f64 + 1.0))).expect("weights");
+    let (visitors, referrers, pages, devices, countries) =
+        (rank(100_000), rank(5), rank(40), rank(3), rank(10));
+    let start = NaiveDate::from_ymd_opt(2018, 10, 1)
+        .expect("date")
+        .and_hms_opt(0, 0, 0)
+        .expect("time")
+        .and_utc()
+        .timestamp();
+    (0..beacons)
+        .map(|i| {
+            // Time-ordered across the month, as live traffic arrives.
+            let timestamp =
+                start + (i as i64 * 31 * 86_400) / beacons as i64 + rng.random_range(0..60);
+            vec![
+                (
+                    "guid".to_owned(),
+                    format!("visitor-{}", visitors.sample(&mut rng)),
+                ),
+                ("timestamp".to_owned(), timestamp.to_string()),
+                (
+                    "referrer".to_owned(),
+                    format!("referrer-{}.com", referrers.sample(&mut rng)),
+                ),
+                (
+                    "page".to_owned(),
+                    format!("/page-{}", pages.sample(&mut rng)),
+                ),
+                (
+                    "device".to_owned(),
+                    format!("device-{}", devices.sample(&mut rng)),
+                ),
+                (
+                    "country".to_owned(),
+                    format!("C{}", countries.sample(&mut rng)),
+                ),
+            ]
+        })
+        .collect()
+}
+
+async fn uniques_month(name: &str, store: Arc<dyn Store>, beacons: usize, queries: usize) {
+    let site = format!("bench-uniques-{beacons}");
+    let server = serve(Arc::clone(&store)).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .expect("client");
+    let base = format!(
+        "http://{}/v1/sites/{site}/uniques?from=2018-10-01&to=2018-10-31",
+        server.address
+    );
+    let total = |answer: &serde_json::Value| answer["total"]["visits"].as_u64().unwrap_or(0);
+    let ask = |query: String| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let answer: serde_json::Value = client
+                .get(query)
+                .send()
+                .await
+                .expect("answered")
+                .json()
+                .await
+                .expect("JSON");
+            (answer, started.elapsed())
+        }
+    };
+    let (existing, _) = ask(base.clone()).await;
+    if total(&existing) != beacons as u64 {
+        let (flushed, elapsed) = support::timed(load(&site, Arc::clone(&store), beacons)).await;
+        println!(
+            "{name}: loaded {beacons} beacons in {:.0} s; their hourly sketches: {} rows, {:.1} MB of sketch state ({:.0} bytes per beacon)",
+            elapsed.as_secs_f64(),
+            flushed.0,
+            flushed.1 as f64 / 1e6,
+            flushed.1 as f64 / beacons as f64
+        );
+    } else {
+        println!(
+            "{name}: {beacons} beacons already loaded (target/bench-data or the adevents_bench keyspace)"
+        );
+    }
+    println!(
+        "\n| {name}: query (month, {beacons} beacons) | median latency | visits | unique visitors |\n|---|---|---|---|"
+    );
+    for (label, filter) in [
+        ("no filter", ""),
+        ("referrer", "&feature.referrer=referrer-0.com"),
+        (
+            "referrer + page",
+            "&feature.referrer=referrer-0.com&feature.page=%2Fpage-3",
+        ),
+        ("no filter, by day", "&granularity=day"),
+    ] {
+        let mut latencies = Vec::new();
+        let mut last = serde_json::Value::Null;
+        for _ in 0..queries {
+            let (answer, elapsed) = ask(format!("{base}{filter}")).await;
+            latencies.push(elapsed.as_secs_f64());
+            last = answer;
+        }
+        println!(
+            "| {label} | {:.0} ms | {} | {} |",
+            support::median(latencies) * 1000.0,
+            last["total"]["visits"],
+            last["total"]["unique_visitors"]
+        );
+    }
+    println!();
+    server.task.abort();
+}
+
+/// Stores the beacons day by day (batches of 500, several at once) and counts them in live
+/// sketches flushed after each day, as a server would over the month. Returns the sketch rows
+/// and bytes written.
+async fn load(site: &str, store: Arc<dyn Store>, beacons: usize) -> (usize, usize) {
+    let now = Utc::now();
+    let parsed: Vec<_> = month_of_beacons(beacons)
+        .into_iter()
+        .map(|mut params| {
+            params.push(("site".to_owned(), site.to_owned()));
+            parse_beacon(params, None, now, BeaconRules::default()).expect("valid beacon")
+        })
+        .collect();
+    let live = LiveSketches::new();
+    let (mut rows, mut bytes) = (0, 0);
+    let mut by_day: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for beacon in parsed {
+        by_day
+            .entry(beacon.timestamp.utc_day())
+            .or_default()
+            .push(beacon);
+    }
+    for (_, day) in by_day {
+        stream::iter(day.chunks(500))
+            .map(|chunk| {
+                let store = Arc::clone(&store);
+                let partition = chunk[0].partition(BucketCount::ONE);
+                let chunk = chunk.to_vec();
+                async move { store.write_visits(&partition, &chunk).await }
+            })
+            .buffer_unordered(8)
+            .try_collect::<()>()
+            .await
+            .expect("beacons written");
+        for beacon in &day {
+            live.record(beacon);
+        }
+        let flushed = live.flush(store.as_ref()).await.expect("sketches written");
+        rows += flushed.sketches;
+        bytes += flushed.bytes;
+        live.evict_idle(Duration::ZERO);
+    }
+    (rows, bytes)
+}
