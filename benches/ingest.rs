@@ -8,6 +8,10 @@
 
 mod support;
 
+/// The allocator the `adevents` binary uses, so the in-process server measures the same.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use adevents::http::{AppState, ServiceOptions};
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
