@@ -152,10 +152,10 @@ pub struct SimulateArgs {
     )]
     pub visits: usize,
     /// Referrers (feature1), most popular first.
-    #[arg(short = 'r', long, num_args = 1.., default_values_t = ["facebook.com".to_owned(), "google.com".to_owned()])]
+    #[arg(short = 'r', long, env = "ADEVENTS_SIMULATE_REFERERS", value_delimiter = ',', num_args = 1.., default_values_t = ["facebook.com".to_owned(), "google.com".to_owned()])]
     pub referers: Vec<String>,
     /// Landing pages (feature2), most popular first.
-    #[arg(short = 'p', long, num_args = 1.., default_values_t = ["/index.html".to_owned(), "/index2.html".to_owned(), "/index3.html".to_owned()])]
+    #[arg(short = 'p', long, env = "ADEVENTS_SIMULATE_PAGES", value_delimiter = ',', num_args = 1.., default_values_t = ["/index.html".to_owned(), "/index2.html".to_owned(), "/index3.html".to_owned()])]
     pub pages: Vec<String>,
     /// First day of the traffic (UTC).
     #[arg(

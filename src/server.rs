@@ -1,7 +1,8 @@
 //! Running the HTTP server until told to stop, and the signals that tell it.
 
-use crate::beacons::live::spawn_flusher;
+use crate::beacons::live::{LiveSketches, spawn_flusher};
 use crate::http::{AppState, router};
+use crate::store::Store;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -24,16 +25,30 @@ pub async fn serve(
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
-    drop(flusher);
-    // Every answered beacon is counted in the store before the process goes.
-    if let Err(error) = live.flush(store.as_ref()).await {
+    flusher.stop().await;
+    flush_before_exit(&live, store.as_ref()).await;
+    served
+}
+
+/// Stores every answered beacon's sketches before the process goes.
+pub async fn flush_before_exit(live: &LiveSketches, store: &dyn Store) {
+    if let Err(error) = live.flush(store).await {
         tracing::warn!(%error, "could not store the last unique-visitor sketches; the next start rebuilds the open days from the stored beacons");
     }
-    served
 }
 
 /// Stops a background task when its owner goes, including when the owner is aborted.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    /// Stops the task and waits until it is gone, so nothing it was doing overlaps what comes
+    /// next.
+    async fn stop(mut self) {
+        let handle = std::mem::replace(&mut self.0, tokio::spawn(async {}));
+        handle.abort();
+        let _ = handle.await;
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

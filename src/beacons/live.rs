@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -68,6 +69,20 @@ struct Snapshot {
     writer: Uuid,
     version: u64,
     bytes: Vec<u8>,
+    captured_at: i64,
+}
+
+/// Microseconds since the epoch, strictly increasing within the process: the capture time of
+/// a sketch state.
+pub fn capture_time() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = Utc::now().timestamp_micros();
+    let previous = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(now);
+    now.max(previous + 1)
 }
 
 /// What one flush wrote.
@@ -163,6 +178,7 @@ impl LiveSketches {
                         hour: snapshot.cell.hour_start(),
                         writer: snapshot.writer,
                         sketch: snapshot.bytes.clone(),
+                        captured_at: snapshot.captured_at,
                     })
                     .collect();
                 let result = store.write_sketches(&partition, &rows).await;
@@ -221,6 +237,7 @@ impl LiveSketches {
 
     fn dirty(&self) -> Vec<Snapshot> {
         let mut dirty = Vec::new();
+        let captured_at = capture_time();
         for shard in &self.shards {
             for (site, hours) in lock(shard).iter() {
                 for (hour, combinations) in hours {
@@ -235,6 +252,7 @@ impl LiveSketches {
                                 writer: entry.writer,
                                 version: entry.version,
                                 bytes: entry.sketch.to_bytes(),
+                                captured_at,
                             });
                         }
                     }

@@ -2,8 +2,10 @@
 //! (the open days a crashed process may not have flushed) and on an operator's demand.
 //!
 //! A rebuild writes under one fixed writer id: each rebuild reads every beacon stored so far,
-//! a superset of what any earlier rebuild read, so overwriting it loses nothing.
+//! a superset of what any rebuild that started earlier read, and its rows carry its start time,
+//! so an earlier rebuild finishing later never overwrites it (Cassandra `USING TIMESTAMP`).
 
+use super::live::capture_time;
 use crate::domain::beacon::SiteId;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::Day;
@@ -27,6 +29,9 @@ pub async fn rebuild_site_day(
     day: Day,
     fan_out: FanOut,
 ) -> Result<usize, StoreError> {
+    // Captured before the first read: a rebuild that read earlier never overwrites one that
+    // read later, whichever finishes last.
+    let captured_at = capture_time();
     let history = settings.site_history(site).await?;
     let partitions = visit_partitions(site, day, &history, settings.read_staleness());
     let mut sketches: HashMap<String, BTreeMap<DateTime<Utc>, UniqueSketch>> = HashMap::new();
@@ -67,6 +72,7 @@ pub async fn rebuild_site_day(
                     hour,
                     writer: REBUILD_WRITER,
                     sketch: sketch.to_bytes(),
+                    captured_at,
                 })
                 .collect();
             store.write_sketches(&partition, &rows).await

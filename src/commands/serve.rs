@@ -23,6 +23,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     store.prepare().await;
     let state = AppState::new(store.into_store(), args.service_options());
     spawn_open_day_rebuild(&state);
+    let (live_sketches, sketch_store) =
+        (Arc::clone(&state.live_sketches), Arc::clone(&state.store));
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| CommandError::Listen {
@@ -57,10 +59,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         Err(_) => {
             server.abort();
             tracing::warn!("requests still in flight after the shutdown timeout; stopping anyway");
+            server::flush_before_exit(&live_sketches, sketch_store.as_ref()).await;
         }
     }
     Ok(())
 }
+
+/// How long after start-up the open days' sketches are rebuilt.
+const REBUILD_DELAY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Rebuilds the unique-visitor sketches of the open UTC days (today, and yesterday, which still
 /// receives late beacons) from the stored beacons: a process that stopped without flushing its
@@ -70,6 +76,9 @@ fn spawn_open_day_rebuild(state: &AppState) {
     let (store, settings) = (Arc::clone(&state.store), Arc::clone(&state.settings));
     let fan_out = state.options.fan_out;
     tokio::spawn(async move {
+        // Not urgent: let start-up and the first readiness probes of a rolling deploy have the
+        // store first.
+        tokio::time::sleep(REBUILD_DELAY).await;
         let today = Day::new(Utc::now().date_naive());
         let days = [Day::new(today.date() - chrono::Duration::days(1)), today];
         match rebuild_days(store.as_ref(), &settings, &days, fan_out).await {

@@ -3,6 +3,7 @@
 
 use super::CommandError;
 use crate::cli::SimulateArgs;
+use crate::query::range::MAX_DAYS;
 use crate::simulate::report::{compare, table};
 use crate::simulate::send::send_all;
 use crate::simulate::traffic::{
@@ -21,6 +22,14 @@ pub async fn simulate(args: SimulateArgs) -> Result<(), CommandError> {
         to: args.to,
         seed: args.seed,
     };
+    // The table is one uniques query over the whole range: refuse what it could not answer
+    // before sending anything.
+    let days = (args.to - args.from).num_days();
+    if days > MAX_DAYS {
+        return Err(CommandError::Simulate(format!(
+            "--from to --to covers {days} days; a uniques query answers at most {MAX_DAYS}"
+        )));
+    }
     let visits = generate(&spec).map_err(|error| CommandError::Simulate(error.to_string()))?;
     write_csv(&args.csv, &visits)?;
     println!(

@@ -148,6 +148,7 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/track",
             get(track::get_track)
+                .head(track::head_track)
                 .post(track::post_track)
                 .options(track::options_track),
         )

@@ -33,11 +33,37 @@ pub async fn post_track(
         max_bytes: MAX_BEACON_BYTES,
         max_events: 1,
     };
-    let body = read_body(&headers, body, limits).await?;
+    // API.md: every /track refusal but an oversized body is a 400 naming what is wrong.
+    let as_400 = |error: ApiError| match error {
+        ApiError::UnsupportedMediaType(message) => {
+            let field = if message.starts_with("Content-Encoding") {
+                "Content-Encoding"
+            } else {
+                "Content-Type"
+            };
+            let message = message.strip_prefix(field).unwrap_or(&message).trim_start();
+            ApiError::invalid(field, message)
+        }
+        other => other,
+    };
+    let body = read_body(&headers, body, limits).await.map_err(as_400)?;
     let mut params = query_params(query.as_deref())?;
-    params.extend(body_params(&headers, &body)?);
+    params.extend(body_params(&headers, &body).map_err(as_400)?);
     track(&state, &headers, params).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `HEAD` answers like `GET` without recording a visit: link checkers and prefetchers send
+/// it, and a page view did not happen.
+pub async fn head_track() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "image/gif"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        PIXEL,
+    )
+        .into_response()
 }
 
 pub async fn get_track(
@@ -141,7 +167,7 @@ fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>
             }
         }
         Some(other) => Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Type {other:?} is not accepted by /track; send application/x-www-form-urlencoded, \
+            "Content-Type {other:?} is not accepted by /track: send application/x-www-form-urlencoded, \
              text/plain or application/json"
         ))),
     }

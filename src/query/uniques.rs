@@ -214,8 +214,15 @@ async fn merge_sketches(
             if !range.contains(midpoint) {
                 continue;
             }
-            let sketch = UniqueSketch::from_bytes(&row.sketch)
-                .map_err(|error| StoreError::Internal(error.to_string()))?;
+            // One unreadable row must not take the whole answer down; it is logged, and a
+            // rebuild from the stored beacons replaces it.
+            let sketch = match UniqueSketch::from_bytes(&row.sketch) {
+                Ok(sketch) => sketch,
+                Err(error) => {
+                    tracing::warn!(site = %site, hour = %row.hour, writer = %row.writer, %error, "skipping an unreadable sketch");
+                    continue;
+                }
+            };
             total.sketch.merge(&sketch);
             if let Some(period) = periods.of_day.get(&range.local_day(midpoint)) {
                 tallies[*period].sketch.merge(&sketch);

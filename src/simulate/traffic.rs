@@ -30,7 +30,7 @@ pub struct TrafficSpec {
     pub seed: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SimulatedVisit {
     pub guid: String,
     /// Epoch seconds.
@@ -115,7 +115,9 @@ pub type Filter = BTreeMap<&'static str, String>;
 /// (the empty filter, each referrer, each page, each referrer and page), keyed by filter.
 pub fn exact_counts(visits: &[SimulatedVisit]) -> BTreeMap<Filter, (u64, u64)> {
     let mut guids: HashMap<Filter, (u64, HashSet<&str>)> = HashMap::new();
-    for visit in visits {
+    // A beacon is its guid, time and features: two identical ones are one visit (API.md).
+    let distinct: HashSet<&SimulatedVisit> = visits.iter().collect();
+    for visit in distinct {
         let features = visit.features();
         for mask in 0..(1u8 << features.len()) {
             let filter: Filter = features

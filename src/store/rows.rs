@@ -49,4 +49,8 @@ pub struct SketchRow {
     pub writer: Uuid,
     /// [`crate::domain::sketch::UniqueSketch::to_bytes`].
     pub sketch: Vec<u8>,
+    /// When this state was captured (microseconds since the epoch, increasing per writer): of
+    /// two writes of one writer's row, the later capture wins, whatever order they land in
+    /// (a retried or delayed write never rolls a sketch back).
+    pub captured_at: i64,
 }

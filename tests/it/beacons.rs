@@ -185,6 +185,7 @@ async fn the_preflight_and_every_answer_carry_cors_headers(backend: Backend) {
     assert_eq!(refused.headers()["access-control-allow-origin"], "*");
 }
 
+/// Includes a `HEAD` (a prefetch, not a page view), which answers but is not a visit.
 async fn invalid_beacons_name_the_field_and_store_nothing(backend: Backend) {
     let server = backend.server().await;
     let site = fresh_site();
@@ -274,7 +275,23 @@ async fn invalid_beacons_name_the_field_and_store_nothing(backend: Backend) {
         .send()
         .await
         .expect("answered");
-    assert_eq!(unsupported.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(unsupported.status(), StatusCode::BAD_REQUEST);
+    let body: Value = unsupported.json().await.expect("JSON error");
+    assert_eq!(
+        body["error"]["errors"][0]["field"], "Content-Type",
+        "{body}"
+    );
+    let head = client
+        .head(server.url("/track"))
+        .query(&[
+            ("site", site.as_str()),
+            ("guid", "prefetch"),
+            ("timestamp", &at),
+        ])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(head.status(), StatusCode::OK);
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let counted = uniques(&server.url(""), &site, &day_query(&[])).await;

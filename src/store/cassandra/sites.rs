@@ -64,7 +64,7 @@ impl SiteStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.visit_sketch (site, day, combination, hour, writer, sketch) \
-                     VALUES (?, ?, ?, ?, ?, ?) USING TTL ?"
+                     VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
                 ),
                 format!(
                     "SELECT hour, writer, sketch FROM {keyspace}.visit_sketch \
@@ -259,6 +259,7 @@ pub async fn write_sketches(
                 row.writer,
                 row.sketch.as_slice(),
                 ttl,
+                row.captured_at,
             );
             session
                 .execute_unpaged(&statements.insert_sketch, values)
@@ -293,6 +294,8 @@ pub async fn read_sketches(
             hour,
             writer,
             sketch,
+            // Not read back: only writes order by it.
+            captured_at: 0,
         })
         .collect())
 }

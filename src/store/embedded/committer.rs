@@ -14,6 +14,9 @@ pub type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
 
 /// Rows gathered into one commit at most; a larger backlog is split over several.
 const MAX_ROWS_PER_COMMIT: usize = 50_000;
+/// Write calls waiting for a commit at most; past it the store answers "unavailable" (503,
+/// retry later) instead of queueing without bound.
+const MAX_WAITING_CALLS: usize = 16_384;
 
 struct Pending {
     context: &'static str,
@@ -22,20 +25,26 @@ struct Pending {
 }
 
 pub struct Committer {
-    queue: mpsc::Sender<Pending>,
+    queue: mpsc::SyncSender<Pending>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Committer {
     /// Starts the commit thread; it ends when the last handle to the store is dropped.
     pub fn start(tables: Arc<Tables>) -> Result<Self, StoreError> {
-        let (queue, pending) = mpsc::channel();
-        std::thread::Builder::new()
+        let (queue, pending) = mpsc::sync_channel(MAX_WAITING_CALLS);
+        let thread = std::thread::Builder::new()
             .name("adevents-commit".into())
             .spawn(move || run(&tables, &pending))
             .map_err(|error| {
                 StoreError::Internal(format!("cannot start the commit thread: {error}"))
             })?;
-        Ok(Self { queue })
+        Ok(Self { queue, thread })
+    }
+
+    /// Whether writes can still commit (for readiness).
+    pub fn is_running(&self) -> bool {
+        !self.thread.is_finished()
     }
 
     /// Applies `rows` atomically; returns once they are durable.
@@ -43,47 +52,61 @@ impl Committer {
         let (done, committed) = oneshot::channel();
         let stopped = || StoreError::Internal(format!("{context}: the commit thread stopped"));
         self.queue
-            .send(Pending {
+            .try_send(Pending {
                 context,
                 rows,
                 done,
             })
-            .map_err(|_| stopped())?;
+            .map_err(|error| match error {
+                mpsc::TrySendError::Full(_) => StoreError::Unavailable(format!(
+                    "{context}: {MAX_WAITING_CALLS} writes are already waiting for the disk"
+                )),
+                mpsc::TrySendError::Disconnected(_) => stopped(),
+            })?;
         committed.await.map_err(|_| stopped())?
     }
 }
 
 fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>) {
     while let Ok(first) = pending.recv() {
-        let mut rows = first.rows.len();
+        let mut row_count = first.rows.len();
         let mut group = vec![first];
-        while rows < MAX_ROWS_PER_COMMIT {
+        while row_count < MAX_ROWS_PER_COMMIT {
             match pending.try_recv() {
                 Ok(next) => {
-                    rows += next.rows.len();
+                    row_count += next.rows.len();
                     group.push(next);
                 }
                 Err(_) => break,
             }
         }
-        let mut batch = tables.db.batch().durability(Some(tables.persist));
         let mut waiting = Vec::with_capacity(group.len());
+        let mut rows = Vec::with_capacity(group.len());
         for Pending {
             context,
-            rows,
+            rows: call_rows,
             done,
         } in group
         {
-            for (table, key, value) in rows {
-                batch.insert(tables.get(table), key, value);
-            }
+            rows.push(call_rows);
             waiting.push((context, done));
         }
-        let outcome = batch.commit();
+        // A panic inside the engine (an assertion on a key) fails this group, not the thread:
+        // later writes still commit.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut batch = tables.db.batch().durability(Some(tables.persist));
+            for (table, key, value) in rows.into_iter().flatten() {
+                batch.insert(tables.get(table), key, value);
+            }
+            batch.commit()
+        }));
         for (context, done) in waiting {
             let result = match &outcome {
-                Ok(_) => Ok(()),
-                Err(error) => Err(engine_error(context, error)),
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(engine_error(context, error)),
+                Err(_) => Err(StoreError::Internal(format!(
+                    "{context}: the storage engine panicked while committing"
+                ))),
             };
             // A caller that went away (its request was cancelled) needs no answer.
             let _ = done.send(result);

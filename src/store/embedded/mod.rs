@@ -235,6 +235,11 @@ impl Tables {
 #[async_trait]
 impl Store for EmbeddedStore {
     async fn check_ready(&self) -> Result<(), StoreError> {
+        if !self.committer.is_running() {
+            return Err(StoreError::Internal(
+                "the embedded store's commit thread stopped; restart the server".into(),
+            ));
+        }
         // A local folder answers whenever the process runs; a poisoned one fails its writes.
         self.scan(
             Table::CampaignConfig,
@@ -499,6 +504,8 @@ impl Store for EmbeddedStore {
                     hour,
                     writer,
                     sketch: value.to_vec(),
+                    // Not kept: one process writes this folder, in order.
+                    captured_at: 0,
                 })
             })
             .collect()
