@@ -21,6 +21,7 @@ use adevents::domain::time::EventTime;
 use adevents::domain::user_data::UserData;
 use adevents::ingest::Ingestor;
 use adevents::query::FanOut;
+use adevents::query::aggregate::BillableWindow;
 use adevents::query::range::QueryRange;
 use adevents::query::summary::campaign_summary;
 use adevents::settings::SettingsCache;
@@ -227,6 +228,7 @@ async fn fan_out(store: &Arc<dyn Store>, campaign: CampaignKey, concurrency: usi
         campaign,
         &range,
         FanOut { concurrency },
+        BillableWindow::DEFAULT,
     )
     .await
     .expect("summary");

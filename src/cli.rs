@@ -4,6 +4,7 @@
 use crate::domain::beacon::BeaconRules;
 use crate::http::{BodyLimits, ServiceOptions};
 use crate::query::FanOut;
+use crate::query::aggregate::BillableWindow;
 use crate::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
 };
@@ -97,10 +98,19 @@ pub struct ServeArgs {
     /// reflects beacons acknowledged up to this long before it.
     #[arg(long, env = "ADEVENTS_SKETCH_FLUSH_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub sketch_flush_interval: Duration,
+    /// Billable impressions count once per user and campaign in each window this long,
+    /// aligned at multiples of it since the epoch; it must divide 24 hours.
+    #[arg(long, env = "ADEVENTS_BILLABLE_WINDOW", default_value = "40s", value_parser = parse_billable_window)]
+    pub billable_window: BillableWindow,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+fn parse_billable_window(text: &str) -> Result<BillableWindow, String> {
+    let window = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    BillableWindow::new(window)
 }
 
 impl ServeArgs {
@@ -121,6 +131,7 @@ impl ServeArgs {
                 max_features: usize::from(self.max_features),
             },
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
+            billable_window: self.billable_window,
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::beacons::live::LiveSketches;
 use crate::domain::beacon::BeaconRules;
 use crate::ingest::Ingestor;
 use crate::query::FanOut;
+use crate::query::aggregate::BillableWindow;
 use crate::settings::SettingsCache;
 use crate::store::Store;
 use crate::store::instrumented::Instrumented;
@@ -54,6 +55,8 @@ pub struct ServiceOptions {
     pub beacon_rules: BeaconRules,
     /// How often live unique-visitor sketches are stored.
     pub sketch_flush_interval: Duration,
+    /// Billable impressions count once per user and campaign in each window this long.
+    pub billable_window: BillableWindow,
 }
 
 impl Default for ServiceOptions {
@@ -70,6 +73,7 @@ impl Default for ServiceOptions {
             cors_origins: Vec::new(),
             beacon_rules: BeaconRules::default(),
             sketch_flush_interval: Duration::from_secs(1),
+            billable_window: BillableWindow::DEFAULT,
         }
     }
 }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GroupBy {
     Day,
+    Hour,
     Ad,
     None,
 }
@@ -25,12 +26,13 @@ pub async fn get_summary(
     let range = params.range()?;
     let group_by = match params.get("group_by").unwrap_or("day") {
         "day" => GroupBy::Day,
+        "hour" => GroupBy::Hour,
         "ad" => GroupBy::Ad,
         "none" => GroupBy::None,
         other => {
             return Err(ApiError::invalid(
                 "group_by",
-                format!("{other:?} is not one of day, ad, none"),
+                format!("{other:?} is not one of day, hour, ad, none"),
             ));
         }
     };
@@ -40,6 +42,7 @@ pub async fn get_summary(
         campaign,
         &range,
         state.options.fan_out,
+        state.options.billable_window,
     )
     .await?;
     let rows: Vec<Value> = match group_by {
@@ -50,8 +53,13 @@ pub async fn get_summary(
                 with_counts(json!({"day": day.format("%Y-%m-%d").to_string()}), counts)
             })
             .collect(),
+        GroupBy::Hour => summary
+            .by_hour
+            .iter()
+            .map(|(hour, counts)| with_counts(json!({"hour": hour}), counts))
+            .collect(),
         GroupBy::Ad => summary
-            .ads_ranked()
+            .by_ad
             .iter()
             .map(|(ad, counts)| with_counts(json!({"ad_id": ad.to_string()}), counts))
             .collect(),
@@ -63,7 +71,7 @@ pub async fn get_summary(
         "from": range.from().format("%Y-%m-%d").to_string(),
         "to": range.to().format("%Y-%m-%d").to_string(),
         "tz": range.tz().name(),
-        "group_by": match group_by { GroupBy::Day => "day", GroupBy::Ad => "ad", GroupBy::None => "none" },
+        "group_by": match group_by { GroupBy::Day => "day", GroupBy::Hour => "hour", GroupBy::Ad => "ad", GroupBy::None => "none" },
         "totals": with_counts(json!({}), &summary.totals),
         "rows": rows,
     })))
@@ -73,5 +81,7 @@ fn with_counts(mut row: Value, counts: &Counts) -> Value {
     row["impressions"] = json!(counts.impressions);
     row["clicks"] = json!(counts.clicks);
     row["ctr"] = json!(counts.ctr());
+    row["unique_users"] = json!(counts.unique_users);
+    row["billable_impressions"] = json!(counts.billable_impressions);
     row
 }

@@ -1,6 +1,7 @@
 //! The read side: which partitions a question needs (pure planning), reading them with a
 //! bounded number in flight, and adding the rows up. Shared by every store.
 
+pub mod aggregate;
 pub mod plan;
 pub mod range;
 pub mod summary;

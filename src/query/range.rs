@@ -56,6 +56,16 @@ impl QueryRange {
         self.tz
     }
 
+    /// The first instant of the range.
+    pub fn start(&self) -> DateTime<Utc> {
+        self.start
+    }
+
+    /// The first instant after the range.
+    pub fn end(&self) -> DateTime<Utc> {
+        self.end
+    }
+
     /// Whether `instant` falls inside the range's local days.
     pub fn contains(&self, instant: DateTime<Utc>) -> bool {
         self.start <= instant && instant < self.end

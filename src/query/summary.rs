@@ -1,26 +1,34 @@
-//! Campaign summaries: impressions and clicks per local day, per ad, and in total.
+//! Campaign summaries: impressions, clicks, billable impressions and users reached, per local
+//! day, local clock hour and ad, and in total.
 //!
-//! Counting rules (DESIGN.md): an impression counts once per UTC day, at its earliest
-//! timestamp, so its rows are de-duplicated across the day's buckets; a click counts once per
-//! impression, at that impression's first click ever, which the click index answers.
+//! Each UTC day of the range is aggregated on its own ([`aggregate_day`]: 15-minute slices
+//! and hourly user sketches), a few days at once, and folded into the answer as soon as it is
+//! done, so only the days in flight are held in memory. Additive counts are sums of slices, so
+//! days and hours in any zone are exact; users reached are unions of hourly sketches, an hour
+//! belonging to the period that holds its midpoint (exact for whole-hour zones, the nearest
+//! UTC hour for 30- and 45-minute ones, as API.md allows).
 
 use super::FanOut;
+use super::aggregate::{
+    BillableWindow, DayAggregate, HOUR_MILLIS, SLICE_MILLIS, SliceCounts, aggregate_day,
+};
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
-use crate::domain::ids::{AdId, CampaignKey, ImpressionId};
-use crate::domain::partition::EventPartition;
-use crate::domain::time::{Day, EventTime};
+use crate::domain::ids::{AdId, CampaignKey};
+use crate::domain::sketch::UniqueSketch;
 use crate::settings::SettingsCache;
-use crate::store::{ClickRow, Store, StoreError};
-use chrono::NaiveDate;
+use crate::store::{Store, StoreError};
+use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, stream};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 
-/// Impressions and clicks of one period or one ad.
+/// The counts of one row (or of the totals).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub impressions: u64,
     pub clicks: u64,
+    pub billable_impressions: u64,
+    pub unique_users: u64,
 }
 
 impl Counts {
@@ -34,47 +42,136 @@ impl Counts {
     }
 }
 
-/// A campaign's counts over a range, by local day and by ad.
+/// A campaign's counts over a range.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     pub totals: Counts,
-    /// Every local day of the range, zeros included.
-    pub by_day: BTreeMap<NaiveDate, Counts>,
-    /// Every ad with an impression or a click in the range.
-    pub by_ad: HashMap<AdId, Counts>,
+    /// Every local day of the range, zeros included, oldest first.
+    pub by_day: Vec<(NaiveDate, Counts)>,
+    /// Every local clock hour of the range, zeros included, oldest first, labelled with its
+    /// offset (a repeated DST hour appears twice).
+    pub by_hour: Vec<(String, Counts)>,
+    /// Every ad with an impression or a click in the range, most impressions first, then by id.
+    pub by_ad: Vec<(AdId, Counts)>,
 }
 
-impl Summary {
+/// A row being summed: additive counts and the users seen.
+#[derive(Default)]
+struct Tally {
+    counts: SliceCounts,
+    users: UniqueSketch,
+}
+
+impl Tally {
+    fn finish(mut self) -> Counts {
+        let reached = self.users.estimate();
+        Counts {
+            impressions: self.counts.impressions,
+            clicks: self.counts.clicks,
+            billable_impressions: self.counts.billable_impressions,
+            // Never more users than impressions (an estimate must not contradict exact counts).
+            unique_users: reached.min(self.counts.impressions),
+        }
+    }
+}
+
+/// The rows of a range and which rows each 15-minute slice falls in.
+struct Rows {
+    totals: Tally,
+    days: Vec<(NaiveDate, Tally)>,
+    hours: Vec<(String, Tally)>,
+    ads: HashMap<AdId, Tally>,
+    /// Slice (since the epoch) → (day row, hour row), for every slice of the range.
+    slice_rows: HashMap<i64, (usize, usize)>,
+}
+
+impl Rows {
     fn new(range: &QueryRange) -> Self {
+        let days: Vec<(NaiveDate, Tally)> = range
+            .local_days()
+            .map(|day| (day, Tally::default()))
+            .collect();
+        let day_index: HashMap<NaiveDate, usize> = days
+            .iter()
+            .enumerate()
+            .map(|(index, (day, _))| (*day, index))
+            .collect();
+        let mut hours: Vec<(String, Tally)> = Vec::new();
+        let mut slice_rows = HashMap::new();
+        let first = range.start().timestamp_millis().div_euclid(SLICE_MILLIS);
+        let end = range.end().timestamp_millis().div_euclid(SLICE_MILLIS);
+        for slice in first..end {
+            let Some(instant) = DateTime::<Utc>::from_timestamp_millis(slice * SLICE_MILLIS) else {
+                continue;
+            };
+            let local = instant.with_timezone(&range.tz());
+            let label = local.format("%Y-%m-%dT%H:00:00%:z").to_string();
+            if hours.last().map(|(last, _)| last) != Some(&label) {
+                hours.push((label, Tally::default()));
+            }
+            if let Some(day) = day_index.get(&local.date_naive()) {
+                slice_rows.insert(slice, (*day, hours.len() - 1));
+            }
+        }
         Self {
-            by_day: range
-                .local_days()
-                .map(|day| (day, Counts::default()))
-                .collect(),
-            ..Self::default()
+            totals: Tally::default(),
+            days,
+            hours,
+            ads: HashMap::new(),
+            slice_rows,
         }
     }
 
-    fn add(&mut self, range: &QueryRange, at: EventTime, ad: AdId, add: impl Fn(&mut Counts)) {
-        add(&mut self.totals);
-        add(self
-            .by_day
-            .entry(range.local_day(at.instant()))
-            .or_default());
-        add(self.by_ad.entry(ad).or_default());
+    fn add_day(&mut self, day: DayAggregate) {
+        for ((slice, ad), counts) in &day.slices {
+            let Some((day_row, hour_row)) = self.slice_rows.get(slice).copied() else {
+                continue;
+            };
+            self.totals.counts.add(counts);
+            self.days[day_row].1.counts.add(counts);
+            self.hours[hour_row].1.counts.add(counts);
+            self.ads.entry(*ad).or_default().counts.add(counts);
+        }
+        for ((hour, ad), users) in &day.users {
+            let midpoint = (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS);
+            let Some((day_row, hour_row)) = self.slice_rows.get(&midpoint).copied() else {
+                continue;
+            };
+            self.totals.users.merge(users);
+            self.days[day_row].1.users.merge(users);
+            self.hours[hour_row].1.users.merge(users);
+            self.ads.entry(*ad).or_default().users.merge(users);
+        }
     }
 
-    /// Ads ordered as API.md wants them: most impressions first, then by id.
-    pub fn ads_ranked(&self) -> Vec<(AdId, Counts)> {
-        let mut ads: Vec<(AdId, Counts)> = self
-            .by_ad
-            .iter()
-            .map(|(ad, counts)| (*ad, *counts))
+    fn finish(self) -> Summary {
+        let mut by_ad: Vec<(AdId, Counts)> = self
+            .ads
+            .into_iter()
+            .map(|(ad, tally)| (ad, tally.finish()))
+            .filter(|(_, counts)| counts.impressions > 0 || counts.clicks > 0)
             .collect();
-        ads.sort_by(|(a_id, a), (b_id, b)| b.impressions.cmp(&a.impressions).then(a_id.cmp(b_id)));
-        ads
+        by_ad
+            .sort_by(|(a_id, a), (b_id, b)| b.impressions.cmp(&a.impressions).then(a_id.cmp(b_id)));
+        Summary {
+            totals: self.totals.finish(),
+            by_day: self
+                .days
+                .into_iter()
+                .map(|(day, tally)| (day, tally.finish()))
+                .collect(),
+            by_hour: self
+                .hours
+                .into_iter()
+                .map(|(hour, tally)| (hour, tally.finish()))
+                .collect(),
+            by_ad,
+        }
     }
 }
+
+/// Days aggregated at once; each reads its buckets with the query's fan-out.
+const DAYS_IN_FLIGHT: usize = 4;
 
 pub async fn campaign_summary(
     store: &dyn Store,
@@ -82,6 +179,7 @@ pub async fn campaign_summary(
     campaign: CampaignKey,
     range: &QueryRange,
     fan_out: FanOut,
+    window: BillableWindow,
 ) -> Result<Summary, StoreError> {
     let history = settings.history(campaign).await?;
     let plan = campaign_partitions(
@@ -90,110 +188,55 @@ pub async fn campaign_summary(
         &history,
         settings.read_staleness(),
     );
-    let mut summary = Summary::new(range);
-    count_impressions(store, &plan, range, fan_out, &mut summary).await?;
-    count_clicks(store, campaign, &plan, range, fan_out, &mut summary).await?;
-    Ok(summary)
-}
-
-/// A UTC day being read: buckets still to come, and each impression's earliest time and ad.
-type PendingDay = (usize, HashMap<ImpressionId, (EventTime, AdId)>);
-
-/// Reads every impression partition (bounded in flight) and folds each UTC day into the
-/// summary as soon as its last bucket arrives, so only unfinished days are held in memory.
-async fn count_impressions(
-    store: &dyn Store,
-    plan: &[(Day, Vec<EventPartition>)],
-    range: &QueryRange,
-    fan_out: FanOut,
-    summary: &mut Summary,
-) -> Result<(), StoreError> {
-    let mut pending: HashMap<Day, PendingDay> = plan
-        .iter()
-        .map(|(day, partitions)| (*day, (partitions.len(), HashMap::new())))
-        .collect();
-    let mut reads = stream::iter(all_partitions(plan))
-        .map(|partition| async move {
-            (
-                partition.day,
-                store.read_impression_summaries(partition).await,
-            )
+    let mut rows = Rows::new(range);
+    let per_day = (fan_out.concurrency / DAYS_IN_FLIGHT).max(1);
+    let mut days = stream::iter(plan)
+        .map(|(_, partitions)| async move {
+            aggregate_day(store, campaign, &partitions, window, per_day).await
         })
-        .buffer_unordered(fan_out.concurrency.max(1));
-    while let Some((day, rows)) = reads.next().await {
-        let rows = rows?;
-        let Some((remaining, earliest)) = pending.get_mut(&day) else {
-            continue;
-        };
-        for row in rows {
-            earliest
-                .entry(row.impression_id)
-                .and_modify(|seen| {
-                    if row.timestamp < seen.0 {
-                        *seen = (row.timestamp, row.ad_id);
-                    }
-                })
-                .or_insert((row.timestamp, row.ad_id));
-        }
-        *remaining -= 1;
-        if *remaining == 0
-            && let Some((_, earliest)) = pending.remove(&day)
-        {
-            for (timestamp, ad) in earliest.into_values() {
-                if range.contains(timestamp.instant()) {
-                    summary.add(range, timestamp, ad, |counts| counts.impressions += 1);
-                }
-            }
-        }
+        .buffer_unordered(DAYS_IN_FLIGHT);
+    while let Some(day) = days.next().await {
+        rows.add_day(day?);
     }
-    Ok(())
+    Ok(rows.finish())
 }
 
-/// Reads the range's clicks, then asks the click index for each clicked impression's first
-/// click: only a first click inside the range counts, at its own time, for its own ad.
-async fn count_clicks(
-    store: &dyn Store,
-    campaign: CampaignKey,
-    plan: &[(Day, Vec<EventPartition>)],
-    range: &QueryRange,
-    fan_out: FanOut,
-    summary: &mut Summary,
-) -> Result<(), StoreError> {
-    let concurrency = fan_out.concurrency.max(1);
-    let mut clicked: HashSet<ImpressionId> = HashSet::new();
-    let mut reads = stream::iter(all_partitions(plan))
-        .map(|partition| store.read_clicks(partition))
-        .buffer_unordered(concurrency);
-    while let Some(rows) = reads.next().await {
-        for ClickRow {
-            impression_id,
-            timestamp,
-            ..
-        } in rows?
-        {
-            if range.contains(timestamp.instant()) {
-                clicked.insert(impression_id);
-            }
-        }
-    }
-    let mut lookups = stream::iter(clicked)
-        .map(|impression_id| store.first_click(campaign, impression_id))
-        .buffer_unordered(concurrency);
-    while let Some(first) = lookups.next().await {
-        if let Some(first) = first?
-            && range.contains(first.timestamp.instant())
-        {
-            summary.add(range, first.timestamp, first.ad_id, |counts| {
-                counts.clicks += 1
-            });
-        }
-    }
-    Ok(())
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The plan's partitions as owned values, so the fan-out stream borrows nothing from it.
-fn all_partitions(plan: &[(Day, Vec<EventPartition>)]) -> Vec<EventPartition> {
-    plan.iter()
-        .flat_map(|(_, partitions)| partitions.iter().copied())
-        .collect()
+    fn range(from: &str, to: &str, tz: chrono_tz::Tz) -> QueryRange {
+        QueryRange::new(from.parse().expect("date"), to.parse().expect("date"), tz).expect("valid")
+    }
+
+    #[test]
+    fn every_local_clock_hour_is_a_row_and_a_repeated_dst_hour_appears_twice() {
+        let berlin = Rows::new(&range(
+            "2026-10-25",
+            "2026-10-25",
+            chrono_tz::Europe::Berlin,
+        ));
+        let labels: Vec<&str> = berlin
+            .hours
+            .iter()
+            .map(|(label, _)| label.as_str())
+            .collect();
+        assert_eq!(labels.len(), 25);
+        assert_eq!(labels[2], "2026-10-25T02:00:00+02:00");
+        assert_eq!(labels[3], "2026-10-25T02:00:00+01:00");
+        let spring = Rows::new(&range(
+            "2026-03-29",
+            "2026-03-29",
+            chrono_tz::Europe::Berlin,
+        ));
+        assert_eq!(spring.hours.len(), 23);
+        let kathmandu = Rows::new(&range(
+            "2026-11-01",
+            "2026-11-01",
+            chrono_tz::Asia::Kathmandu,
+        ));
+        assert_eq!(kathmandu.hours.len(), 24);
+        assert_eq!(kathmandu.hours[0].0, "2026-11-01T00:00:00+05:45");
+        assert_eq!(kathmandu.slice_rows.len(), 96);
+    }
 }

@@ -12,6 +12,7 @@ mod health;
 mod ingest;
 mod migrations;
 mod process;
+mod reach;
 mod readiness;
 mod summary;
 mod uniques;
