@@ -24,6 +24,7 @@ use adevents::query::FanOut;
 use adevents::query::aggregate::BillableWindow;
 use adevents::query::range::QueryRange;
 use adevents::query::summary::campaign_summary;
+use adevents::rollup::SealingOptions;
 use adevents::settings::SettingsCache;
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
@@ -71,7 +72,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
         dyn_store.clone(),
         std::time::Duration::from_secs(60),
     ));
-    let ingestor = Ingestor::new(dyn_store, cache, 64);
+    let ingestor = Ingestor::new(dyn_store, cache, 64, SealingOptions::default());
     let start: DateTime<Utc> = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
     let step = Duration::milliseconds(DAYS * 86_400_000 / impressions as i64);
     let ads: Vec<AdId> = (0..50).map(|_| AdId::new(Uuid::new_v4())).collect();

@@ -5,6 +5,7 @@ use crate::domain::beacon::BeaconRules;
 use crate::http::{BodyLimits, ServiceOptions};
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
+use crate::rollup::SealingOptions;
 use crate::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
 };
@@ -41,6 +42,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply pending schema migrations, then exit.
     Migrate(MigrateArgs),
+    /// Rebuild the rollups of closed days from the raw tables: a campaign's (--advertiser and
+    /// --campaign) or a site's (--site), for the UTC days --from to --to (inclusive).
+    Rollup(RollupArgs),
     /// Send realistic mock beacon traffic to a running server, then print its unique-visitor
     /// counts for every feature combination beside the exact ones.
     Simulate(SimulateArgs),
@@ -52,6 +56,7 @@ impl Command {
             Self::Serve(args) => &args.log,
             Self::Migrate(args) => &args.log,
             Self::Simulate(args) => &args.log,
+            Self::Rollup(args) => &args.log,
         }
     }
 }
@@ -102,6 +107,17 @@ pub struct ServeArgs {
     /// aligned at multiples of it since the epoch; it must divide 24 hours.
     #[arg(long, env = "ADEVENTS_BILLABLE_WINDOW", default_value = "40s", value_parser = parse_billable_window)]
     pub billable_window: BillableWindow,
+    /// How long after a UTC day ends events still arrive without marking the day for
+    /// re-aggregation; after it (plus 5 s) the day is sealed into rollups.
+    #[arg(long, env = "ADEVENTS_ROLLUP_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub rollup_grace: Duration,
+    /// How many past days the background sealer (re-)seals; older days with late events are
+    /// read raw (still exact) until `adevents rollup` seals them.
+    #[arg(long, env = "ADEVENTS_SEAL_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=366))]
+    pub seal_lookback_days: u32,
+    /// How often the background sealer looks for days to seal.
+    #[arg(long, env = "ADEVENTS_SEAL_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub seal_interval: Duration,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -132,8 +148,55 @@ impl ServeArgs {
             },
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
             billable_window: self.billable_window,
+            sealing: SealingOptions {
+                grace: self.rollup_grace,
+                lookback_days: self.seal_lookback_days,
+                interval: self.seal_interval.max(Duration::from_secs(1)),
+                window: self.billable_window,
+                fan_out: FanOut {
+                    concurrency: usize::from(self.fanout_concurrency),
+                },
+            },
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct RollupArgs {
+    /// Advertiser of the campaign whose days are rebuilt.
+    #[arg(
+        long,
+        env = "ADEVENTS_ROLLUP_ADVERTISER",
+        requires = "campaign",
+        conflicts_with = "site"
+    )]
+    pub advertiser: Option<uuid::Uuid>,
+    /// Campaign whose days are rebuilt.
+    #[arg(long, env = "ADEVENTS_ROLLUP_CAMPAIGN", requires = "advertiser")]
+    pub campaign: Option<uuid::Uuid>,
+    /// Site whose unique-visitor sketches are rebuilt.
+    #[arg(
+        long,
+        env = "ADEVENTS_ROLLUP_SITE",
+        required_unless_present = "campaign"
+    )]
+    pub site: Option<String>,
+    /// First UTC day.
+    #[arg(long, env = "ADEVENTS_ROLLUP_FROM")]
+    pub from: chrono::NaiveDate,
+    /// Last UTC day (inclusive).
+    #[arg(long, env = "ADEVENTS_ROLLUP_TO")]
+    pub to: chrono::NaiveDate,
+    /// As for `serve`: billable impressions' window.
+    #[arg(long, env = "ADEVENTS_BILLABLE_WINDOW", default_value = "40s", value_parser = parse_billable_window)]
+    pub billable_window: BillableWindow,
+    /// As for `serve`: a day is sealed only once this long (plus 5 s) past its end.
+    #[arg(long, env = "ADEVENTS_ROLLUP_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub rollup_grace: Duration,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[derive(Debug, Args)]

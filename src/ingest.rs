@@ -5,48 +5,145 @@
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
 use crate::domain::event::{CampaignEvent, Click, Impression};
-use crate::domain::ids::CampaignKey;
+use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
+use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
+use chrono::Utc;
 use futures::{StreamExt, TryStreamExt, stream};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 pub struct Ingestor {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     /// Partitions written at once for one request.
     write_concurrency: usize,
+    sealing: SealingOptions,
+    /// Campaign-days this process already wrote to the day index (de-duplicated in the
+    /// process: one write per campaign and day, not one per request).
+    indexed: Mutex<HashSet<(Day, CampaignKey)>>,
 }
+
+/// Campaign-days remembered as indexed; past this, the memory starts over.
+const INDEXED_DAYS_REMEMBERED: usize = 100_000;
 
 impl Ingestor {
     pub fn new(
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         write_concurrency: usize,
+        sealing: SealingOptions,
     ) -> Self {
         Self {
             store,
             settings,
             write_concurrency: write_concurrency.max(1),
+            sealing,
+            indexed: Mutex::new(HashSet::new()),
         }
     }
 
     pub async fn impressions(&self, events: Vec<Impression>) -> Result<(), StoreError> {
         let partitions = self.partition(events).await?;
+        let late = self.index_days(&partitions, &[]).await?;
         self.write_all(partitions, |store, partition, events| async move {
             store.write_impressions(partition, &events).await
         })
-        .await
+        .await?;
+        self.mark_late(late).await
     }
 
     pub async fn clicks(&self, events: Vec<Click>) -> Result<(), StoreError> {
         let partitions = self.partition(events).await?;
+        // A late click may become its impression's first click and move that click's count
+        // from the day of the previous first click, which must then be re-aggregated too.
+        let now = Utc::now();
+        let late: Vec<(CampaignKey, ImpressionId)> = partitions
+            .iter()
+            .filter(|(partition, _)| self.sealing.is_late(partition.day, now))
+            .flat_map(|(partition, clicks)| {
+                clicks
+                    .iter()
+                    .map(move |click| (partition.campaign, click.impression_id))
+            })
+            .collect();
+        let previous_first_clicks: Vec<(CampaignKey, Day)> = stream::iter(late)
+            .map(|(campaign, impression_id)| async move {
+                let first = self.store.first_click(campaign, impression_id).await?;
+                Ok::<_, StoreError>(first.map(|first| (campaign, first.timestamp.utc_day())))
+            })
+            .buffer_unordered(self.write_concurrency)
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
+        let late = self.index_days(&partitions, &previous_first_clicks).await?;
         self.write_all(partitions, |store, partition, events| async move {
             store.write_clicks(partition, &events).await
         })
-        .await
+        .await?;
+        self.mark_late(late).await
+    }
+
+    /// Before any event is written, indexes each new campaign-day (the sealer finds days by
+    /// it); returns the days the events make late: those past their grace period (plus
+    /// `also_late`), by the events' age, never by checking a seal.
+    async fn index_days<E>(
+        &self,
+        partitions: &BTreeMap<EventPartition, Vec<E>>,
+        also_late: &[(CampaignKey, Day)],
+    ) -> Result<BTreeSet<(CampaignKey, Day)>, StoreError> {
+        let now = Utc::now();
+        let days: BTreeSet<(CampaignKey, Day)> = partitions
+            .keys()
+            .map(|partition| (partition.campaign, partition.day))
+            .collect();
+        let new_days: Vec<(CampaignKey, Day)> = {
+            let indexed = self.lock_indexed();
+            days.iter()
+                .filter(|(campaign, day)| !indexed.contains(&(*day, *campaign)))
+                .copied()
+                .collect()
+        };
+        let store = &self.store;
+        stream::iter(new_days.clone())
+            .map(|(campaign, day)| async move { store.mark_campaign_day(day, campaign).await })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect::<()>()
+            .await?;
+        let mut indexed = self.lock_indexed();
+        if indexed.len() >= INDEXED_DAYS_REMEMBERED {
+            indexed.clear();
+        }
+        indexed.extend(new_days.into_iter().map(|(campaign, day)| (day, campaign)));
+        Ok(days
+            .into_iter()
+            .filter(|(_, day)| self.sealing.is_late(*day, now))
+            .chain(also_late.iter().copied())
+            .collect())
+    }
+
+    /// After the events are written, marks their late days with the time of the mark: a seal
+    /// whose read started after it saw the events; any other seal is not taken as current
+    /// (see `SealState::is_current`). Should this fail, the client retries the request (it got
+    /// no 2xx) and the mark is written then.
+    async fn mark_late(&self, late: BTreeSet<(CampaignKey, Day)>) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let store = &self.store;
+        stream::iter(late)
+            .map(|(campaign, day)| async move { store.mark_late(campaign, day, now).await })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect::<()>()
+            .await
+    }
+
+    fn lock_indexed(&self) -> std::sync::MutexGuard<'_, HashSet<(Day, CampaignKey)>> {
+        // A set of markers stays usable whatever panicked while holding it.
+        self.indexed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Groups events by the partition each belongs to.

@@ -19,6 +19,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => commands::serve(args).await,
         Command::Migrate(args) => commands::migrate(args).await,
         Command::Simulate(args) => commands::simulate(args).await,
+        Command::Rollup(args) => commands::rollup(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

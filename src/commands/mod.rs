@@ -1,10 +1,12 @@
 //! What each subcommand does, given its parsed arguments. `main` only picks one.
 
 mod migrate;
+mod rollup;
 mod serve;
 mod simulate;
 
 pub use migrate::migrate;
+pub use rollup::rollup;
 pub use serve::serve;
 pub use simulate::simulate;
 
@@ -34,6 +36,8 @@ pub enum CommandError {
     Server(std::io::Error),
     #[error("simulation failed: {0}")]
     Simulate(String),
+    #[error("rollup failed: {0}")]
+    Rollup(String),
 }
 
 /// A store opened for a command, with the concrete type kept for store-specific work.

@@ -6,6 +6,7 @@ use crate::beacons::rebuild::rebuild_days;
 use crate::cli::ServeArgs;
 use crate::domain::time::Day;
 use crate::http::AppState;
+use crate::rollup::spawn_sealer;
 use crate::server;
 use chrono::Utc;
 use std::sync::Arc;
@@ -23,6 +24,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     store.prepare().await;
     let state = AppState::new(store.into_store(), args.service_options());
     spawn_open_day_rebuild(&state);
+    let _sealer = spawn_sealer(
+        Arc::clone(&state.store),
+        Arc::clone(&state.settings),
+        state.options.sealing,
+    );
     let (live_sketches, sketch_store) =
         (Arc::clone(&state.live_sketches), Arc::clone(&state.store));
     let listener = TcpListener::bind(args.listen)

@@ -25,6 +25,7 @@ use crate::domain::beacon::BeaconRules;
 use crate::ingest::Ingestor;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
+use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::Store;
 use crate::store::instrumented::Instrumented;
@@ -57,6 +58,8 @@ pub struct ServiceOptions {
     pub sketch_flush_interval: Duration,
     /// Billable impressions count once per user and campaign in each window this long.
     pub billable_window: BillableWindow,
+    /// When closed days are sealed into rollups (the grace for late events, ...).
+    pub sealing: SealingOptions,
 }
 
 impl Default for ServiceOptions {
@@ -74,6 +77,7 @@ impl Default for ServiceOptions {
             beacon_rules: BeaconRules::default(),
             sketch_flush_interval: Duration::from_secs(1),
             billable_window: BillableWindow::DEFAULT,
+            sealing: SealingOptions::default(),
         }
     }
 }
@@ -102,6 +106,7 @@ impl AppState {
             Arc::clone(&store),
             Arc::clone(&settings),
             options.write_concurrency,
+            options.sealing,
         ));
         let live_sketches = Arc::new(LiveSketches::new());
         let beacons = Arc::new(BeaconIngestor::new(

@@ -73,6 +73,8 @@ pub async fn get_summary(
         "tz": range.tz().name(),
         "group_by": match group_by { GroupBy::Day => "day", GroupBy::Hour => "hour", GroupBy::Ad => "ad", GroupBy::None => "none" },
         "totals": with_counts(json!({}), &summary.totals),
+        // How many UTC days were answered from their rollup (the rest from raw events).
+        "sealed_days": summary.sealed_days,
         "rows": rows,
     })))
 }

@@ -14,7 +14,9 @@ use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::EventTime;
-use crate::store::{ClickRow, ImpressionSummaryRow, Store, StoreError};
+use crate::store::{
+    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, Store, StoreError,
+};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -71,6 +73,55 @@ pub struct DayAggregate {
 }
 
 impl DayAggregate {
+    /// The rows a sealed day keeps.
+    pub fn to_rollup(&self) -> Rollup {
+        Rollup {
+            slices: self
+                .slices
+                .iter()
+                .map(|((slice, ad_id), counts)| RollupSlice {
+                    slice: *slice,
+                    ad_id: *ad_id,
+                    impressions: counts.impressions,
+                    clicks: counts.clicks,
+                    billable_impressions: counts.billable_impressions,
+                })
+                .collect(),
+            reach: self
+                .users
+                .iter()
+                .map(|((hour, ad_id), sketch)| RollupReach {
+                    hour: *hour,
+                    ad_id: *ad_id,
+                    sketch: sketch.to_bytes(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A sealed day back from its rows; `None` if a sketch does not decode (the caller then
+    /// reads the raw partitions instead).
+    pub fn from_rollup(rollup: Rollup) -> Option<Self> {
+        let mut day = Self::default();
+        for row in rollup.slices {
+            day.slices.insert(
+                (row.slice, row.ad_id),
+                SliceCounts {
+                    impressions: row.impressions,
+                    clicks: row.clicks,
+                    billable_impressions: row.billable_impressions,
+                },
+            );
+        }
+        for row in rollup.reach {
+            day.users.insert(
+                (row.hour, row.ad_id),
+                UniqueSketch::from_bytes(&row.sketch).ok()?,
+            );
+        }
+        Some(day)
+    }
+
     fn slice(&mut self, at: EventTime, ad: AdId) -> &mut SliceCounts {
         self.slices
             .entry((at.epoch_millis().div_euclid(SLICE_MILLIS), ad))

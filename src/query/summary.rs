@@ -53,6 +53,8 @@ pub struct Summary {
     pub by_hour: Vec<(String, Counts)>,
     /// Every ad with an impression or a click in the range, most impressions first, then by id.
     pub by_ad: Vec<(AdId, Counts)>,
+    /// UTC days answered from their rollup rather than their raw partitions.
+    pub sealed_days: usize,
 }
 
 /// A row being summed: additive counts and the users seen.
@@ -166,6 +168,7 @@ impl Rows {
                 .map(|(hour, tally)| (hour, tally.finish()))
                 .collect(),
             by_ad,
+            sealed_days: 0,
         }
     }
 }
@@ -191,14 +194,30 @@ pub async fn campaign_summary(
     let mut rows = Rows::new(range);
     let per_day = (fan_out.concurrency / DAYS_IN_FLIGHT).max(1);
     let mut days = stream::iter(plan)
-        .map(|(_, partitions)| async move {
-            aggregate_day(store, campaign, &partitions, window, per_day).await
+        .map(|(day, partitions)| async move {
+            // A sealed day whose rollup holds every event is one small read; any other day
+            // (open, never sealed, or with a late event since its seal) is read raw.
+            if store.seal_state(campaign, day).await?.is_current()
+                && let Some(sealed) =
+                    DayAggregate::from_rollup(store.read_rollup(campaign, day).await?)
+            {
+                return Ok::<_, StoreError>((sealed, true));
+            }
+            Ok((
+                aggregate_day(store, campaign, &partitions, window, per_day).await?,
+                false,
+            ))
         })
         .buffer_unordered(DAYS_IN_FLIGHT);
+    let mut sealed_days = 0;
     while let Some(day) = days.next().await {
-        rows.add_day(day?);
+        let (day, sealed) = day?;
+        sealed_days += usize::from(sealed);
+        rows.add_day(day);
     }
-    Ok(rows.finish())
+    let mut summary = rows.finish();
+    summary.sealed_days = sealed_days;
+    Ok(summary)
 }
 
 #[cfg(test)]

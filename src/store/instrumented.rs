@@ -2,7 +2,8 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, SealState, SketchPartition, SketchRow, Store,
+    StoreError, VisitRow,
 };
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
@@ -162,5 +163,48 @@ impl Store for Instrumented {
 
     async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError> {
         timed("sites_of_day", self.inner.sites_of_day(day)).await
+    }
+
+    async fn mark_campaign_day(&self, day: Day, campaign: CampaignKey) -> Result<(), StoreError> {
+        timed(
+            "mark_campaign_day",
+            self.inner.mark_campaign_day(day, campaign),
+        )
+        .await
+    }
+
+    async fn campaigns_of_day(&self, day: Day) -> Result<Vec<CampaignKey>, StoreError> {
+        timed("campaigns_of_day", self.inner.campaigns_of_day(day)).await
+    }
+
+    async fn mark_late(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        timed("mark_late", self.inner.mark_late(campaign, day, at)).await
+    }
+
+    async fn seal_state(&self, campaign: CampaignKey, day: Day) -> Result<SealState, StoreError> {
+        timed("seal_state", self.inner.seal_state(campaign, day)).await
+    }
+
+    async fn write_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        rollup: &Rollup,
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        timed(
+            "write_rollup",
+            self.inner.write_rollup(campaign, day, rollup, read_started),
+        )
+        .await
+    }
+
+    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
+        timed("read_rollup", self.inner.read_rollup(campaign, day)).await
     }
 }

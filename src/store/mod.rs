@@ -14,7 +14,10 @@ pub mod instrumented;
 mod rows;
 
 pub use error::StoreError;
-pub use rows::{ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, VisitRow};
+pub use rows::{
+    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SketchPartition,
+    SketchRow, VisitRow,
+};
 
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
@@ -114,4 +117,33 @@ pub trait Store: Send + Sync + 'static {
 
     /// The sites that received beacons for UTC `day`.
     async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError>;
+
+    /// Records that `campaign` received events for UTC `day` (the day index). Idempotent.
+    async fn mark_campaign_day(&self, day: Day, campaign: CampaignKey) -> Result<(), StoreError>;
+
+    /// The campaigns that received events for UTC `day`.
+    async fn campaigns_of_day(&self, day: Day) -> Result<Vec<CampaignKey>, StoreError>;
+
+    /// Records that an event older than the grace period arrived `at` for a campaign-day, so
+    /// its rollup stops answering until the day is sealed again.
+    async fn mark_late(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError>;
+
+    async fn seal_state(&self, campaign: CampaignKey, day: Day) -> Result<SealState, StoreError>;
+
+    /// Stores a campaign-day's rollup, then marks it sealed from `read_started` (the rollup
+    /// rows first, so a half-written rollup is never taken for a sealed one). Idempotent.
+    async fn write_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        rollup: &Rollup,
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError>;
+
+    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError>;
 }

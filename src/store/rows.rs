@@ -54,3 +54,56 @@ pub struct SketchRow {
     /// (a retried or delayed write never rolls a sketch back).
     pub captured_at: i64,
 }
+
+/// One 15-minute slice of a sealed campaign-day, for one ad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollupSlice {
+    /// 15-minute slices since the epoch.
+    pub slice: i64,
+    pub ad_id: AdId,
+    pub impressions: u64,
+    pub clicks: u64,
+    pub billable_impressions: u64,
+}
+
+/// The users one ad reached in one UTC hour of a sealed campaign-day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollupReach {
+    /// Hours since the epoch.
+    pub hour: i64,
+    pub ad_id: AdId,
+    /// [`crate::domain::sketch::UniqueSketch::to_bytes`].
+    pub sketch: Vec<u8>,
+}
+
+/// A sealed campaign-day's rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rollup {
+    pub slices: Vec<RollupSlice>,
+    pub reach: Vec<RollupReach>,
+}
+
+/// Whether a campaign-day's rollup may answer for it (see `migrations/0003_rollups.cql`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SealState {
+    /// When the read behind the stored rollup started.
+    pub sealed_from: Option<DateTime<Utc>>,
+    /// When the latest late event for the day arrived.
+    pub late_at: Option<DateTime<Utc>>,
+}
+
+impl SealState {
+    /// How much earlier than the seal's read a late event's mark must be for the read to have
+    /// surely seen the event. Marks are written after their events, so this only covers
+    /// clock differences between the servers that write marks and seals.
+    pub const MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
+
+    /// Whether the stored rollup holds every event of the day.
+    pub fn is_current(&self) -> bool {
+        match (self.sealed_from, self.late_at) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(sealed_from), Some(late_at)) => late_at + Self::MARGIN < sealed_from,
+        }
+    }
+}

@@ -14,5 +14,6 @@ mod migrations;
 mod process;
 mod reach;
 mod readiness;
+mod sealing;
 mod summary;
 mod uniques;

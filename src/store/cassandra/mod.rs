@@ -8,6 +8,7 @@ pub mod config;
 mod errors;
 pub mod migrator;
 mod reads;
+mod rollups;
 mod session;
 mod sites;
 mod statements;
@@ -21,11 +22,13 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::migrations::Migration;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, SealState, SketchPartition, SketchRow, Store,
+    StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
 use migrator::{MigrateError, MigrationReport};
+use rollups::RollupStatements;
 use scylla::client::session::Session;
 use scylla::statement::unprepared::Statement;
 use sites::SiteStatements;
@@ -50,6 +53,7 @@ pub struct CassandraStore {
     /// first request if the schema was not there yet.
     statements: OnceCell<Statements>,
     site_statements: OnceCell<SiteStatements>,
+    rollup_statements: OnceCell<RollupStatements>,
     /// Seconds for `USING TTL` (0: never expire).
     ttl_seconds: i32,
 }
@@ -80,6 +84,7 @@ impl CassandraStore {
             latest_migration: migrations.last().cloned(),
             statements: OnceCell::new(),
             site_statements: OnceCell::new(),
+            rollup_statements: OnceCell::new(),
             ttl_seconds,
         })
     }
@@ -87,7 +92,14 @@ impl CassandraStore {
     /// Prepares every hot-path statement; fails while the schema is missing.
     pub async fn prepare(&self) -> Result<(), StoreError> {
         self.statements().await?;
-        self.site_statements().await.map(|_| ())
+        self.site_statements().await?;
+        self.rollup_statements().await.map(|_| ())
+    }
+
+    async fn rollup_statements(&self) -> Result<&RollupStatements, StoreError> {
+        self.rollup_statements
+            .get_or_try_init(|| RollupStatements::prepare(&self.session, &self.config.keyspace))
+            .await
     }
 
     async fn site_statements(&self) -> Result<&SiteStatements, StoreError> {
@@ -306,5 +318,53 @@ impl Store for CassandraStore {
 
     async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError> {
         sites::sites_of_day(&self.session, self.site_statements().await?, day).await
+    }
+
+    async fn mark_campaign_day(&self, day: Day, campaign: CampaignKey) -> Result<(), StoreError> {
+        let statements = self.rollup_statements().await?;
+        rollups::mark_campaign_day(&self.session, statements, day, campaign).await
+    }
+
+    async fn campaigns_of_day(&self, day: Day) -> Result<Vec<CampaignKey>, StoreError> {
+        rollups::campaigns_of_day(&self.session, self.rollup_statements().await?, day).await
+    }
+
+    async fn mark_late(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let statements = self.rollup_statements().await?;
+        rollups::mark_late(&self.session, statements, campaign, day, at).await
+    }
+
+    async fn seal_state(&self, campaign: CampaignKey, day: Day) -> Result<SealState, StoreError> {
+        let statements = self.rollup_statements().await?;
+        rollups::seal_state(&self.session, statements, campaign, day).await
+    }
+
+    async fn write_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        rollup: &Rollup,
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let statements = self.rollup_statements().await?;
+        rollups::write_rollup(
+            &self.session,
+            statements,
+            campaign,
+            day,
+            rollup,
+            read_started,
+        )
+        .await
+    }
+
+    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
+        let statements = self.rollup_statements().await?;
+        rollups::read_rollup(&self.session, statements, campaign, day).await
     }
 }

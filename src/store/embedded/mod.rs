@@ -10,6 +10,7 @@
 
 mod committer;
 mod keys;
+mod rollup_keys;
 mod rows;
 mod site_keys;
 
@@ -22,11 +23,13 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::domain::time::EventTime;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SketchPartition,
+    SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use committer::{Committer, Rows};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use rollup_keys::SealCell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -60,6 +63,10 @@ struct Tables {
     site_config: Keyspace,
     visit_sketch: Keyspace,
     site_day: Keyspace,
+    campaign_day: Keyspace,
+    campaign_rollup: Keyspace,
+    campaign_reach: Keyspace,
+    campaign_seal: Keyspace,
     persist: PersistMode,
 }
 
@@ -125,6 +132,10 @@ impl EmbeddedStore {
             site_config: open("site_config")?,
             visit_sketch: open("visit_sketch")?,
             site_day: open("site_day")?,
+            campaign_day: open("campaign_day")?,
+            campaign_rollup: open("campaign_rollup")?,
+            campaign_reach: open("campaign_reach")?,
+            campaign_seal: open("campaign_seal")?,
             persist: match config.fsync {
                 Fsync::Always => PersistMode::SyncData,
                 Fsync::Never => PersistMode::Buffer,
@@ -214,6 +225,10 @@ enum Table {
     SiteConfig,
     VisitSketch,
     SiteDay,
+    CampaignDay,
+    CampaignRollup,
+    CampaignReach,
+    CampaignSeal,
 }
 
 impl Tables {
@@ -228,6 +243,10 @@ impl Tables {
             Table::SiteConfig => &self.site_config,
             Table::VisitSketch => &self.visit_sketch,
             Table::SiteDay => &self.site_day,
+            Table::CampaignDay => &self.campaign_day,
+            Table::CampaignRollup => &self.campaign_rollup,
+            Table::CampaignReach => &self.campaign_reach,
+            Table::CampaignSeal => &self.campaign_seal,
         }
     }
 }
@@ -537,5 +556,148 @@ impl Store for EmbeddedStore {
                     .ok_or_else(|| corrupt(CONTEXT))
             })
             .collect()
+    }
+
+    async fn mark_campaign_day(&self, day: Day, campaign: CampaignKey) -> Result<(), StoreError> {
+        let row = (
+            Table::CampaignDay,
+            rollup_keys::day_index_key(day, campaign),
+            Vec::new(),
+        );
+        self.write("writing the day index", vec![row]).await
+    }
+
+    async fn campaigns_of_day(&self, day: Day) -> Result<Vec<CampaignKey>, StoreError> {
+        const CONTEXT: &str = "reading the day index";
+        let rows = self
+            .scan(
+                Table::CampaignDay,
+                rollup_keys::day_index_prefix(day),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, _)| rollup_keys::decode_day_index_key(key).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn mark_late(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let row = (
+            Table::CampaignSeal,
+            rollup_keys::seal_key(campaign, day, SealCell::LateAt),
+            at.timestamp_millis().to_be_bytes().to_vec(),
+        );
+        self.write("marking a late event", vec![row]).await
+    }
+
+    async fn seal_state(&self, campaign: CampaignKey, day: Day) -> Result<SealState, StoreError> {
+        const CONTEXT: &str = "reading a seal";
+        let rows = self
+            .scan(
+                Table::CampaignSeal,
+                rollup_keys::campaign_day_prefix(campaign, day),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        let mut state = SealState::default();
+        for (key, value) in &rows {
+            let millis =
+                i64::from_be_bytes(value.as_ref().try_into().map_err(|_| corrupt(CONTEXT))?);
+            let at =
+                chrono::DateTime::from_timestamp_millis(millis).ok_or_else(|| corrupt(CONTEXT))?;
+            match key.last() {
+                Some(b'S') => state.sealed_from = Some(at),
+                Some(b'L') => state.late_at = Some(at),
+                _ => return Err(corrupt(CONTEXT)),
+            }
+        }
+        Ok(state)
+    }
+
+    async fn write_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        rollup: &Rollup,
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        // One atomic batch: rows and seal together (one process owns this folder, so a later
+        // seal's batch simply lands after an earlier one's).
+        let mut rows: Rows = rollup
+            .slices
+            .iter()
+            .map(|row| {
+                (
+                    Table::CampaignRollup,
+                    rollup_keys::rollup_key(campaign, day, row.slice, row.ad_id),
+                    rollup_keys::counts_value(
+                        row.impressions,
+                        row.clicks,
+                        row.billable_impressions,
+                    ),
+                )
+            })
+            .collect();
+        rows.extend(rollup.reach.iter().map(|row| {
+            (
+                Table::CampaignReach,
+                rollup_keys::rollup_key(campaign, day, row.hour, row.ad_id),
+                row.sketch.clone(),
+            )
+        }));
+        rows.push((
+            Table::CampaignSeal,
+            rollup_keys::seal_key(campaign, day, SealCell::SealedFrom),
+            read_started.timestamp_millis().to_be_bytes().to_vec(),
+        ));
+        self.write("writing a rollup", rows).await
+    }
+
+    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
+        const CONTEXT: &str = "reading a rollup";
+        let prefix = rollup_keys::campaign_day_prefix(campaign, day);
+        let slices = self
+            .scan(Table::CampaignRollup, prefix.clone(), None, CONTEXT)
+            .await?;
+        let reach = self
+            .scan(Table::CampaignReach, prefix, None, CONTEXT)
+            .await?;
+        Ok(Rollup {
+            slices: slices
+                .iter()
+                .map(|(key, value)| {
+                    let (slice, ad_id) =
+                        rollup_keys::decode_rollup_key(key).ok_or_else(|| corrupt(CONTEXT))?;
+                    let (impressions, clicks, billable_impressions) =
+                        rollup_keys::decode_counts_value(value).ok_or_else(|| corrupt(CONTEXT))?;
+                    Ok(RollupSlice {
+                        slice,
+                        ad_id,
+                        impressions,
+                        clicks,
+                        billable_impressions,
+                    })
+                })
+                .collect::<Result<_, StoreError>>()?,
+            reach: reach
+                .iter()
+                .map(|(key, value)| {
+                    let (hour, ad_id) =
+                        rollup_keys::decode_rollup_key(key).ok_or_else(|| corrupt(CONTEXT))?;
+                    Ok(RollupReach {
+                        hour,
+                        ad_id,
+                        sketch: value.to_vec(),
+                    })
+                })
+                .collect::<Result<_, StoreError>>()?,
+        })
     }
 }

@@ -1,0 +1,70 @@
+//! `adevents rollup`: rebuild the rollups of closed days from the raw tables, for one
+//! campaign or one site, whatever their seal state (an operator's repair after a late import,
+//! a bug fix, or days older than the background sealer's look-back).
+
+use super::{CommandError, OpenedStore, embedded_migrations};
+use crate::beacons::rebuild::rebuild_site_day;
+use crate::cli::RollupArgs;
+use crate::domain::beacon::SiteId;
+use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+use crate::domain::time::Day;
+use crate::query::FanOut;
+use crate::rollup::{SealingOptions, seal_campaign_day};
+use crate::settings::SettingsCache;
+use chrono::Utc;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
+    if args.from > args.to {
+        return Err(CommandError::Rollup("--from is after --to".into()));
+    }
+    let migrations = embedded_migrations()?;
+    let opened = OpenedStore::open(&args.store, &migrations).await?;
+    opened.prepare().await;
+    let store = opened.into_store();
+    let settings = SettingsCache::new(Arc::clone(&store), Duration::from_secs(10));
+    let options = SealingOptions {
+        grace: args.rollup_grace,
+        window: args.billable_window,
+        fan_out: FanOut { concurrency: 64 },
+        ..SealingOptions::default()
+    };
+    let first = Day::new(args.from);
+    let days: Vec<Day> = first.through(Day::new(args.to)).collect();
+    match (args.advertiser, args.campaign, &args.site) {
+        (Some(advertiser), Some(campaign), _) => {
+            let campaign = CampaignKey {
+                advertiser_id: AdvertiserId::new(advertiser),
+                campaign_id: CampaignId::new(campaign),
+            };
+            let now = Utc::now();
+            for day in days {
+                if !options.may_seal(day, now) {
+                    return Err(CommandError::Rollup(format!(
+                        "{day} is not closed yet (it takes events until {} after it ends)",
+                        humantime::format_duration(args.rollup_grace)
+                    )));
+                }
+                seal_campaign_day(store.as_ref(), &settings, campaign, day, &options).await?;
+                println!("sealed {day} of campaign {}", campaign.campaign_id);
+            }
+        }
+        (_, _, Some(site)) => {
+            let site = SiteId::parse(site)
+                .map_err(|message| CommandError::Rollup(format!("--site {message}")))?;
+            for day in days {
+                let beacons =
+                    rebuild_site_day(store.as_ref(), &settings, &site, day, options.fan_out)
+                        .await?;
+                println!("rebuilt {day} of site {site} from {beacons} beacons");
+            }
+        }
+        _ => {
+            return Err(CommandError::Rollup(
+                "name a campaign (--advertiser and --campaign) or a --site".into(),
+            ));
+        }
+    }
+    Ok(())
+}

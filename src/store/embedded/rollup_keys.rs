@@ -1,0 +1,111 @@
+//! Key layout of the embedded store's rollup tables: the campaign day index, the seal state,
+//! and the slice and reach rows of a sealed campaign-day.
+
+use super::keys::campaign_prefix;
+use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
+use crate::domain::time::Day;
+use chrono::NaiveDate;
+use uuid::Uuid;
+
+fn ordered_i64(value: i64) -> [u8; 8] {
+    ((value as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn decode_ordered_i64(bytes: &[u8]) -> Option<i64> {
+    Some((u64::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 63)) as i64)
+}
+
+fn day_bytes(day: Day) -> [u8; 4] {
+    let days = (day.date() - NaiveDate::default()).num_days() as i32;
+    ((days as u32) ^ (1 << 31)).to_be_bytes()
+}
+
+/// Campaign (32 bytes) + day (4).
+const DAY_PREFIX_LEN: usize = 36;
+
+/// Every row of one campaign-day in a rollup table starts with this.
+pub fn campaign_day_prefix(campaign: CampaignKey, day: Day) -> Vec<u8> {
+    let mut key = campaign_prefix(campaign);
+    key.extend_from_slice(&day_bytes(day));
+    key
+}
+
+/// A slice or reach row: its time unit (slice or hour since the epoch), then the ad.
+pub fn rollup_key(campaign: CampaignKey, day: Day, unit: i64, ad: AdId) -> Vec<u8> {
+    let mut key = campaign_day_prefix(campaign, day);
+    key.extend_from_slice(&ordered_i64(unit));
+    key.extend_from_slice(ad.as_uuid().as_bytes());
+    key
+}
+
+pub fn decode_rollup_key(key: &[u8]) -> Option<(i64, AdId)> {
+    let unit = decode_ordered_i64(key.get(DAY_PREFIX_LEN..DAY_PREFIX_LEN + 8)?)?;
+    let ad = Uuid::from_slice(key.get(DAY_PREFIX_LEN + 8..DAY_PREFIX_LEN + 24)?).ok()?;
+    Some((unit, AdId::new(ad)))
+}
+
+/// The seal state's two cells, each with one writer: `sealed_from` and `late_at`.
+pub fn seal_key(campaign: CampaignKey, day: Day, cell: SealCell) -> Vec<u8> {
+    let mut key = campaign_day_prefix(campaign, day);
+    key.push(cell as u8);
+    key
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum SealCell {
+    SealedFrom = b'S' as isize,
+    LateAt = b'L' as isize,
+}
+
+pub fn day_index_prefix(day: Day) -> Vec<u8> {
+    day_bytes(day).to_vec()
+}
+
+pub fn day_index_key(day: Day, campaign: CampaignKey) -> Vec<u8> {
+    let mut key = day_index_prefix(day);
+    key.extend_from_slice(&campaign_prefix(campaign));
+    key
+}
+
+pub fn decode_day_index_key(key: &[u8]) -> Option<CampaignKey> {
+    Some(CampaignKey {
+        advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(4..20)?).ok()?),
+        campaign_id: CampaignId::new(Uuid::from_slice(key.get(20..36)?).ok()?),
+    })
+}
+
+/// Three counts, 8 bytes each.
+pub fn counts_value(impressions: u64, clicks: u64, billable: u64) -> Vec<u8> {
+    [impressions, clicks, billable]
+        .iter()
+        .flat_map(|count| count.to_be_bytes())
+        .collect()
+}
+
+pub fn decode_counts_value(value: &[u8]) -> Option<(u64, u64, u64)> {
+    let count = |at: usize| Some(u64::from_be_bytes(value.get(at..at + 8)?.try_into().ok()?));
+    Some((count(0)?, count(8)?, count(16)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollup_keys_and_values_decode_back() {
+        let campaign = CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::new_v4()),
+            campaign_id: CampaignId::new(Uuid::new_v4()),
+        };
+        let day = Day::new("2026-10-01".parse().expect("date"));
+        let ad = AdId::new(Uuid::new_v4());
+        let key = rollup_key(campaign, day, 1_900_000, ad);
+        assert!(key.starts_with(&campaign_day_prefix(campaign, day)));
+        assert_eq!(decode_rollup_key(&key), Some((1_900_000, ad)));
+        assert_eq!(
+            decode_day_index_key(&day_index_key(day, campaign)),
+            Some(campaign)
+        );
+        assert_eq!(decode_counts_value(&counts_value(1, 2, 3)), Some((1, 2, 3)));
+    }
+}

@@ -1,0 +1,226 @@
+//! Rollups of closed days: a summary gives the same answer from raw events, from sealed
+//! rollups, and after a late event for a sealed day (read raw until the day is sealed again),
+//! and `adevents rollup` seals days from the command line.
+
+use crate::common::events::{Campaign, at, post_all, summary};
+use crate::common::process::{adevents, run_to_end};
+use crate::common::{Backend, cassandra_nodes, migrated_store, shared_keyspace};
+use adevents::domain::time::Day;
+use adevents::rollup::{SealingOptions, seal_campaign_day};
+use adevents::settings::SettingsCache;
+use adevents::store::Store;
+use chrono::Duration;
+use serde_json::Value;
+use std::sync::Arc;
+use uuid::Uuid;
+
+conformance!(the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event);
+
+const QUERIES: [&str; 3] = [
+    "from=2026-10-01&to=2026-10-03&group_by=day&tz=America/New_York",
+    "from=2026-10-01&to=2026-10-03&group_by=hour&tz=Asia/Kathmandu",
+    "from=2026-10-01&to=2026-10-03&group_by=ad",
+];
+
+fn days() -> Vec<Day> {
+    [
+        "2026-09-30",
+        "2026-10-01",
+        "2026-10-02",
+        "2026-10-03",
+        "2026-10-04",
+    ]
+    .iter()
+    .map(|day| Day::new(day.parse().expect("date")))
+    .collect()
+}
+
+async fn answers(server: &crate::common::TestServer, campaign: &Campaign) -> Vec<Value> {
+    let mut all = Vec::new();
+    for query in QUERIES {
+        all.push(summary(server, campaign, query).await);
+    }
+    all
+}
+
+/// The answers without `sealed_days`, which says where they came from.
+fn counts(answers: &[Value]) -> Vec<Value> {
+    answers
+        .iter()
+        .map(|answer| {
+            let mut answer = answer.clone();
+            answer
+                .as_object_mut()
+                .expect("object")
+                .remove("sealed_days");
+            answer
+        })
+        .collect()
+}
+
+fn sealed_days(answers: &[Value]) -> Vec<u64> {
+    answers
+        .iter()
+        .map(|answer| answer["sealed_days"].as_u64().expect("sealed_days"))
+        .collect()
+}
+
+async fn seal_all(store: &Arc<dyn Store>, campaign: &Campaign) {
+    // The events just posted marked their (long closed) days late; a seal is taken as current
+    // once its read started more than the clock margin after the latest mark.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let settings = SettingsCache::new(Arc::clone(store), std::time::Duration::from_secs(10));
+    for day in days() {
+        seal_campaign_day(
+            store.as_ref(),
+            &settings,
+            campaign.key(),
+            day,
+            &SealingOptions::default(),
+        )
+        .await
+        .expect("sealed");
+    }
+}
+
+async fn the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event(backend: Backend) {
+    let store = backend.store().await;
+    let server = crate::common::TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let ads: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+    let users: Vec<Uuid> = (0..40).map(|_| Uuid::new_v4()).collect();
+    let (mut impressions, mut clicks) = (Vec::new(), Vec::new());
+    let mut ids = Vec::new();
+    for i in 0..240i64 {
+        let id = Uuid::new_v4();
+        let when =
+            at("2026-10-01T02:00:00Z") + Duration::minutes(i * 17) + Duration::seconds(i % 7);
+        let mut event = campaign.impression(id, ads[(i % 3) as usize], when);
+        event["user_id"] = Value::String(users[(i % 40) as usize].to_string());
+        impressions.push(event);
+        if i % 9 == 0 {
+            clicks.push(campaign.click(id, ads[(i % 3) as usize], when + Duration::minutes(3)));
+        }
+        ids.push((id, when));
+    }
+    post_all(&server, "/v1/impressions", &impressions, 100).await;
+    post_all(&server, "/v1/clicks", &clicks, 100).await;
+
+    let raw = answers(&server, &campaign).await;
+    seal_all(&store, &campaign).await;
+    let sealed = answers(&server, &campaign).await;
+    // A late impression and a late first click for a sealed day (October is long closed).
+    let (clicked_id, clicked_at) = ids[5];
+    post_all(
+        &server,
+        "/v1/impressions",
+        &[campaign.impression(Uuid::new_v4(), ads[0], at("2026-10-02T12:00:00Z"))],
+        1,
+    )
+    .await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[campaign.click(clicked_id, ads[2], clicked_at + Duration::minutes(1))],
+        1,
+    )
+    .await;
+    let late = answers(&server, &campaign).await;
+    seal_all(&store, &campaign).await;
+    let resealed = answers(&server, &campaign).await;
+
+    assert_eq!(sealed_days(&raw), [0, 0, 0]);
+    assert!(
+        sealed_days(&sealed).iter().all(|n| *n >= 3),
+        "{:?}",
+        sealed_days(&sealed)
+    );
+    assert_eq!(
+        counts(&raw),
+        counts(&sealed),
+        "a sealed day answers like its raw events"
+    );
+    assert_eq!(
+        late[2]["totals"]["impressions"].as_u64(),
+        raw[2]["totals"]["impressions"].as_u64().map(|n| n + 1),
+        "the late impression is counted at once: {}",
+        late[2]["totals"]
+    );
+    assert_eq!(
+        late[2]["totals"]["clicks"].as_u64(),
+        raw[2]["totals"]["clicks"].as_u64().map(|n| n + 1),
+        "the late first click is counted at once: {}",
+        late[2]["totals"]
+    );
+    assert!(
+        sealed_days(&late)
+            .iter()
+            .zip(sealed_days(&sealed))
+            .all(|(late, sealed)| *late < sealed),
+        "days with a late event are read raw until sealed again"
+    );
+    assert_eq!(
+        counts(&late),
+        counts(&resealed),
+        "re-sealing keeps the answer"
+    );
+    assert_eq!(sealed_days(&resealed), sealed_days(&sealed));
+}
+
+/// `adevents rollup` seals a campaign's closed days; an open day is refused.
+#[tokio::test]
+async fn the_rollup_command_seals_closed_days_and_refuses_open_ones() {
+    let store: Arc<dyn Store> = Arc::new(migrated_store().await);
+    let server = crate::common::TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let events: Vec<Value> = (0..10)
+        .map(|i| {
+            campaign.impression(
+                Uuid::new_v4(),
+                Uuid::new_v4(),
+                at("2026-10-05T10:00:00Z") + Duration::minutes(i),
+            )
+        })
+        .collect();
+    post_all(&server, "/v1/impressions", &events, 10).await;
+    // Past the clock margin after the late marks these (long closed) events wrote.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let keyspace = shared_keyspace();
+    let nodes = cassandra_nodes().join(",");
+    let advertiser = campaign.advertiser_id.to_string();
+    let campaign_id = campaign.campaign_id.to_string();
+    let command = |from: &str, to: &str| {
+        adevents(
+            &[
+                "rollup",
+                "--store",
+                "cassandra",
+                "--keyspace",
+                keyspace.as_str(),
+                "--cassandra-nodes",
+                &nodes,
+                "--advertiser",
+                &advertiser,
+                "--campaign",
+                &campaign_id,
+                "--from",
+                from,
+                "--to",
+                to,
+            ],
+            &[],
+        )
+    };
+
+    let (sealed, output) = run_to_end(command("2026-10-04", "2026-10-06")).await;
+    let today = chrono::Utc::now().date_naive().to_string();
+    let (open, open_output) = run_to_end(command(&today, &today)).await;
+    let answer = summary(&server, &campaign, "from=2026-10-05&to=2026-10-05").await;
+
+    assert!(sealed.success(), "{output}");
+    assert!(output.contains("sealed 2026-10-05"), "{output}");
+    assert_eq!(answer["sealed_days"], 1, "{answer}");
+    assert_eq!(answer["totals"]["impressions"], 10, "{answer}");
+    assert!(!open.success(), "{open_output}");
+    assert!(open_output.contains("is not closed yet"), "{open_output}");
+}
