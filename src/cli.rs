@@ -174,7 +174,7 @@ pub struct RollupArgs {
     /// Campaign whose days are rebuilt.
     #[arg(long, env = "ADEVENTS_ROLLUP_CAMPAIGN", requires = "advertiser")]
     pub campaign: Option<uuid::Uuid>,
-    /// Site whose unique-visitor sketches are rebuilt.
+    /// Site whose days are rebuilt.
     #[arg(
         long,
         env = "ADEVENTS_ROLLUP_SITE",

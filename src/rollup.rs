@@ -1,6 +1,6 @@
 //! Sealing closed days (DESIGN.md principle 3): once a UTC day is past the grace period for
-//! late events, each campaign's day is aggregated once from the raw tables into a rollup, and
-//! summaries read that small rollup from then on. A late event for a sealed day marks it
+//! late events, each campaign's and site's day is aggregated once from the raw tables into a
+//! rollup, and summaries and unique-visitor queries read that small rollup from then on. A late event for a sealed day marks it
 //! (ingest writes `late_at` by the event's age, never by checking the seal), which makes
 //! summaries read the raw partitions again until the next seal: answers stay exact throughout.
 //!
@@ -8,13 +8,15 @@
 //! raw data, and its `sealed_from` (the start of its read) decides with `late_at` whether the
 //! rollup may answer; two seals of one day at once only repeat each other's work.
 
+use crate::beacons::rebuild::aggregate_site_day;
+use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
 use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, aggregate_day};
 use crate::query::plan::campaign_partitions;
 use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
+use crate::store::{SiteRollup, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +97,39 @@ pub async fn seal_campaign_day(
         .await
 }
 
-/// Seals every campaign-day of the look-back window that is due and not current; returns how
+/// Aggregates one site-day from its stored beacons and stores the rollup: exact visits per
+/// 15-minute slice and one merged sketch per hour, for every feature combination.
+pub async fn seal_site_day(
+    store: &dyn Store,
+    settings: &SettingsCache,
+    site: &SiteId,
+    day: Day,
+    options: &SealingOptions,
+) -> Result<usize, StoreError> {
+    let read_started = Utc::now();
+    let aggregate = aggregate_site_day(store, settings, site, day, options.fan_out).await?;
+    let combinations: Vec<(String, SiteRollup)> = aggregate
+        .combinations
+        .into_iter()
+        .map(|(combination, combination_day)| {
+            let rollup = SiteRollup {
+                visits: combination_day.slices.into_iter().collect(),
+                reach: combination_day
+                    .hours
+                    .into_iter()
+                    .map(|(hour, sketch)| (hour, sketch.to_bytes()))
+                    .collect(),
+            };
+            (combination, rollup)
+        })
+        .collect();
+    store
+        .write_site_rollup(site, day, &combinations, read_started)
+        .await?;
+    Ok(aggregate.beacons)
+}
+
+/// Seals every campaign-day and site-day of the look-back window that is due and not current; returns how
 /// many were sealed.
 pub async fn seal_due(
     store: &dyn Store,
@@ -113,6 +147,12 @@ pub async fn seal_due(
         for campaign in store.campaigns_of_day(day).await? {
             if !store.seal_state(campaign, day).await?.is_current() {
                 seal_campaign_day(store, settings, campaign, day, options).await?;
+                sealed += 1;
+            }
+        }
+        for site in store.sites_of_day(day).await? {
+            if !store.site_seal_state(&site, day).await?.is_current() {
+                seal_site_day(store, settings, &site, day, options).await?;
                 sealed += 1;
             }
         }
@@ -135,7 +175,9 @@ pub fn spawn_sealer(
             ticks.tick().await;
             match seal_due(store.as_ref(), &settings, &options, Utc::now()).await {
                 Ok(0) => {}
-                Ok(sealed) => tracing::info!(sealed, "sealed closed campaign-days into rollups"),
+                Ok(sealed) => {
+                    tracing::info!(sealed, "sealed closed campaign- and site-days into rollups")
+                }
                 Err(error) => {
                     tracing::warn!(%error, "sealing closed days failed; retrying at the next pass")
                 }

@@ -8,8 +8,10 @@ pub mod rebuild;
 
 use crate::domain::beacon::{Beacon, SiteId};
 use crate::domain::time::Day;
+use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
+use chrono::Utc;
 use live::LiveSketches;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,7 @@ pub struct BeaconIngestor {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     live: Arc<LiveSketches>,
+    sealing: SealingOptions,
     /// Site-days this process already wrote to the day index (DESIGN.md: de-duplicated in the
     /// process, so the index costs one write per site and day, not one per beacon).
     marked: Mutex<HashSet<(Day, SiteId)>>,
@@ -31,11 +34,13 @@ impl BeaconIngestor {
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         live: Arc<LiveSketches>,
+        sealing: SealingOptions,
     ) -> Self {
         Self {
             store,
             settings,
             live,
+            sealing,
             marked: Mutex::new(HashSet::new()),
         }
     }
@@ -48,6 +53,14 @@ impl BeaconIngestor {
         self.store
             .write_visits(&partition, std::slice::from_ref(&beacon))
             .await?;
+        // After the write, by the beacon's age (see `crate::rollup`): a sealed day stops
+        // answering until it is sealed again with this beacon.
+        let now = Utc::now();
+        if self.sealing.is_late(partition.day, now) {
+            self.store
+                .mark_site_late(&beacon.site, partition.day, now)
+                .await?;
+        }
         self.live.record(&beacon);
         Ok(())
     }

@@ -3,13 +3,12 @@
 //! a bug fix, or days older than the background sealer's look-back).
 
 use super::{CommandError, OpenedStore, embedded_migrations};
-use crate::beacons::rebuild::rebuild_site_day;
 use crate::cli::RollupArgs;
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
 use crate::query::FanOut;
-use crate::rollup::{SealingOptions, seal_campaign_day};
+use crate::rollup::{SealingOptions, seal_campaign_day, seal_site_day};
 use crate::settings::SettingsCache;
 use chrono::Utc;
 use std::sync::Arc;
@@ -41,10 +40,7 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
             let now = Utc::now();
             for day in days {
                 if !options.may_seal(day, now) {
-                    return Err(CommandError::Rollup(format!(
-                        "{day} is not closed yet (it takes events until {} after it ends)",
-                        humantime::format_duration(args.rollup_grace)
-                    )));
+                    return Err(not_closed(day, &args));
                 }
                 seal_campaign_day(store.as_ref(), &settings, campaign, day, &options).await?;
                 println!("sealed {day} of campaign {}", campaign.campaign_id);
@@ -53,11 +49,14 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         (_, _, Some(site)) => {
             let site = SiteId::parse(site)
                 .map_err(|message| CommandError::Rollup(format!("--site {message}")))?;
+            let now = Utc::now();
             for day in days {
+                if !options.may_seal(day, now) {
+                    return Err(not_closed(day, &args));
+                }
                 let beacons =
-                    rebuild_site_day(store.as_ref(), &settings, &site, day, options.fan_out)
-                        .await?;
-                println!("rebuilt {day} of site {site} from {beacons} beacons");
+                    seal_site_day(store.as_ref(), &settings, &site, day, &options).await?;
+                println!("sealed {day} of site {site} from {beacons} beacons");
             }
         }
         _ => {
@@ -67,4 +66,11 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         }
     }
     Ok(())
+}
+
+fn not_closed(day: Day, args: &RollupArgs) -> CommandError {
+    CommandError::Rollup(format!(
+        "{day} is not closed yet (it takes events until {} after it ends)",
+        humantime::format_duration(args.rollup_grace)
+    ))
 }

@@ -113,6 +113,7 @@ impl AppState {
             Arc::clone(&store),
             Arc::clone(&settings),
             Arc::clone(&live_sketches),
+            options.sealing,
         ));
         Self {
             store,

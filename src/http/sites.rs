@@ -106,6 +106,8 @@ pub async fn get_uniques(
         "granularity": params.get("granularity").unwrap_or("total"),
         "filter": filter.entries(),
         "total": counts(&uniques.total),
+        // How many UTC days were answered from their rollup (the rest from stored beacons).
+        "sealed_days": uniques.sealed_days,
         "rows": rows,
     })))
 }

@@ -1,19 +1,25 @@
 //! Unique visitors of a site: visits (exact) and distinct guids (HyperLogLog++) per day, ISO
 //! week or month of a range, for the beacons matching a feature filter.
 //!
-//! Visits are counted from the stored beacons, which the primary key de-duplicates. Unique
-//! visitors are unions of the hourly sketches of the filter's feature combination, every
-//! writer's row merged; an hour belongs to the period holding its midpoint, which is exact for
-//! whole-hour zones and cuts at the nearest UTC hour for 30/45-minute ones (API.md).
+//! A sealed UTC day answers from its rollup: the filter's combination's exact visits per
+//! 15-minute slice and merged sketch per hour. Any other day answers from its stored beacons
+//! (visits, de-duplicated by the primary key) and every writer's live sketch of each hour.
+//! Visits are placed at their exact time; an hour's visitors belong to the period holding the
+//! hour's midpoint, which is exact for whole-hour zones and cuts at the nearest UTC hour for
+//! 30/45-minute ones (API.md).
 
 use super::FanOut;
 use super::plan::visit_partitions;
 use super::range::QueryRange;
 use crate::domain::beacon::{Features, SiteId};
 use crate::domain::sketch::UniqueSketch;
+use crate::domain::time::Day;
 use crate::settings::SettingsCache;
 use crate::store::{SketchPartition, Store, StoreError};
-use chrono::{Datelike, NaiveDate, TimeDelta};
+use chrono::{DateTime, Datelike, NaiveDate, TimeDelta, Utc};
+
+const SLICE_MILLIS: i64 = 15 * 60 * 1000;
+const HOUR_MILLIS: i64 = 60 * 60 * 1000;
 use futures::{StreamExt, stream};
 use std::collections::HashMap;
 
@@ -53,6 +59,8 @@ pub struct SiteUniques {
     pub total: VisitCounts,
     /// Every period of the range, oldest first (none for [`Granularity::Total`]).
     pub rows: Vec<(String, VisitCounts)>,
+    /// UTC days answered from their rollup.
+    pub sealed_days: usize,
 }
 
 /// The periods of a range: labels oldest first, and which period each local day is in.
@@ -111,29 +119,41 @@ pub async fn site_uniques(
     let periods = Periods::new(range, granularity);
     let mut total = Tally::default();
     let mut tallies: Vec<Tally> = periods.labels.iter().map(|_| Tally::default()).collect();
+    // Sealed days answer from their rollup; the others from stored beacons and live sketches.
+    let days: Vec<Day> = range.utc_days().collect();
+    let mut states =
+        stream::iter(days.iter().copied())
+            .map(|day| async move {
+                Ok::<_, StoreError>((day, store.site_seal_state(site, day).await?))
+            })
+            .buffer_unordered(fan_out.concurrency.max(1));
+    let (mut sealed, mut open) = (Vec::new(), Vec::new());
+    while let Some(state) = states.next().await {
+        let (day, state) = state?;
+        if state.is_current() {
+            sealed.push(day);
+        } else {
+            open.push(day);
+        }
+    }
+    let mut tallies_of = Tallies {
+        periods: &periods,
+        range,
+        total: &mut total,
+        rows: &mut tallies,
+    };
+    merge_rollups(store, site, filter, &sealed, fan_out, &mut tallies_of).await?;
     count_visits(
         store,
         settings,
         site,
         filter,
-        range,
+        &open,
         fan_out,
-        &periods,
-        &mut total,
-        &mut tallies,
+        &mut tallies_of,
     )
     .await?;
-    merge_sketches(
-        store,
-        site,
-        filter,
-        range,
-        fan_out,
-        &periods,
-        &mut total,
-        &mut tallies,
-    )
-    .await?;
+    merge_sketches(store, site, filter, &open, fan_out, &mut tallies_of).await?;
     let rows = if granularity == Granularity::Total {
         Vec::new()
     } else {
@@ -146,62 +166,138 @@ pub async fn site_uniques(
     Ok(SiteUniques {
         total: total.finish(),
         rows,
+        sealed_days: sealed.len(),
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn count_visits(
+/// Where counts go: the total and the row of each period.
+struct Tallies<'a> {
+    periods: &'a Periods,
+    range: &'a QueryRange,
+    total: &'a mut Tally,
+    rows: &'a mut [Tally],
+}
+
+impl Tallies<'_> {
+    /// Visits at `at` (exact: a beacon's time, or the start of a 15-minute slice, which lies
+    /// within one local day in every zone).
+    fn visits(&mut self, at: DateTime<Utc>, visits: u64) {
+        if !self.range.contains(at) {
+            return;
+        }
+        self.total.visits += visits;
+        if let Some(period) = self.periods.of_day.get(&self.range.local_day(at)) {
+            self.rows[*period].visits += visits;
+        }
+    }
+
+    /// The visitors of the UTC hour starting at `hour`: in the period holding its midpoint.
+    fn visitors(&mut self, hour: DateTime<Utc>, sketch: &UniqueSketch) {
+        let midpoint = hour + TimeDelta::minutes(30);
+        if !self.range.contains(midpoint) {
+            return;
+        }
+        self.total.sketch.merge(sketch);
+        if let Some(period) = self.periods.of_day.get(&self.range.local_day(midpoint)) {
+            self.rows[*period].sketch.merge(sketch);
+        }
+    }
+}
+
+fn decode_sketch(site: &SiteId, hour: DateTime<Utc>, bytes: &[u8]) -> Option<UniqueSketch> {
+    // One unreadable row must not take the whole answer down; it is logged, and a rebuild
+    // from the stored beacons replaces it.
+    UniqueSketch::from_bytes(bytes)
+        .inspect_err(
+            |error| tracing::warn!(site = %site, %hour, %error, "skipping an unreadable sketch"),
+        )
+        .ok()
+}
+
+/// Sealed days: the filter's combination's visits per slice and visitors per hour.
+async fn merge_rollups(
     store: &dyn Store,
-    settings: &SettingsCache,
     site: &SiteId,
     filter: &Features,
-    range: &QueryRange,
+    days: &[Day],
     fan_out: FanOut,
-    periods: &Periods,
-    total: &mut Tally,
-    tallies: &mut [Tally],
+    tallies: &mut Tallies<'_>,
 ) -> Result<(), StoreError> {
-    let history = settings.site_history(site).await?;
-    let staleness = settings.read_staleness();
-    let partitions: Vec<_> = range
-        .utc_days()
-        .flat_map(|day| visit_partitions(site, day, &history, staleness))
+    let combination = filter.combination_key();
+    let partitions: Vec<SketchPartition> = days
+        .iter()
+        .map(|day| SketchPartition {
+            site: site.clone(),
+            day: *day,
+            combination: combination.clone(),
+        })
         .collect();
     let mut reads = stream::iter(partitions)
-        .map(|partition| async move { store.read_visits(&partition).await })
+        .map(|partition| async move { store.read_site_rollup(&partition).await })
         .buffer_unordered(fan_out.concurrency.max(1));
-    while let Some(rows) = reads.next().await {
-        for row in rows? {
-            let at = row.timestamp.instant();
-            if !range.contains(at) || !row.features.matches(filter) {
-                continue;
+    while let Some(rollup) = reads.next().await {
+        let rollup = rollup?;
+        for (slice, visits) in rollup.visits {
+            if let Some(at) = DateTime::from_timestamp_millis(slice * SLICE_MILLIS) {
+                tallies.visits(at, visits);
             }
-            total.visits += 1;
-            if let Some(period) = periods.of_day.get(&range.local_day(at)) {
-                tallies[*period].visits += 1;
+        }
+        for (hour, bytes) in rollup.reach {
+            let Some(at) = DateTime::from_timestamp_millis(hour * HOUR_MILLIS) else {
+                continue;
+            };
+            if let Some(sketch) = decode_sketch(site, at, &bytes) {
+                tallies.visitors(at, &sketch);
             }
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Open days: visits from the stored beacons (de-duplicated by their primary key).
+async fn count_visits(
+    store: &dyn Store,
+    settings: &SettingsCache,
+    site: &SiteId,
+    filter: &Features,
+    days: &[Day],
+    fan_out: FanOut,
+    tallies: &mut Tallies<'_>,
+) -> Result<(), StoreError> {
+    let history = settings.site_history(site).await?;
+    let staleness = settings.read_staleness();
+    let partitions: Vec<_> = days
+        .iter()
+        .flat_map(|day| visit_partitions(site, *day, &history, staleness))
+        .collect();
+    let mut reads = stream::iter(partitions)
+        .map(|partition| async move { store.read_visits(&partition).await })
+        .buffer_unordered(fan_out.concurrency.max(1));
+    while let Some(rows) = reads.next().await {
+        for row in rows? {
+            if row.features.matches(filter) {
+                tallies.visits(row.timestamp.instant(), 1);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Open days: every writer's live sketch of each hour of the filter's combination.
 async fn merge_sketches(
     store: &dyn Store,
     site: &SiteId,
     filter: &Features,
-    range: &QueryRange,
+    days: &[Day],
     fan_out: FanOut,
-    periods: &Periods,
-    total: &mut Tally,
-    tallies: &mut [Tally],
+    tallies: &mut Tallies<'_>,
 ) -> Result<(), StoreError> {
     let combination = filter.combination_key();
-    let partitions: Vec<SketchPartition> = range
-        .utc_days()
+    let partitions: Vec<SketchPartition> = days
+        .iter()
         .map(|day| SketchPartition {
             site: site.clone(),
-            day,
+            day: *day,
             combination: combination.clone(),
         })
         .collect();
@@ -210,22 +306,8 @@ async fn merge_sketches(
         .buffer_unordered(fan_out.concurrency.max(1));
     while let Some(rows) = reads.next().await {
         for row in rows? {
-            let midpoint = row.hour + TimeDelta::minutes(30);
-            if !range.contains(midpoint) {
-                continue;
-            }
-            // One unreadable row must not take the whole answer down; it is logged, and a
-            // rebuild from the stored beacons replaces it.
-            let sketch = match UniqueSketch::from_bytes(&row.sketch) {
-                Ok(sketch) => sketch,
-                Err(error) => {
-                    tracing::warn!(site = %site, hour = %row.hour, writer = %row.writer, %error, "skipping an unreadable sketch");
-                    continue;
-                }
-            };
-            total.sketch.merge(&sketch);
-            if let Some(period) = periods.of_day.get(&range.local_day(midpoint)) {
-                tallies[*period].sketch.merge(&sketch);
+            if let Some(sketch) = decode_sketch(site, row.hour, &row.sketch) {
+                tallies.visitors(row.hour, &sketch);
             }
         }
     }

@@ -2,8 +2,8 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    ClickRow, ImpressionSummaryRow, Rollup, SealState, SketchPartition, SketchRow, Store,
-    StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, SealState, SiteRollup, SketchPartition, SketchRow,
+    Store, StoreError, VisitRow,
 };
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
@@ -206,5 +206,40 @@ impl Store for Instrumented {
 
     async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
         timed("read_rollup", self.inner.read_rollup(campaign, day)).await
+    }
+
+    async fn mark_site_late(
+        &self,
+        site: &SiteId,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        timed("mark_site_late", self.inner.mark_site_late(site, day, at)).await
+    }
+
+    async fn site_seal_state(&self, site: &SiteId, day: Day) -> Result<SealState, StoreError> {
+        timed("site_seal_state", self.inner.site_seal_state(site, day)).await
+    }
+
+    async fn write_site_rollup(
+        &self,
+        site: &SiteId,
+        day: Day,
+        combinations: &[(String, SiteRollup)],
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        timed(
+            "write_site_rollup",
+            self.inner
+                .write_site_rollup(site, day, combinations, read_started),
+        )
+        .await
+    }
+
+    async fn read_site_rollup(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<SiteRollup, StoreError> {
+        timed("read_site_rollup", self.inner.read_site_rollup(partition)).await
     }
 }

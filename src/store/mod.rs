@@ -15,8 +15,8 @@ mod rows;
 
 pub use error::StoreError;
 pub use rows::{
-    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SketchPartition,
-    SketchRow, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SiteRollup,
+    SketchPartition, SketchRow, VisitRow,
 };
 
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -146,4 +146,29 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError>;
+
+    /// As [`mark_late`](Self::mark_late), for a site-day.
+    async fn mark_site_late(
+        &self,
+        site: &SiteId,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError>;
+
+    async fn site_seal_state(&self, site: &SiteId, day: Day) -> Result<SealState, StoreError>;
+
+    /// Stores a site-day's rollup, one entry per feature combination, then marks it sealed
+    /// from `read_started`. Idempotent.
+    async fn write_site_rollup(
+        &self,
+        site: &SiteId,
+        day: Day,
+        combinations: &[(String, SiteRollup)],
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// One feature combination of a sealed site-day (`partition` names site, day and
+    /// combination).
+    async fn read_site_rollup(&self, partition: &SketchPartition)
+    -> Result<SiteRollup, StoreError>;
 }

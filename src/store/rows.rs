@@ -107,3 +107,12 @@ impl SealState {
         }
     }
 }
+
+/// One feature combination's part of a sealed site-day.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteRollup {
+    /// (15-minute slice since the epoch, exact visits).
+    pub visits: Vec<(i64, u64)>,
+    /// (hour since the epoch, [`crate::domain::sketch::UniqueSketch::to_bytes`]).
+    pub reach: Vec<(i64, Vec<u8>)>,
+}

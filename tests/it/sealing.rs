@@ -6,15 +6,19 @@ use crate::common::events::{Campaign, at, post_all, summary};
 use crate::common::process::{adevents, run_to_end};
 use crate::common::{Backend, cassandra_nodes, migrated_store, shared_keyspace};
 use adevents::domain::time::Day;
-use adevents::rollup::{SealingOptions, seal_campaign_day};
+use adevents::rollup::{SealingOptions, seal_campaign_day, seal_site_day};
 use adevents::settings::SettingsCache;
+use adevents::simulate::traffic::SimulatedVisit;
 use adevents::store::Store;
 use chrono::Duration;
 use serde_json::Value;
 use std::sync::Arc;
 use uuid::Uuid;
 
-conformance!(the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event);
+conformance!(
+    the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event,
+    the_same_beacons_give_the_same_uniques_raw_sealed_and_after_a_late_beacon,
+);
 
 const QUERIES: [&str; 3] = [
     "from=2026-10-01&to=2026-10-03&group_by=day&tz=America/New_York",
@@ -161,6 +165,107 @@ async fn the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event
     );
     assert_eq!(
         counts(&late),
+        counts(&resealed),
+        "re-sealing keeps the answer"
+    );
+    assert_eq!(sealed_days(&resealed), sealed_days(&sealed));
+}
+
+fn uniques_queries() -> Vec<Vec<(String, String)>> {
+    let query = |granularity: &str, tz: &str, filter: Option<(&str, &str)>| {
+        let mut query = vec![
+            ("from".to_owned(), "2018-10-01".to_owned()),
+            ("to".to_owned(), "2018-10-31".to_owned()),
+            ("granularity".to_owned(), granularity.to_owned()),
+            ("tz".to_owned(), tz.to_owned()),
+        ];
+        if let Some((name, value)) = filter {
+            query.push((format!("feature.{name}"), value.to_owned()));
+        }
+        query
+    };
+    vec![
+        query("month", "UTC", None),
+        query("week", "UTC", Some(("feature1", "facebook.com"))),
+        query("day", "Asia/Kolkata", Some(("feature2", "/index.html"))),
+    ]
+}
+
+async fn uniques_answers(base: &str, site: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    for query in uniques_queries() {
+        all.push(crate::common::beacons::uniques(base, site, &query).await);
+    }
+    all
+}
+
+async fn seal_site(store: &Arc<dyn Store>, site: &str) {
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let settings = SettingsCache::new(Arc::clone(store), std::time::Duration::from_secs(10));
+    let site = adevents::domain::beacon::SiteId::parse(site).expect("valid site");
+    let first = Day::new("2018-09-30".parse().expect("date"));
+    for day in first.through(Day::new("2018-11-01".parse().expect("date"))) {
+        seal_site_day(
+            store.as_ref(),
+            &settings,
+            &site,
+            day,
+            &SealingOptions::default(),
+        )
+        .await
+        .expect("sealed");
+    }
+}
+
+async fn the_same_beacons_give_the_same_uniques_raw_sealed_and_after_a_late_beacon(
+    backend: Backend,
+) {
+    let store = backend.store().await;
+    let server = crate::common::TestServer::start(Arc::clone(&store)).await;
+    let base = server.url("");
+    let site = crate::common::beacons::fresh_site();
+    let visits = crate::common::beacons::october(120, 1500, 21);
+    crate::common::beacons::send_visits(&base, &site, &visits).await;
+    // Every live sketch stored (the flush runs about every second).
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+
+    let raw = uniques_answers(&base, &site).await;
+    seal_site(&store, &site).await;
+    let sealed = uniques_answers(&base, &site).await;
+    let late = SimulatedVisit {
+        guid: "a-late-visitor".into(),
+        timestamp: 1_539_000_000, // 2018-10-08T12:00:00Z
+        referer: "facebook.com".into(),
+        page: "/index.html".into(),
+    };
+    crate::common::beacons::send_visits(&base, &site, std::slice::from_ref(&late)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let after_late = uniques_answers(&base, &site).await;
+    seal_site(&store, &site).await;
+    let resealed = uniques_answers(&base, &site).await;
+
+    assert_eq!(sealed_days(&raw), [0, 0, 0]);
+    assert_eq!(sealed_days(&sealed), [31, 31, 32]);
+    assert_eq!(
+        counts(&raw),
+        counts(&sealed),
+        "a sealed day answers like its beacons"
+    );
+    for (before, after) in sealed.iter().zip(&after_late) {
+        assert_eq!(
+            after["total"]["visits"].as_u64(),
+            before["total"]["visits"].as_u64().map(|n| n + 1),
+            "the late beacon counts at once: {after}"
+        );
+        assert_eq!(
+            after["total"]["unique_visitors"].as_u64(),
+            before["total"]["unique_visitors"].as_u64().map(|n| n + 1),
+            "and so does its new visitor: {after}"
+        );
+    }
+    assert_eq!(sealed_days(&after_late), [30, 30, 31]);
+    assert_eq!(
+        counts(&after_late),
         counts(&resealed),
         "re-sealing keeps the answer"
     );

@@ -10,6 +10,7 @@ pub mod migrator;
 mod reads;
 mod rollups;
 mod session;
+mod site_rollups;
 mod sites;
 mod statements;
 mod writes;
@@ -22,8 +23,8 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::migrations::Migration;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, Rollup, SealState, SketchPartition, SketchRow, Store,
-    StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, SealState, SiteRollup, SketchPartition, SketchRow,
+    Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
@@ -31,6 +32,7 @@ use migrator::{MigrateError, MigrationReport};
 use rollups::RollupStatements;
 use scylla::client::session::Session;
 use scylla::statement::unprepared::Statement;
+use site_rollups::SiteRollupStatements;
 use sites::SiteStatements;
 use statements::Statements;
 use std::sync::Arc;
@@ -54,6 +56,7 @@ pub struct CassandraStore {
     statements: OnceCell<Statements>,
     site_statements: OnceCell<SiteStatements>,
     rollup_statements: OnceCell<RollupStatements>,
+    site_rollup_statements: OnceCell<SiteRollupStatements>,
     /// Seconds for `USING TTL` (0: never expire).
     ttl_seconds: i32,
 }
@@ -85,6 +88,7 @@ impl CassandraStore {
             statements: OnceCell::new(),
             site_statements: OnceCell::new(),
             rollup_statements: OnceCell::new(),
+            site_rollup_statements: OnceCell::new(),
             ttl_seconds,
         })
     }
@@ -93,7 +97,14 @@ impl CassandraStore {
     pub async fn prepare(&self) -> Result<(), StoreError> {
         self.statements().await?;
         self.site_statements().await?;
-        self.rollup_statements().await.map(|_| ())
+        self.rollup_statements().await?;
+        self.site_rollup_statements().await.map(|_| ())
+    }
+
+    async fn site_rollup_statements(&self) -> Result<&SiteRollupStatements, StoreError> {
+        self.site_rollup_statements
+            .get_or_try_init(|| SiteRollupStatements::prepare(&self.session, &self.config.keyspace))
+            .await
     }
 
     async fn rollup_statements(&self) -> Result<&RollupStatements, StoreError> {
@@ -366,5 +377,47 @@ impl Store for CassandraStore {
     async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
         let statements = self.rollup_statements().await?;
         rollups::read_rollup(&self.session, statements, campaign, day).await
+    }
+
+    async fn mark_site_late(
+        &self,
+        site: &SiteId,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let statements = self.site_rollup_statements().await?;
+        site_rollups::mark_site_late(&self.session, statements, site, day, at).await
+    }
+
+    async fn site_seal_state(&self, site: &SiteId, day: Day) -> Result<SealState, StoreError> {
+        let statements = self.site_rollup_statements().await?;
+        site_rollups::site_seal_state(&self.session, statements, site, day).await
+    }
+
+    async fn write_site_rollup(
+        &self,
+        site: &SiteId,
+        day: Day,
+        combinations: &[(String, SiteRollup)],
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let statements = self.site_rollup_statements().await?;
+        site_rollups::write_site_rollup(
+            &self.session,
+            statements,
+            site,
+            day,
+            combinations,
+            read_started,
+        )
+        .await
+    }
+
+    async fn read_site_rollup(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<SiteRollup, StoreError> {
+        let statements = self.site_rollup_statements().await?;
+        site_rollups::read_site_rollup(&self.session, statements, partition).await
     }
 }

@@ -23,8 +23,8 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::domain::time::EventTime;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SketchPartition,
-    SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SiteRollup,
+    SketchPartition, SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use committer::{Committer, Rows};
@@ -67,6 +67,9 @@ struct Tables {
     campaign_rollup: Keyspace,
     campaign_reach: Keyspace,
     campaign_seal: Keyspace,
+    site_visits: Keyspace,
+    site_reach: Keyspace,
+    site_seal: Keyspace,
     persist: PersistMode,
 }
 
@@ -136,6 +139,9 @@ impl EmbeddedStore {
             campaign_rollup: open("campaign_rollup")?,
             campaign_reach: open("campaign_reach")?,
             campaign_seal: open("campaign_seal")?,
+            site_visits: open("site_visits")?,
+            site_reach: open("site_reach")?,
+            site_seal: open("site_seal")?,
             persist: match config.fsync {
                 Fsync::Always => PersistMode::SyncData,
                 Fsync::Never => PersistMode::Buffer,
@@ -214,6 +220,22 @@ impl EmbeddedStore {
     }
 }
 
+/// A seal state from its cells: `S` (sealed_from) and `L` (late_at), epoch milliseconds.
+fn decode_seal(cells: &[(fjall::Slice, fjall::Slice)]) -> Option<SealState> {
+    let mut state = SealState::default();
+    for (key, value) in cells {
+        let at = chrono::DateTime::from_timestamp_millis(i64::from_be_bytes(
+            value.as_ref().try_into().ok()?,
+        ))?;
+        match key.last()? {
+            b'S' => state.sealed_from = Some(at),
+            b'L' => state.late_at = Some(at),
+            _ => return None,
+        }
+    }
+    Some(state)
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Table {
     Impression,
@@ -229,6 +251,9 @@ enum Table {
     CampaignRollup,
     CampaignReach,
     CampaignSeal,
+    SiteVisits,
+    SiteReach,
+    SiteSeal,
 }
 
 impl Tables {
@@ -247,6 +272,9 @@ impl Tables {
             Table::CampaignRollup => &self.campaign_rollup,
             Table::CampaignReach => &self.campaign_reach,
             Table::CampaignSeal => &self.campaign_seal,
+            Table::SiteVisits => &self.site_visits,
+            Table::SiteReach => &self.site_reach,
+            Table::SiteSeal => &self.site_seal,
         }
     }
 }
@@ -606,19 +634,7 @@ impl Store for EmbeddedStore {
                 CONTEXT,
             )
             .await?;
-        let mut state = SealState::default();
-        for (key, value) in &rows {
-            let millis =
-                i64::from_be_bytes(value.as_ref().try_into().map_err(|_| corrupt(CONTEXT))?);
-            let at =
-                chrono::DateTime::from_timestamp_millis(millis).ok_or_else(|| corrupt(CONTEXT))?;
-            match key.last() {
-                Some(b'S') => state.sealed_from = Some(at),
-                Some(b'L') => state.late_at = Some(at),
-                _ => return Err(corrupt(CONTEXT)),
-            }
-        }
-        Ok(state)
+        decode_seal(&rows).ok_or_else(|| corrupt(CONTEXT))
     }
 
     async fn write_rollup(
@@ -696,6 +712,102 @@ impl Store for EmbeddedStore {
                         ad_id,
                         sketch: value.to_vec(),
                     })
+                })
+                .collect::<Result<_, StoreError>>()?,
+        })
+    }
+
+    async fn mark_site_late(
+        &self,
+        site: &SiteId,
+        day: Day,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let row = (
+            Table::SiteSeal,
+            site_keys::site_seal_key(site, day, b'L'),
+            at.timestamp_millis().to_be_bytes().to_vec(),
+        );
+        self.write("marking a late beacon", vec![row]).await
+    }
+
+    async fn site_seal_state(&self, site: &SiteId, day: Day) -> Result<SealState, StoreError> {
+        const CONTEXT: &str = "reading a site seal";
+        let rows = self
+            .scan(
+                Table::SiteSeal,
+                site_keys::site_seal_prefix(site, day),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        decode_seal(&rows).ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn write_site_rollup(
+        &self,
+        site: &SiteId,
+        day: Day,
+        combinations: &[(String, SiteRollup)],
+        read_started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let mut rows: Rows = Vec::new();
+        for (combination, rollup) in combinations {
+            let partition = SketchPartition {
+                site: site.clone(),
+                day,
+                combination: combination.clone(),
+            };
+            rows.extend(rollup.visits.iter().map(|(slice, visits)| {
+                (
+                    Table::SiteVisits,
+                    site_keys::rollup_unit_key(&partition, *slice),
+                    visits.to_be_bytes().to_vec(),
+                )
+            }));
+            rows.extend(rollup.reach.iter().map(|(hour, sketch)| {
+                (
+                    Table::SiteReach,
+                    site_keys::rollup_unit_key(&partition, *hour),
+                    sketch.clone(),
+                )
+            }));
+        }
+        rows.push((
+            Table::SiteSeal,
+            site_keys::site_seal_key(site, day, b'S'),
+            read_started.timestamp_millis().to_be_bytes().to_vec(),
+        ));
+        self.write("writing a site rollup", rows).await
+    }
+
+    async fn read_site_rollup(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<SiteRollup, StoreError> {
+        const CONTEXT: &str = "reading a site rollup";
+        let prefix = site_keys::sketch_prefix(partition);
+        let prefix_len = prefix.len();
+        let visits = self
+            .scan(Table::SiteVisits, prefix.clone(), None, CONTEXT)
+            .await?;
+        let reach = self.scan(Table::SiteReach, prefix, None, CONTEXT).await?;
+        Ok(SiteRollup {
+            visits: visits
+                .iter()
+                .map(|(key, value)| {
+                    let slice = site_keys::decode_rollup_unit(key, prefix_len)
+                        .ok_or_else(|| corrupt(CONTEXT))?;
+                    let count: [u8; 8] = value.as_ref().try_into().map_err(|_| corrupt(CONTEXT))?;
+                    Ok((slice, u64::from_be_bytes(count)))
+                })
+                .collect::<Result<_, StoreError>>()?,
+            reach: reach
+                .iter()
+                .map(|(key, value)| {
+                    let hour = site_keys::decode_rollup_unit(key, prefix_len)
+                        .ok_or_else(|| corrupt(CONTEXT))?;
+                    Ok((hour, value.to_vec()))
                 })
                 .collect::<Result<_, StoreError>>()?,
         })

@@ -106,6 +106,30 @@ pub fn decode_sketch_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>
     Some((hour, writer))
 }
 
+/// The seal state of a site-day: one key per cell (`S`: sealed_from, `L`: late_at).
+pub fn site_seal_prefix(site: &SiteId, day: Day) -> Vec<u8> {
+    let mut key = site_prefix(site);
+    key.extend_from_slice(&day_bytes(day));
+    key
+}
+
+pub fn site_seal_key(site: &SiteId, day: Day, cell: u8) -> Vec<u8> {
+    let mut key = site_seal_prefix(site, day);
+    key.push(cell);
+    key
+}
+
+/// A sealed site-day's row of one combination: its slice or hour since the epoch.
+pub fn rollup_unit_key(partition: &SketchPartition, unit: i64) -> Vec<u8> {
+    let mut key = sketch_prefix(partition);
+    key.extend_from_slice(&ordered_i64(unit));
+    key
+}
+
+pub fn decode_rollup_unit(key: &[u8], prefix_len: usize) -> Option<i64> {
+    decode_ordered_i64(key.get(prefix_len..prefix_len + 8)?)
+}
+
 pub fn site_day_prefix(day: Day) -> Vec<u8> {
     day_bytes(day).to_vec()
 }
