@@ -1,0 +1,228 @@
+//! Summaries of sealed days: the 31-day summary latency of a campaign with 1 million and with
+//! 10 million impressions, every day sealed into rollups, measured side by side in
+//! interleaved rounds on each store. The cost of a sealed day must not grow with its events.
+//!
+//! `scripts/bench rollups` (starts the Cassandra node if needed). Knobs: BENCH_SIZES
+//! (default "1000000,10000000"), BENCH_ROUNDS (default 7). Loaded campaigns are kept in
+//! `target/bench-data/rollups` and the `adevents_bench` keyspace and reused.
+
+mod support;
+
+/// The allocator the `adevents` binary uses, so the in-process work measures the same.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use adevents::domain::event::{Click, Impression};
+use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use adevents::domain::time::{Day, EventTime};
+use adevents::domain::user_data::UserData;
+use adevents::ingest::Ingestor;
+use adevents::query::FanOut;
+use adevents::query::aggregate::BillableWindow;
+use adevents::query::range::QueryRange;
+use adevents::query::summary::campaign_summary;
+use adevents::rollup::{SealingOptions, seal_campaign_day};
+use adevents::settings::SettingsCache;
+use adevents::store::Store;
+use adevents::store::cassandra::config::WriteMode;
+use adevents::store::embedded::Fsync;
+use chrono::{Duration, NaiveDate};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use std::time::Instant;
+use uuid::Uuid;
+
+const DAYS: i64 = 31;
+
+fn first_day() -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 8, 1).expect("valid")
+}
+
+fn campaign_of(size: usize) -> CampaignKey {
+    let id = |name: &str| {
+        Uuid::new_v5(
+            &Uuid::NAMESPACE_OID,
+            format!("adevents-bench-rollups-{name}-{size}").as_bytes(),
+        )
+    };
+    CampaignKey {
+        advertiser_id: AdvertiserId::new(id("advertiser")),
+        campaign_id: CampaignId::new(id("campaign")),
+    }
+}
+
+fn range() -> QueryRange {
+    QueryRange::new(
+        first_day(),
+        first_day() + Duration::days(DAYS - 1),
+        chrono_tz::Tz::UTC,
+    )
+    .expect("range")
+}
+
+async fn summary(
+    store: &dyn Store,
+    settings: &SettingsCache,
+    campaign: CampaignKey,
+) -> (u64, usize, f64) {
+    let started = Instant::now();
+    let summary = campaign_summary(
+        store,
+        settings,
+        campaign,
+        &range(),
+        FanOut { concurrency: 64 },
+        BillableWindow::DEFAULT,
+    )
+    .await
+    .expect("summary");
+    (
+        summary.totals.impressions,
+        summary.sealed_days,
+        started.elapsed().as_secs_f64(),
+    )
+}
+
+/// `size` impressions over 31 days of 20 ads, users drawn from size/5 (returning users), 1 %
+/// clicked; then every day sealed.
+async fn load(
+    store: Arc<dyn Store>,
+    settings: Arc<SettingsCache>,
+    campaign: CampaignKey,
+    size: usize,
+) {
+    let ingestor = Ingestor::new(
+        Arc::clone(&store),
+        Arc::clone(&settings),
+        64,
+        SealingOptions::default(),
+    );
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(size as u64);
+    let ads: Vec<AdId> = (0..20)
+        .map(|_| AdId::new(Uuid::from_u128(rng.random())))
+        .collect();
+    let users = (size / 5).max(1) as u128;
+    let start = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
+    let step_micros = DAYS * 86_400_000_000 / size as i64;
+    let started = Instant::now();
+    let mut batch = Vec::with_capacity(5000);
+    let mut clicks = Vec::new();
+    for i in 0..size {
+        let impression = Impression {
+            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
+            campaign,
+            ad_id: ads[rng.random_range(0..ads.len())],
+            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
+            timestamp: EventTime::from_stored(
+                start + Duration::microseconds(step_micros * i as i64),
+            ),
+            user_ip: None,
+            user_data: UserData::default(),
+        };
+        if i % 100 == 0 {
+            clicks.push(Click {
+                impression_id: impression.impression_id,
+                campaign,
+                ad_id: impression.ad_id,
+                timestamp: EventTime::from_stored(
+                    impression.timestamp.instant() + Duration::seconds(20),
+                ),
+            });
+        }
+        batch.push(impression);
+        if batch.len() == 5000 || i + 1 == size {
+            ingestor
+                .impressions(std::mem::take(&mut batch))
+                .await
+                .expect("loaded");
+            ingestor
+                .clicks(std::mem::take(&mut clicks))
+                .await
+                .expect("loaded");
+        }
+    }
+    let loaded = started.elapsed().as_secs_f64();
+    // Past the clock margin after the late marks this historical load wrote.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let started = Instant::now();
+    let first = Day::new(first_day());
+    for day in first.through(Day::new(first_day() + Duration::days(DAYS - 1))) {
+        seal_campaign_day(
+            store.as_ref(),
+            &settings,
+            campaign,
+            day,
+            &SealingOptions::default(),
+        )
+        .await
+        .expect("sealed");
+    }
+    println!(
+        "  loaded {size} impressions in {loaded:.0} s, sealed 31 days in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .unwrap_or_else(|_| "1000000,10000000".to_owned())
+        .split(',')
+        .filter_map(|size| size.trim().parse().ok())
+        .collect();
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+        (
+            "embedded",
+            Arc::new(support::embedded_store("rollups", Fsync::Never)),
+        ),
+        (
+            "cassandra",
+            Arc::new(support::store(WriteMode::Batch).await),
+        ),
+    ];
+    for (name, store) in stores {
+        let settings = Arc::new(SettingsCache::new(
+            Arc::clone(&store),
+            std::time::Duration::from_secs(600),
+        ));
+        println!("## {name}");
+        for size in &sizes {
+            let campaign = campaign_of(*size);
+            let (impressions, sealed, _) = summary(store.as_ref(), &settings, campaign).await;
+            if impressions != *size as u64 || sealed != DAYS as usize {
+                load(Arc::clone(&store), Arc::clone(&settings), campaign, *size).await;
+            }
+        }
+        let mut latencies: Vec<Vec<f64>> = sizes.iter().map(|_| Vec::new()).collect();
+        for _ in 0..rounds {
+            for (index, size) in sizes.iter().enumerate() {
+                let (impressions, sealed, seconds) =
+                    summary(store.as_ref(), &settings, campaign_of(*size)).await;
+                assert_eq!((impressions, sealed), (*size as u64, DAYS as usize));
+                latencies[index].push(seconds);
+            }
+        }
+        println!(
+            "\n| {name}: 31 sealed days | median | rounds (ms) | × smallest |\n|---|---|---|---|"
+        );
+        let base = support::median(latencies[0].clone());
+        for (size, values) in sizes.iter().zip(&latencies) {
+            let median = support::median(values.clone());
+            let all: Vec<String> = values
+                .iter()
+                .map(|v| format!("{:.0}", v * 1000.0))
+                .collect();
+            println!(
+                "| {size} impressions | {:.1} ms | {} | {:.2} |",
+                median * 1000.0,
+                all.join(" / "),
+                median / base
+            );
+        }
+        println!();
+    }
+}
