@@ -20,7 +20,7 @@ use adevents::ingest::Ingestor;
 use adevents::query::FanOut;
 use adevents::query::aggregate::BillableWindow;
 use adevents::query::range::QueryRange;
-use adevents::query::summary::campaign_summary;
+use adevents::query::summary::{Grouping, campaign_summary};
 use adevents::rollup::{SealingOptions, seal_campaign_day};
 use adevents::settings::SettingsCache;
 use adevents::store::Store;
@@ -73,6 +73,7 @@ async fn summary(
         &range(),
         FanOut { concurrency: 64 },
         BillableWindow::DEFAULT,
+        Grouping::Day,
     )
     .await
     .expect("summary");

@@ -23,7 +23,7 @@ use adevents::ingest::Ingestor;
 use adevents::query::FanOut;
 use adevents::query::aggregate::BillableWindow;
 use adevents::query::range::QueryRange;
-use adevents::query::summary::campaign_summary;
+use adevents::query::summary::{Grouping, campaign_summary};
 use adevents::rollup::SealingOptions;
 use adevents::settings::SettingsCache;
 use adevents::store::Store;
@@ -230,6 +230,7 @@ async fn fan_out(store: &Arc<dyn Store>, campaign: CampaignKey, concurrency: usi
         &range,
         FanOut { concurrency },
         BillableWindow::DEFAULT,
+        Grouping::Day,
     )
     .await
     .expect("summary");

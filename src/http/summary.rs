@@ -3,7 +3,7 @@
 use super::AppState;
 use super::error::ApiError;
 use super::params::{Params, campaign_key};
-use crate::query::summary::{Counts, campaign_summary};
+use crate::query::summary::{Counts, Grouping, campaign_summary};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use serde_json::{Value, json};
@@ -43,6 +43,12 @@ pub async fn get_summary(
         &range,
         state.options.fan_out,
         state.options.billable_window,
+        match group_by {
+            GroupBy::Day => Grouping::Day,
+            GroupBy::Hour => Grouping::Hour,
+            GroupBy::Ad => Grouping::Ad,
+            GroupBy::None => Grouping::None,
+        },
     )
     .await?;
     let rows: Vec<Value> = match group_by {

@@ -20,7 +20,7 @@ use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, stream};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The counts of one row (or of the totals).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,7 +46,8 @@ impl Counts {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     pub totals: Counts,
-    /// Every local day of the range, zeros included, oldest first.
+    /// Every local day of the range, zeros included, oldest first. Rows carry users reached
+    /// only for the grouping asked for.
     pub by_day: Vec<(NaiveDate, Counts)>,
     /// Every local clock hour of the range, zeros included, oldest first, labelled with its
     /// offset (a repeated DST hour appears twice).
@@ -55,6 +56,16 @@ pub struct Summary {
     pub by_ad: Vec<(AdId, Counts)>,
     /// UTC days answered from their rollup rather than their raw partitions.
     pub sealed_days: usize,
+}
+
+/// Which rows an answer lists besides its totals: only those get users reached (each
+/// costs a sketch union per hour), the additive counts are cheap and always summed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    Day,
+    Hour,
+    Ad,
+    None,
 }
 
 /// A row being summed: additive counts and the users seen.
@@ -79,6 +90,7 @@ impl Tally {
 
 /// The rows of a range and which rows each 15-minute slice falls in.
 struct Rows {
+    grouping: Grouping,
     totals: Tally,
     days: Vec<(NaiveDate, Tally)>,
     hours: Vec<(String, Tally)>,
@@ -88,7 +100,7 @@ struct Rows {
 }
 
 impl Rows {
-    fn new(range: &QueryRange) -> Self {
+    fn new(range: &QueryRange, grouping: Grouping) -> Self {
         let days: Vec<(NaiveDate, Tally)> = range
             .local_days()
             .map(|day| (day, Tally::default()))
@@ -116,6 +128,7 @@ impl Rows {
             }
         }
         Self {
+            grouping,
             totals: Tally::default(),
             days,
             hours,
@@ -134,15 +147,29 @@ impl Rows {
             self.hours[hour_row].1.counts.add(counts);
             self.ads.entry(*ad).or_default().counts.add(counts);
         }
+        // One union per hour across ads, then into the rows the answer lists.
+        let mut hours: BTreeMap<i64, UniqueSketch> = BTreeMap::new();
         for ((hour, ad), users) in &day.users {
+            let midpoint = (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS);
+            if !self.slice_rows.contains_key(&midpoint) {
+                continue;
+            }
+            if self.grouping == Grouping::Ad {
+                self.ads.entry(*ad).or_default().users.merge(users);
+            }
+            hours.entry(*hour).or_default().merge(users);
+        }
+        for (hour, users) in hours {
             let midpoint = (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS);
             let Some((day_row, hour_row)) = self.slice_rows.get(&midpoint).copied() else {
                 continue;
             };
-            self.totals.users.merge(users);
-            self.days[day_row].1.users.merge(users);
-            self.hours[hour_row].1.users.merge(users);
-            self.ads.entry(*ad).or_default().users.merge(users);
+            match self.grouping {
+                Grouping::Day => self.days[day_row].1.users.merge(&users),
+                Grouping::Hour => self.hours[hour_row].1.users.merge(&users),
+                Grouping::Ad | Grouping::None => {}
+            }
+            self.totals.users.merge(&users);
         }
     }
 
@@ -183,6 +210,7 @@ pub async fn campaign_summary(
     range: &QueryRange,
     fan_out: FanOut,
     window: BillableWindow,
+    grouping: Grouping,
 ) -> Result<Summary, StoreError> {
     let history = settings.history(campaign).await?;
     let plan = campaign_partitions(
@@ -191,7 +219,7 @@ pub async fn campaign_summary(
         &history,
         settings.read_staleness(),
     );
-    let mut rows = Rows::new(range);
+    let mut rows = Rows::new(range, grouping);
     let per_day = (fan_out.concurrency / DAYS_IN_FLIGHT).max(1);
     let mut days = stream::iter(plan)
         .map(|(day, partitions)| async move {
@@ -230,11 +258,10 @@ mod tests {
 
     #[test]
     fn every_local_clock_hour_is_a_row_and_a_repeated_dst_hour_appears_twice() {
-        let berlin = Rows::new(&range(
-            "2026-10-25",
-            "2026-10-25",
-            chrono_tz::Europe::Berlin,
-        ));
+        let berlin = Rows::new(
+            &range("2026-10-25", "2026-10-25", chrono_tz::Europe::Berlin),
+            Grouping::Hour,
+        );
         let labels: Vec<&str> = berlin
             .hours
             .iter()
@@ -243,17 +270,15 @@ mod tests {
         assert_eq!(labels.len(), 25);
         assert_eq!(labels[2], "2026-10-25T02:00:00+02:00");
         assert_eq!(labels[3], "2026-10-25T02:00:00+01:00");
-        let spring = Rows::new(&range(
-            "2026-03-29",
-            "2026-03-29",
-            chrono_tz::Europe::Berlin,
-        ));
+        let spring = Rows::new(
+            &range("2026-03-29", "2026-03-29", chrono_tz::Europe::Berlin),
+            Grouping::Hour,
+        );
         assert_eq!(spring.hours.len(), 23);
-        let kathmandu = Rows::new(&range(
-            "2026-11-01",
-            "2026-11-01",
-            chrono_tz::Asia::Kathmandu,
-        ));
+        let kathmandu = Rows::new(
+            &range("2026-11-01", "2026-11-01", chrono_tz::Asia::Kathmandu),
+            Grouping::Hour,
+        );
         assert_eq!(kathmandu.hours.len(), 24);
         assert_eq!(kathmandu.hours[0].0, "2026-11-01T00:00:00+05:45");
         assert_eq!(kathmandu.slice_rows.len(), 96);
