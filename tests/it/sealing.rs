@@ -16,6 +16,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 conformance!(
+    a_click_moved_by_a_late_earlier_first_click_leaves_its_old_day_on_reseal,
     the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event,
     the_same_beacons_give_the_same_uniques_raw_sealed_and_after_a_late_beacon,
 );
@@ -169,6 +170,56 @@ async fn the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event
         "re-sealing keeps the answer"
     );
     assert_eq!(sealed_days(&resealed), sealed_days(&sealed));
+}
+
+/// A click counts at its impression's first click; a late click with an earlier time moves
+/// that count to its own day, and re-sealing the old day must drop it there.
+async fn a_click_moved_by_a_late_earlier_first_click_leaves_its_old_day_on_reseal(
+    backend: Backend,
+) {
+    let store = backend.store().await;
+    let server = crate::common::TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
+    post_all(
+        &server,
+        "/v1/impressions",
+        &[campaign.impression(id, ad, at("2026-10-01T10:00:00Z"))],
+        1,
+    )
+    .await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[campaign.click(id, ad, at("2026-10-02T10:00:00Z"))],
+        1,
+    )
+    .await;
+    seal_all(&store, &campaign).await;
+    let query = "from=2026-10-01&to=2026-10-02";
+    let before = summary(&server, &campaign, query).await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[campaign.click(id, ad, at("2026-10-01T11:00:00Z"))],
+        1,
+    )
+    .await;
+    seal_all(&store, &campaign).await;
+    let after = summary(&server, &campaign, query).await;
+
+    let clicks = |answer: &Value| -> Vec<u64> {
+        answer["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|row| row["clicks"].as_u64().expect("clicks"))
+            .collect()
+    };
+    assert_eq!(clicks(&before), [0, 1], "{before}");
+    assert_eq!(clicks(&after), [1, 0], "{after}");
+    assert_eq!(after["totals"]["clicks"], 1, "{after}");
+    assert_eq!(after["sealed_days"], 2, "{after}");
 }
 
 fn uniques_queries() -> Vec<Vec<(String, String)>> {

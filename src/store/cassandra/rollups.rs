@@ -31,6 +31,8 @@ pub struct RollupStatements {
     insert_reach: PreparedStatement,
     select_slices: PreparedStatement,
     select_reach: PreparedStatement,
+    delete_slices: PreparedStatement,
+    delete_reach: PreparedStatement,
 }
 
 const DAY_KEY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
@@ -47,6 +49,8 @@ impl RollupStatements {
             insert_reach,
             select_slices,
             select_reach,
+            delete_slices,
+            delete_reach,
         ] = prepare_all(
             session,
             [
@@ -78,6 +82,8 @@ impl RollupStatements {
                 format!(
                     "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach WHERE {DAY_KEY}"
                 ),
+                format!("DELETE FROM {keyspace}.campaign_rollup USING TIMESTAMP ? WHERE {DAY_KEY}"),
+                format!("DELETE FROM {keyspace}.campaign_reach USING TIMESTAMP ? WHERE {DAY_KEY}"),
             ],
         )
         .await?;
@@ -91,6 +97,8 @@ impl RollupStatements {
             insert_reach,
             select_slices,
             select_reach,
+            delete_slices,
+            delete_reach,
         })
     }
 }
@@ -223,6 +231,15 @@ pub async fn write_rollup(
     let (advertiser, campaign_id, date) = day_key(campaign, day);
     let timestamp = read_started.timestamp_micros();
     let (slice_base, hour_base) = (first_slice(day), first_hour(day));
+    // Rows of an earlier seal that this one has no more (a click that moved to another day as
+    // a late, earlier first click arrived) must not linger: a partition deletion just before
+    // this seal's timestamp removes every older row and none of this seal's.
+    for delete in [&statements.delete_slices, &statements.delete_reach] {
+        session
+            .execute_unpaged(delete, (timestamp - 1, advertiser, campaign_id, date))
+            .await
+            .map_err(failed("replacing a rollup"))?;
+    }
     for chunk in rollup.slices.chunks(ROWS_IN_FLIGHT) {
         try_join_all(chunk.iter().map(|row| async move {
             let values = (

@@ -11,6 +11,8 @@ use tokio::sync::oneshot;
 
 /// Rows (table, key, value) one write call applies.
 pub type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
+/// Keys (table, key) one write call removes; never also among its rows.
+pub type Removals = Vec<(Table, Vec<u8>)>;
 
 /// Rows gathered into one commit at most; a larger backlog is split over several.
 const MAX_ROWS_PER_COMMIT: usize = 50_000;
@@ -20,6 +22,7 @@ const MAX_WAITING_CALLS: usize = 16_384;
 
 struct Pending {
     context: &'static str,
+    removals: Removals,
     rows: Rows,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
@@ -49,11 +52,22 @@ impl Committer {
 
     /// Applies `rows` atomically; returns once they are durable.
     pub async fn commit(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
+        self.commit_replacing(context, Vec::new(), rows).await
+    }
+
+    /// Removes `removals` and applies `rows` atomically; returns once they are durable.
+    pub async fn commit_replacing(
+        &self,
+        context: &'static str,
+        removals: Removals,
+        rows: Rows,
+    ) -> Result<(), StoreError> {
         let (done, committed) = oneshot::channel();
         let stopped = || StoreError::Internal(format!("{context}: the commit thread stopped"));
         self.queue
             .try_send(Pending {
                 context,
+                removals,
                 rows,
                 done,
             })
@@ -82,12 +96,15 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>) {
         }
         let mut waiting = Vec::with_capacity(group.len());
         let mut rows = Vec::with_capacity(group.len());
+        let mut removals = Vec::new();
         for Pending {
             context,
+            removals: call_removals,
             rows: call_rows,
             done,
         } in group
         {
+            removals.extend(call_removals);
             rows.push(call_rows);
             waiting.push((context, done));
         }
@@ -95,6 +112,9 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>) {
         // later writes still commit.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut batch = tables.db.batch().durability(Some(tables.persist));
+            for (table, key) in removals {
+                batch.remove(tables.get(table), key);
+            }
             for (table, key, value) in rows.into_iter().flatten() {
                 batch.insert(tables.get(table), key, value);
             }

@@ -27,7 +27,7 @@ use crate::store::{
     SketchPartition, SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
-use committer::{Committer, Rows};
+use committer::{Committer, Removals, Rows};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use rollup_keys::SealCell;
 use std::path::PathBuf;
@@ -673,7 +673,25 @@ impl Store for EmbeddedStore {
             rollup_keys::seal_key(campaign, day, SealCell::SealedFrom),
             read_started.timestamp_millis().to_be_bytes().to_vec(),
         ));
-        self.write("writing a rollup", rows).await
+        // Rows of an earlier seal that this one has no more (a click that moved to another
+        // day as a late, earlier first click arrived) must not linger.
+        let new_keys: std::collections::HashSet<&[u8]> =
+            rows.iter().map(|(_, key, _)| key.as_slice()).collect();
+        let prefix = rollup_keys::campaign_day_prefix(campaign, day);
+        let mut removals: Removals = Vec::new();
+        for table in [Table::CampaignRollup, Table::CampaignReach] {
+            for (key, _) in self
+                .scan(table, prefix.clone(), None, "reading a rollup")
+                .await?
+            {
+                if !new_keys.contains(key.as_ref()) {
+                    removals.push((table, key.to_vec()));
+                }
+            }
+        }
+        self.committer
+            .commit_replacing("writing a rollup", removals, rows)
+            .await
     }
 
     async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
