@@ -8,13 +8,14 @@ use crate::domain::event::{CampaignEvent, Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
+use crate::remembered::Remembered;
 use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub struct Ingestor {
     store: Arc<dyn Store>,
@@ -24,7 +25,7 @@ pub struct Ingestor {
     sealing: SealingOptions,
     /// Campaign-days this process already wrote to the day index (de-duplicated in the
     /// process: one write per campaign and day, not one per request).
-    indexed: Mutex<HashSet<(Day, CampaignKey)>>,
+    indexed: Remembered<(Day, CampaignKey)>,
 }
 
 /// Campaign-days remembered as indexed; past this, the memory starts over.
@@ -42,7 +43,7 @@ impl Ingestor {
             settings,
             write_concurrency: write_concurrency.max(1),
             sealing,
-            indexed: Mutex::new(HashSet::new()),
+            indexed: Remembered::new(INDEXED_DAYS_REMEMBERED),
         }
     }
 
@@ -100,24 +101,19 @@ impl Ingestor {
             .keys()
             .map(|partition| (partition.campaign, partition.day))
             .collect();
-        let new_days: Vec<(CampaignKey, Day)> = {
-            let indexed = self.lock_indexed();
-            days.iter()
-                .filter(|(campaign, day)| !indexed.contains(&(*day, *campaign)))
-                .copied()
-                .collect()
-        };
+        let new_days: Vec<(CampaignKey, Day)> = days
+            .iter()
+            .filter(|(campaign, day)| !self.indexed.contains(&(*day, *campaign)))
+            .copied()
+            .collect();
         let store = &self.store;
         stream::iter(new_days.clone())
             .map(|(campaign, day)| async move { store.mark_campaign_day(day, campaign).await })
             .buffer_unordered(self.write_concurrency)
             .try_collect::<()>()
             .await?;
-        let mut indexed = self.lock_indexed();
-        if indexed.len() >= INDEXED_DAYS_REMEMBERED {
-            indexed.clear();
-        }
-        indexed.extend(new_days.into_iter().map(|(campaign, day)| (day, campaign)));
+        self.indexed
+            .remember(new_days.into_iter().map(|(campaign, day)| (day, campaign)));
         Ok(days
             .into_iter()
             .filter(|(_, day)| self.sealing.is_late(*day, now))
@@ -137,13 +133,6 @@ impl Ingestor {
             .buffer_unordered(self.write_concurrency)
             .try_collect::<()>()
             .await
-    }
-
-    fn lock_indexed(&self) -> std::sync::MutexGuard<'_, HashSet<(Day, CampaignKey)>> {
-        // A set of markers stays usable whatever panicked while holding it.
-        self.indexed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Groups events by the partition each belongs to.

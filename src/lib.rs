@@ -18,6 +18,7 @@ pub mod http;
 pub mod ingest;
 pub mod migrations;
 pub mod query;
+pub mod remembered;
 pub mod rollup;
 pub mod server;
 pub mod settings;

@@ -8,7 +8,7 @@
 
 use crate::domain::beacon::{Beacon, SiteId};
 use crate::domain::sketch::{MemberHash, UniqueSketch};
-use crate::domain::time::Day;
+use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::store::{SketchPartition, SketchRow, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
@@ -23,7 +23,6 @@ use uuid::Uuid;
 const SHARDS: usize = 16;
 /// Sketch partitions written at once by one flush.
 const FLUSH_CONCURRENCY: usize = 16;
-const HOUR_MILLIS: i64 = 3_600_000;
 
 /// One sketch's place: site, hour and combination.
 #[derive(Debug, Clone, PartialEq, Eq)]

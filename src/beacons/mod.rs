@@ -8,13 +8,13 @@ pub mod rebuild;
 
 use crate::domain::beacon::{Beacon, SiteId};
 use crate::domain::time::Day;
+use crate::remembered::Remembered;
 use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 use live::LiveSketches;
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Site-days remembered as already in the day index; past this, the memory starts over.
 const MARKED_DAYS_REMEMBERED: usize = 100_000;
@@ -26,7 +26,7 @@ pub struct BeaconIngestor {
     sealing: SealingOptions,
     /// Site-days this process already wrote to the day index (DESIGN.md: de-duplicated in the
     /// process, so the index costs one write per site and day, not one per beacon).
-    marked: Mutex<HashSet<(Day, SiteId)>>,
+    marked: Remembered<(Day, SiteId)>,
 }
 
 impl BeaconIngestor {
@@ -41,7 +41,7 @@ impl BeaconIngestor {
             settings,
             live,
             sealing,
-            marked: Mutex::new(HashSet::new()),
+            marked: Remembered::new(MARKED_DAYS_REMEMBERED),
         }
     }
 
@@ -67,22 +67,11 @@ impl BeaconIngestor {
 
     async fn mark_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
         let key = (day, site.clone());
-        if self.lock_marked().contains(&key) {
+        if self.marked.contains(&key) {
             return Ok(());
         }
         self.store.mark_site_day(day, site).await?;
-        let mut marked = self.lock_marked();
-        if marked.len() >= MARKED_DAYS_REMEMBERED {
-            marked.clear();
-        }
-        marked.insert(key);
+        self.marked.remember([key]);
         Ok(())
-    }
-
-    fn lock_marked(&self) -> std::sync::MutexGuard<'_, HashSet<(Day, SiteId)>> {
-        // A set of markers stays usable whatever panicked while holding it.
-        self.marked
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

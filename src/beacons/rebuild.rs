@@ -8,7 +8,7 @@
 use super::live::capture_time;
 use crate::domain::beacon::SiteId;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
-use crate::domain::time::Day;
+use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
 use crate::query::FanOut;
 use crate::query::plan::visit_partitions;
 use crate::settings::SettingsCache;
@@ -17,9 +17,6 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
-
-const SLICE_MILLIS: i64 = 15 * 60 * 1000;
-const HOUR_MILLIS: i64 = 60 * 60 * 1000;
 
 /// One feature combination of a site-day, from its stored beacons.
 #[derive(Debug, Default)]

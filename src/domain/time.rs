@@ -5,6 +5,12 @@
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use std::fmt;
 
+/// The additive counts of rollups are kept per 15-minute slice since the epoch: a day in any
+/// zone (every offset is a multiple of 15 minutes) is a whole number of slices.
+pub const SLICE_MILLIS: i64 = 15 * 60 * 1000;
+/// Unique-count sketches are kept per UTC hour since the epoch.
+pub const HOUR_MILLIS: i64 = 60 * 60 * 1000;
+
 /// How far ahead of the server's clock an event may be (clock skew of ad servers).
 pub const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);
 
@@ -110,6 +116,16 @@ impl Day {
             .iter_days()
             .take_while(move |day| *day <= last.0)
             .map(Day)
+    }
+
+    /// The first 15-minute slice (since the epoch) of this day.
+    pub fn first_slice(&self) -> i64 {
+        self.start_utc().timestamp_millis() / SLICE_MILLIS
+    }
+
+    /// The first hour (since the epoch) of this day.
+    pub fn first_hour(&self) -> i64 {
+        self.start_utc().timestamp_millis() / HOUR_MILLIS
     }
 
     pub fn ordinal(&self) -> u32 {

@@ -13,16 +13,13 @@
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
-use crate::domain::time::EventTime;
+use crate::domain::time::{EventTime, HOUR_MILLIS, SLICE_MILLIS};
 use crate::store::{
     ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, Store, StoreError,
 };
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
-
-pub const SLICE_MILLIS: i64 = 15 * 60 * 1000;
-pub const HOUR_MILLIS: i64 = 60 * 60 * 1000;
 
 /// The billable-impression window: a whole number of seconds that divides a day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,13 +9,12 @@
 //! UTC hour for 30- and 45-minute ones, as API.md allows).
 
 use super::FanOut;
-use super::aggregate::{
-    BillableWindow, DayAggregate, HOUR_MILLIS, SLICE_MILLIS, SliceCounts, aggregate_day,
-};
+use super::aggregate::{BillableWindow, DayAggregate, SliceCounts, aggregate_day};
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::sketch::UniqueSketch;
+use crate::domain::time::{HOUR_MILLIS, SLICE_MILLIS};
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};

@@ -13,13 +13,10 @@ use super::plan::visit_partitions;
 use super::range::QueryRange;
 use crate::domain::beacon::{Features, SiteId};
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::time::Day;
+use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
 use crate::settings::SettingsCache;
 use crate::store::{SketchPartition, Store, StoreError};
 use chrono::{DateTime, Datelike, NaiveDate, TimeDelta, Utc};
-
-const SLICE_MILLIS: i64 = 15 * 60 * 1000;
-const HOUR_MILLIS: i64 = 60 * 60 * 1000;
 use futures::{StreamExt, stream};
 use std::collections::HashMap;
 
@@ -209,9 +206,21 @@ fn decode_sketch(site: &SiteId, hour: DateTime<Utc>, bytes: &[u8]) -> Option<Uni
     // from the stored beacons replaces it.
     UniqueSketch::from_bytes(bytes)
         .inspect_err(
-            |error| tracing::warn!(site = %site, %hour, %error, "skipping an unreadable sketch"),
+            |error| tracing::warn!(site = %site, %hour, %error, "left an unreadable sketch out of the answer"),
         )
         .ok()
+}
+
+/// The partitions (rollup or live sketches) of the filter's combination, one per day.
+fn combination_partitions(site: &SiteId, filter: &Features, days: &[Day]) -> Vec<SketchPartition> {
+    let combination = filter.combination_key();
+    days.iter()
+        .map(|day| SketchPartition {
+            site: site.clone(),
+            day: *day,
+            combination: combination.clone(),
+        })
+        .collect()
 }
 
 /// Sealed days: the filter's combination's visits per slice and visitors per hour.
@@ -223,15 +232,7 @@ async fn merge_rollups(
     fan_out: FanOut,
     tallies: &mut Tallies<'_>,
 ) -> Result<(), StoreError> {
-    let combination = filter.combination_key();
-    let partitions: Vec<SketchPartition> = days
-        .iter()
-        .map(|day| SketchPartition {
-            site: site.clone(),
-            day: *day,
-            combination: combination.clone(),
-        })
-        .collect();
+    let partitions = combination_partitions(site, filter, days);
     let mut reads = stream::iter(partitions)
         .map(|partition| async move { store.read_site_rollup(&partition).await })
         .buffer_unordered(fan_out.concurrency.max(1));
@@ -292,15 +293,7 @@ async fn merge_sketches(
     fan_out: FanOut,
     tallies: &mut Tallies<'_>,
 ) -> Result<(), StoreError> {
-    let combination = filter.combination_key();
-    let partitions: Vec<SketchPartition> = days
-        .iter()
-        .map(|day| SketchPartition {
-            site: site.clone(),
-            day: *day,
-            combination: combination.clone(),
-        })
-        .collect();
+    let partitions = combination_partitions(site, filter, days);
     let mut reads = stream::iter(partitions)
         .map(|partition| async move { store.read_sketches(&partition).await })
         .buffer_unordered(fan_out.concurrency.max(1));

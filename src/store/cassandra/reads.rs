@@ -1,7 +1,6 @@
 //! Reading one partition (all its pages) or one small row, decoded into store rows.
 
-use super::errors::pager_error;
-use super::statements::{Statements, failed, partition_values};
+use super::statements::{Statements, failed, partition_values, read_all};
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
@@ -9,7 +8,6 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::EventTime;
 use crate::store::{ClickRow, ImpressionSummaryRow, StoreError};
 use chrono::{DateTime, Utc};
-use futures::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use uuid::Uuid;
@@ -18,7 +16,7 @@ fn decode_error(context: &'static str) -> impl Fn(String) -> StoreError {
     move |error| StoreError::Internal(format!("{context}: {error}"))
 }
 
-/// Every row of one partition, fetched page by page.
+/// Every row of one event partition, fetched page by page.
 async fn read_partition<R>(
     session: &Session,
     statement: &PreparedStatement,
@@ -30,16 +28,7 @@ where
         + Send
         + 'static,
 {
-    let pager = session
-        .execute_iter(statement.clone(), partition_values(partition))
-        .await
-        .map_err(|error| pager_error(context, error))?;
-    pager
-        .rows_stream::<R>()
-        .map_err(|error| decode_error(context)(error.to_string()))?
-        .try_collect()
-        .await
-        .map_err(|error| StoreError::Unavailable(format!("{context}: {error}")))
+    read_all(session, statement, partition_values(partition), context).await
 }
 
 pub async fn impression_summaries(

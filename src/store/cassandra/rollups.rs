@@ -4,13 +4,11 @@
 //! their writes land in.
 
 use super::config::KeyspaceName;
-use super::errors::pager_error;
-use super::statements::{failed, prepare_all};
+use super::statements::{failed, prepare_all, read_all};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
 use crate::store::{Rollup, RollupReach, RollupSlice, SealState, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
-use futures::TryStreamExt;
 use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -111,37 +109,6 @@ fn day_key(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
     )
 }
 
-fn first_slice(day: Day) -> i64 {
-    day.start_utc().timestamp_millis() / (15 * 60 * 1000)
-}
-
-fn first_hour(day: Day) -> i64 {
-    day.start_utc().timestamp_millis() / (60 * 60 * 1000)
-}
-
-async fn read_all<R>(
-    session: &Session,
-    statement: &PreparedStatement,
-    values: impl scylla::serialize::row::SerializeRow,
-    context: &'static str,
-) -> Result<Vec<R>, StoreError>
-where
-    R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>
-        + Send
-        + 'static,
-{
-    let pager = session
-        .execute_iter(statement.clone(), values)
-        .await
-        .map_err(|error| pager_error(context, error))?;
-    pager
-        .rows_stream::<R>()
-        .map_err(|error| StoreError::Internal(format!("{context}: {error}")))?
-        .try_collect()
-        .await
-        .map_err(|error| StoreError::Unavailable(format!("{context}: {error}")))
-}
-
 pub async fn mark_campaign_day(
     session: &Session,
     statements: &RollupStatements,
@@ -230,7 +197,7 @@ pub async fn write_rollup(
 ) -> Result<(), StoreError> {
     let (advertiser, campaign_id, date) = day_key(campaign, day);
     let timestamp = read_started.timestamp_micros();
-    let (slice_base, hour_base) = (first_slice(day), first_hour(day));
+    let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
     // Rows of an earlier seal that this one has no more (a click that moved to another day as
     // a late, earlier first click arrived) must not linger: a partition deletion just before
     // this seal's timestamp removes every older row and none of this seal's.
@@ -303,7 +270,7 @@ pub async fn read_rollup(
         read_all::<(i32, Uuid, i64, i64, i64)>(session, &statements.select_slices, key, CONTEXT),
         read_all::<(i32, Uuid, Vec<u8>)>(session, &statements.select_reach, key, CONTEXT),
     )?;
-    let (slice_base, hour_base) = (first_slice(day), first_hour(day));
+    let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
     let count = |value: i64| u64::try_from(value).unwrap_or_default();
     Ok(Rollup {
         slices: slices

@@ -3,13 +3,11 @@
 //! seal's read start, like campaign rollups.
 
 use super::config::KeyspaceName;
-use super::errors::pager_error;
-use super::statements::{failed, prepare_all};
+use super::statements::{failed, prepare_all, read_all};
 use crate::domain::beacon::SiteId;
 use crate::domain::time::Day;
 use crate::store::{SealState, SiteRollup, SketchPartition, StoreError};
 use chrono::{DateTime, Utc};
-use futures::TryStreamExt;
 use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -77,37 +75,6 @@ impl SiteRollupStatements {
     }
 }
 
-fn first_slice(day: Day) -> i64 {
-    day.start_utc().timestamp_millis() / (15 * 60 * 1000)
-}
-
-fn first_hour(day: Day) -> i64 {
-    day.start_utc().timestamp_millis() / (60 * 60 * 1000)
-}
-
-async fn read_all<R>(
-    session: &Session,
-    statement: &PreparedStatement,
-    values: impl scylla::serialize::row::SerializeRow,
-    context: &'static str,
-) -> Result<Vec<R>, StoreError>
-where
-    R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>
-        + Send
-        + 'static,
-{
-    let pager = session
-        .execute_iter(statement.clone(), values)
-        .await
-        .map_err(|error| pager_error(context, error))?;
-    pager
-        .rows_stream::<R>()
-        .map_err(|error| StoreError::Internal(format!("{context}: {error}")))?
-        .try_collect()
-        .await
-        .map_err(|error| StoreError::Unavailable(format!("{context}: {error}")))
-}
-
 pub async fn mark_site_late(
     session: &Session,
     statements: &SiteRollupStatements,
@@ -155,7 +122,7 @@ pub async fn write_site_rollup(
     read_started: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let timestamp = read_started.timestamp_micros();
-    let (slice_base, hour_base) = (first_slice(day), first_hour(day));
+    let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
     let date = day.date();
     let visits: Vec<(&str, i64, u64)> = combinations
         .iter()
@@ -237,7 +204,7 @@ pub async fn read_site_rollup(
         read_all::<(i32, i64)>(session, &statements.select_visits, key, CONTEXT),
         read_all::<(i32, Vec<u8>)>(session, &statements.select_reach, key, CONTEXT),
     )?;
-    let (slice_base, hour_base) = (first_slice(partition.day), first_hour(partition.day));
+    let (slice_base, hour_base) = (partition.day.first_slice(), partition.day.first_hour());
     Ok(SiteRollup {
         visits: visits
             .into_iter()

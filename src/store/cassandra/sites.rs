@@ -2,15 +2,13 @@
 //! their prepared statements and the reads and writes that use them.
 
 use super::config::KeyspaceName;
-use super::errors::pager_error;
-use super::statements::{failed, prepare_all};
+use super::statements::{failed, prepare_all, read_all};
 use crate::domain::beacon::{Beacon, Features, Guid, SiteId, VisitPartition};
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::time::{Day, EventTime};
 use crate::store::{SketchPartition, SketchRow, StoreError, VisitRow};
 use chrono::{DateTime, NaiveDate, Utc};
-use futures::TryStreamExt;
 use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
@@ -99,30 +97,6 @@ fn visit_partition_values(partition: &VisitPartition) -> (&str, NaiveDate, i16) 
 
 fn decode_error(context: &'static str) -> impl Fn(String) -> StoreError {
     move |error| StoreError::Internal(format!("{context}: {error}"))
-}
-
-/// Every row a paged statement returns.
-async fn read_all<R>(
-    session: &Session,
-    statement: &PreparedStatement,
-    values: impl scylla::serialize::row::SerializeRow,
-    context: &'static str,
-) -> Result<Vec<R>, StoreError>
-where
-    R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>
-        + Send
-        + 'static,
-{
-    let pager = session
-        .execute_iter(statement.clone(), values)
-        .await
-        .map_err(|error| pager_error(context, error))?;
-    pager
-        .rows_stream::<R>()
-        .map_err(|error| decode_error(context)(error.to_string()))?
-        .try_collect()
-        .await
-        .map_err(|error| StoreError::Unavailable(format!("{context}: {error}")))
 }
 
 pub async fn write_visits(

@@ -2,10 +2,11 @@
 //! declared so the driver may retry and speculate. Table names are keyspace-qualified.
 
 use super::config::KeyspaceName;
-use super::errors::execution_error;
+use super::errors::{execution_error, pager_error};
 use crate::domain::partition::EventPartition;
 use crate::store::StoreError;
 use chrono::NaiveDate;
+use futures::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use uuid::Uuid;
@@ -119,6 +120,30 @@ pub fn partition_values(partition: &EventPartition) -> PartitionValues {
         // A BucketId is below 256 by construction, so it fits a smallint.
         partition.bucket.get() as i16,
     )
+}
+
+/// Every row a paged statement returns, fetched page by page.
+pub async fn read_all<R>(
+    session: &Session,
+    statement: &PreparedStatement,
+    values: impl scylla::serialize::row::SerializeRow,
+    context: &'static str,
+) -> Result<Vec<R>, StoreError>
+where
+    R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>
+        + Send
+        + 'static,
+{
+    let pager = session
+        .execute_iter(statement.clone(), values)
+        .await
+        .map_err(|error| pager_error(context, error))?;
+    pager
+        .rows_stream::<R>()
+        .map_err(|error| StoreError::Internal(format!("{context}: {error}")))?
+        .try_collect()
+        .await
+        .map_err(|error| StoreError::Unavailable(format!("{context}: {error}")))
 }
 
 /// Sorts a failed execution of a prepared statement.

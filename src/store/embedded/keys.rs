@@ -4,6 +4,7 @@
 
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
@@ -18,8 +19,12 @@ fn campaign_bytes(key: &mut Vec<u8>, campaign: CampaignKey) {
 }
 
 /// Signed integers with the sign bit flipped sort like the numbers they encode.
-fn ordered_i64(value: i64) -> [u8; 8] {
+pub fn ordered_i64(value: i64) -> [u8; 8] {
     ((value as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+pub fn decode_ordered_i64(bytes: &[u8]) -> Option<i64> {
+    Some((u64::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 63)) as i64)
 }
 
 fn ordered_i32(value: i32) -> [u8; 4] {
@@ -30,11 +35,16 @@ fn days_since_epoch(day: NaiveDate) -> i32 {
     (day - NaiveDate::default()).num_days() as i32
 }
 
+/// A UTC day in key order.
+pub fn day_bytes(day: Day) -> [u8; 4] {
+    ordered_i32(days_since_epoch(day.date()))
+}
+
 /// The key prefix every row of `partition` starts with.
 pub fn partition_prefix(partition: &EventPartition) -> Vec<u8> {
     let mut key = Vec::with_capacity(EVENT_KEY_LEN);
     campaign_bytes(&mut key, partition.campaign);
-    key.extend_from_slice(&ordered_i32(days_since_epoch(partition.day.date())));
+    key.extend_from_slice(&day_bytes(partition.day));
     key.extend_from_slice(&partition.bucket.get().to_be_bytes());
     key
 }

@@ -1,24 +1,10 @@
 //! Key layout of the embedded store's rollup tables: the campaign day index, the seal state,
 //! and the slice and reach rows of a sealed campaign-day.
 
-use super::keys::campaign_prefix;
+use super::keys::{campaign_prefix, day_bytes, decode_ordered_i64, ordered_i64};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
-use chrono::NaiveDate;
 use uuid::Uuid;
-
-fn ordered_i64(value: i64) -> [u8; 8] {
-    ((value as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn decode_ordered_i64(bytes: &[u8]) -> Option<i64> {
-    Some((u64::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 63)) as i64)
-}
-
-fn day_bytes(day: Day) -> [u8; 4] {
-    let days = (day.date() - NaiveDate::default()).num_days() as i32;
-    ((days as u32) ^ (1 << 31)).to_be_bytes()
-}
 
 /// Campaign (32 bytes) + day (4).
 const DAY_PREFIX_LEN: usize = 36;

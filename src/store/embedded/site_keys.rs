@@ -2,25 +2,12 @@
 //! index). Variable-length parts are length-prefixed, so one partition's prefix is never the
 //! prefix of another's ("site1" against "site12"), and byte order is clustering order.
 
+use super::keys::{day_bytes, decode_ordered_i64, ordered_i64};
 use crate::domain::beacon::{SiteId, VisitPartition};
 use crate::domain::time::Day;
 use crate::store::SketchPartition;
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
-
-fn ordered_i64(value: i64) -> [u8; 8] {
-    ((value as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn decode_ordered_i64(bytes: &[u8]) -> Option<i64> {
-    let bytes: [u8; 8] = bytes.try_into().ok()?;
-    Some((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
-}
-
-fn day_bytes(day: Day) -> [u8; 4] {
-    let days = (day.date() - NaiveDate::default()).num_days() as i32;
-    ((days as u32) ^ (1 << 31)).to_be_bytes()
-}
 
 /// Text of at most 65,535 bytes, length first.
 fn text(key: &mut Vec<u8>, value: &str) {
