@@ -16,7 +16,7 @@ use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, aggregate_day};
 use crate::query::plan::campaign_partitions;
 use crate::settings::SettingsCache;
-use crate::store::{SiteRollup, Store, StoreError};
+use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,10 +90,11 @@ pub async fn seal_campaign_day(
         &partitions,
         options.window,
         options.fan_out.concurrency,
+        &ReachLevel::ALL,
     )
     .await?;
     store
-        .write_rollup(campaign, day, &aggregate.to_rollup(), read_started)
+        .write_rollup(campaign, day, &aggregate.to_rollup(day), read_started)
         .await
 }
 

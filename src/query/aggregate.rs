@@ -1,7 +1,8 @@
 //! One UTC day of one campaign, aggregated from its raw partitions: impressions, clicks and
-//! billable impressions per 15-minute slice and ad, and the users reached per UTC hour and ad
-//! as sketches. Any query's rows are sums of slices (exact in every zone whose offset is a
-//! multiple of 15 minutes, which is every zone) and unions of hourly sketches.
+//! billable impressions per 15-minute slice and ad, and the users reached as sketches, for the
+//! day and per UTC hour, for the campaign and per ad. Any query's rows are sums of slices
+//! (exact in every zone whose offset is a multiple of 15 minutes, which is every zone) and
+//! unions of day or hour sketches.
 //!
 //! Counting rules (DESIGN.md): an impression counts once per UTC day, at its earliest
 //! timestamp; a click counts once per impression, at that impression's first click ever (the
@@ -13,9 +14,9 @@
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
-use crate::domain::time::{EventTime, HOUR_MILLIS, SLICE_MILLIS};
+use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, Store, StoreError,
+    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice, Store, StoreError,
 };
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -60,18 +61,86 @@ impl SliceCounts {
     }
 }
 
+/// The users reached in one UTC day, at the levels it was read or aggregated with (`None`
+/// for the others; see [`ReachLevel`]).
+#[derive(Debug, Clone, Default)]
+pub struct Reach {
+    pub day: Option<UniqueSketch>,
+    pub ads: Option<HashMap<AdId, UniqueSketch>>,
+    /// By hour since the epoch.
+    pub hours: Option<BTreeMap<i64, UniqueSketch>>,
+    /// By (hour since the epoch, ad).
+    pub ad_hours: Option<BTreeMap<(i64, AdId), UniqueSketch>>,
+}
+
+impl Reach {
+    pub fn with_levels(levels: &[ReachLevel]) -> Self {
+        let has = |level| levels.contains(&level);
+        Self {
+            day: has(ReachLevel::CampaignDay).then(UniqueSketch::new),
+            ads: has(ReachLevel::AdDay).then(HashMap::new),
+            hours: has(ReachLevel::CampaignHour).then(BTreeMap::new),
+            ad_hours: has(ReachLevel::AdHour).then(BTreeMap::new),
+        }
+    }
+
+    fn insert(&mut self, hour: i64, ad: AdId, user: MemberHash) {
+        if let Some(day) = &mut self.day {
+            day.insert(user);
+        }
+        if let Some(ads) = &mut self.ads {
+            ads.entry(ad).or_default().insert(user);
+        }
+        if let Some(hours) = &mut self.hours {
+            hours.entry(hour).or_default().insert(user);
+        }
+        if let Some(ad_hours) = &mut self.ad_hours {
+            ad_hours.entry((hour, ad)).or_default().insert(user);
+        }
+    }
+}
+
 /// One UTC day of a campaign.
 #[derive(Debug, Clone, Default)]
 pub struct DayAggregate {
     /// By (15-minute slice since the epoch, ad).
     pub slices: BTreeMap<(i64, AdId), SliceCounts>,
-    /// Users reached, by (hour since the epoch, ad).
-    pub users: BTreeMap<(i64, AdId), UniqueSketch>,
+    pub reach: Reach,
 }
 
 impl DayAggregate {
-    /// The rows a sealed day keeps.
-    pub fn to_rollup(&self) -> Rollup {
+    /// The rows a sealed day keeps. The campaign-day row and all 24 campaign-hour rows are
+    /// always written, empty or not: their presence tells a complete rollup.
+    pub fn to_rollup(&self, day: Day) -> Rollup {
+        let first_hour = day.first_hour();
+        let row = |level, hour, ad_id, sketch: &UniqueSketch| RollupReach {
+            level,
+            hour,
+            ad_id,
+            sketch: sketch.to_bytes(),
+        };
+        let empty = UniqueSketch::new();
+        let mut reach = vec![row(
+            ReachLevel::CampaignDay,
+            first_hour,
+            None,
+            self.reach.day.as_ref().unwrap_or(&empty),
+        )];
+        for (ad, sketch) in self.reach.ads.iter().flatten() {
+            reach.push(row(ReachLevel::AdDay, first_hour, Some(*ad), sketch));
+        }
+        for hour in first_hour..first_hour + 24 {
+            let sketch = self.reach.hours.as_ref().and_then(|hours| hours.get(&hour));
+            reach.push(row(
+                ReachLevel::CampaignHour,
+                hour,
+                None,
+                sketch.unwrap_or(&empty),
+            ));
+        }
+        for ((hour, ad), sketch) in self.reach.ad_hours.iter().flatten() {
+            reach.push(row(ReachLevel::AdHour, *hour, Some(*ad), sketch));
+        }
         Rollup {
             slices: self
                 .slices
@@ -84,22 +153,17 @@ impl DayAggregate {
                     billable_impressions: counts.billable_impressions,
                 })
                 .collect(),
-            reach: self
-                .users
-                .iter()
-                .map(|((hour, ad_id), sketch)| RollupReach {
-                    hour: *hour,
-                    ad_id: *ad_id,
-                    sketch: sketch.to_bytes(),
-                })
-                .collect(),
+            reach,
         }
     }
 
-    /// A sealed day back from its rows; `None` if a sketch does not decode (the caller then
-    /// reads the raw partitions instead).
-    pub fn from_rollup(rollup: Rollup) -> Option<Self> {
-        let mut day = Self::default();
+    /// A sealed day back from its rows, read at `levels`; `None` if a sketch does not decode
+    /// or the rollup predates these levels (the caller then reads the raw partitions).
+    pub fn from_rollup(rollup: Rollup, levels: &[ReachLevel]) -> Option<Self> {
+        let mut day = Self {
+            slices: BTreeMap::new(),
+            reach: Reach::with_levels(levels),
+        };
         for row in rollup.slices {
             day.slices.insert(
                 (row.slice, row.ad_id),
@@ -110,13 +174,34 @@ impl DayAggregate {
                 },
             );
         }
+        let (mut day_rows, mut hour_rows) = (0, 0);
         for row in rollup.reach {
-            day.users.insert(
-                (row.hour, row.ad_id),
-                UniqueSketch::from_bytes(&row.sketch).ok()?,
-            );
+            if !levels.contains(&row.level) {
+                continue;
+            }
+            let sketch = UniqueSketch::from_bytes(&row.sketch).ok()?;
+            let reach = &mut day.reach;
+            match (row.level, row.ad_id) {
+                (ReachLevel::CampaignDay, None) => {
+                    day_rows += 1;
+                    reach.day = Some(sketch);
+                }
+                (ReachLevel::AdDay, Some(ad)) => {
+                    reach.ads.as_mut()?.insert(ad, sketch);
+                }
+                (ReachLevel::CampaignHour, None) => {
+                    hour_rows += 1;
+                    reach.hours.as_mut()?.insert(row.hour, sketch);
+                }
+                (ReachLevel::AdHour, Some(ad)) => {
+                    reach.ad_hours.as_mut()?.insert((row.hour, ad), sketch);
+                }
+                _ => return None,
+            }
         }
-        Some(day)
+        let complete = (!levels.contains(&ReachLevel::CampaignDay) || day_rows == 1)
+            && (!levels.contains(&ReachLevel::CampaignHour) || hour_rows == 24);
+        complete.then_some(day)
     }
 
     fn slice(&mut self, at: EventTime, ad: AdId) -> &mut SliceCounts {
@@ -127,13 +212,14 @@ impl DayAggregate {
 }
 
 /// Reads one UTC day's impression and click partitions (`partitions`, every bucket in force
-/// that day) and aggregates them.
+/// that day) and aggregates them, with users reached at `levels`.
 pub async fn aggregate_day(
     store: &dyn Store,
     campaign: CampaignKey,
     partitions: &[EventPartition],
     window: BillableWindow,
     concurrency: usize,
+    levels: &[ReachLevel],
 ) -> Result<DayAggregate, StoreError> {
     let concurrency = concurrency.max(1);
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
@@ -152,17 +238,18 @@ pub async fn aggregate_day(
                 .or_insert(row);
         }
     }
-    let mut day = DayAggregate::default();
+    let mut day = DayAggregate {
+        slices: BTreeMap::new(),
+        reach: Reach::with_levels(levels),
+    };
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
     for row in earliest.into_values() {
         day.slice(row.timestamp, row.ad_id).impressions += 1;
-        day.users
-            .entry((
-                row.timestamp.epoch_millis().div_euclid(HOUR_MILLIS),
-                row.ad_id,
-            ))
-            .or_default()
-            .insert(MemberHash::of(row.user_id.as_uuid().as_bytes()));
+        day.reach.insert(
+            row.timestamp.epoch_millis().div_euclid(HOUR_MILLIS),
+            row.ad_id,
+            MemberHash::of(row.user_id.as_uuid().as_bytes()),
+        );
         windows
             .entry((row.user_id, window.of(row.timestamp)))
             .and_modify(|first| {
@@ -214,5 +301,33 @@ mod tests {
         assert!(BillableWindow::new(Duration::from_secs(7)).is_err());
         assert!(BillableWindow::new(Duration::from_millis(1500)).is_err());
         assert!(BillableWindow::new(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_rollup_answers_only_with_the_rows_every_seal_writes() {
+        let day = Day::new("2026-08-10".parse().expect("date"));
+        let ad = AdId::new(uuid::Uuid::from_u128(7));
+        let mut aggregate = DayAggregate {
+            slices: BTreeMap::new(),
+            reach: Reach::with_levels(&ReachLevel::ALL),
+        };
+        aggregate
+            .reach
+            .insert(day.first_hour() + 3, ad, MemberHash::of(b"user"));
+        let rollup = aggregate.to_rollup(day);
+        // 1 day row, 1 ad-day row, 24 hour rows (23 of them empty), 1 ad-hour row.
+        assert_eq!(rollup.reach.len(), 27);
+        let daily = DayAggregate::from_rollup(rollup.clone(), &[ReachLevel::CampaignDay])
+            .expect("complete");
+        assert_eq!(daily.reach.day.map(|mut users| users.estimate()), Some(1));
+        let hourly = DayAggregate::from_rollup(rollup.clone(), &[ReachLevel::CampaignHour])
+            .expect("complete");
+        assert_eq!(hourly.reach.hours.map(|hours| hours.len()), Some(24));
+
+        let mut older_layout = rollup;
+        older_layout
+            .reach
+            .retain(|row| row.level != ReachLevel::CampaignDay);
+        assert!(DayAggregate::from_rollup(older_layout, &[ReachLevel::CampaignDay]).is_none());
     }
 }

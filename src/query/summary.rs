@@ -13,13 +13,14 @@ use super::aggregate::{BillableWindow, DayAggregate, SliceCounts, aggregate_day}
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::ids::{AdId, CampaignKey};
+use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::time::{HOUR_MILLIS, SLICE_MILLIS};
+use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
 use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
+use crate::store::{ReachLevel, Store, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, stream};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// The counts of one row (or of the totals).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -136,7 +137,29 @@ impl Rows {
         }
     }
 
-    fn add_day(&mut self, day: DayAggregate) {
+    /// The users sketches a UTC day needs, the coarsest that answer: the day's union where
+    /// every hour of the day falls in one listed row, hours where a row boundary (or the
+    /// range's edge) cuts the day, per-ad sketches only for `group_by=ad`.
+    fn reach_levels(&self, day: Day) -> &'static [ReachLevel] {
+        let first_hour = day.first_hour();
+        let rows: Vec<Option<(usize, usize)>> = (first_hour..first_hour + 24)
+            .map(|hour| self.slice_rows.get(&midpoint_slice(hour)).copied())
+            .collect();
+        let whole = rows.iter().all(Option::is_some);
+        let one_day_row = rows
+            .windows(2)
+            .all(|pair| pair[0].map(|(day_row, _)| day_row) == pair[1].map(|(day_row, _)| day_row));
+        match self.grouping {
+            Grouping::None if whole => &[ReachLevel::CampaignDay],
+            Grouping::Day if whole && one_day_row => &[ReachLevel::CampaignDay],
+            Grouping::Ad if whole => &[ReachLevel::CampaignDay, ReachLevel::AdDay],
+            Grouping::Ad => &[ReachLevel::CampaignHour, ReachLevel::AdHour],
+            Grouping::None | Grouping::Day | Grouping::Hour => &[ReachLevel::CampaignHour],
+        }
+    }
+
+    /// Folds in a UTC day read or aggregated at [`Self::reach_levels`].
+    fn add_day(&mut self, utc_day: Day, day: DayAggregate) {
         for ((slice, ad), counts) in &day.slices {
             let Some((day_row, hour_row)) = self.slice_rows.get(slice).copied() else {
                 continue;
@@ -146,29 +169,36 @@ impl Rows {
             self.hours[hour_row].1.counts.add(counts);
             self.ads.entry(*ad).or_default().counts.add(counts);
         }
-        // One union per hour across ads, then into the rows the answer lists.
-        let mut hours: BTreeMap<i64, UniqueSketch> = BTreeMap::new();
-        for ((hour, ad), users) in &day.users {
-            let midpoint = (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS);
-            if !self.slice_rows.contains_key(&midpoint) {
-                continue;
+        let reach = day.reach;
+        if let Some(users) = reach.day {
+            // The whole day lies in one row of each kind the answer lists.
+            if self.grouping == Grouping::Day
+                && let Some((day_row, _)) =
+                    self.slice_rows.get(&midpoint_slice(utc_day.first_hour()))
+            {
+                self.days[*day_row].1.users.merge(&users);
             }
-            if self.grouping == Grouping::Ad {
-                self.ads.entry(*ad).or_default().users.merge(users);
-            }
-            hours.entry(*hour).or_default().merge(users);
+            self.totals.users.merge(&users);
         }
-        for (hour, users) in hours {
-            let midpoint = (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS);
-            let Some((day_row, hour_row)) = self.slice_rows.get(&midpoint).copied() else {
+        for (ad, users) in reach.ads.iter().flatten() {
+            self.ads.entry(*ad).or_default().users.merge(users);
+        }
+        for (hour, users) in reach.hours.iter().flatten() {
+            let Some((day_row, hour_row)) = self.slice_rows.get(&midpoint_slice(*hour)).copied()
+            else {
                 continue;
             };
             match self.grouping {
-                Grouping::Day => self.days[day_row].1.users.merge(&users),
-                Grouping::Hour => self.hours[hour_row].1.users.merge(&users),
+                Grouping::Day => self.days[day_row].1.users.merge(users),
+                Grouping::Hour => self.hours[hour_row].1.users.merge(users),
                 Grouping::Ad | Grouping::None => {}
             }
-            self.totals.users.merge(&users);
+            self.totals.users.merge(users);
+        }
+        for ((hour, ad), users) in reach.ad_hours.iter().flatten() {
+            if self.slice_rows.contains_key(&midpoint_slice(*hour)) {
+                self.ads.entry(*ad).or_default().users.merge(users);
+            }
         }
     }
 
@@ -199,6 +229,12 @@ impl Rows {
     }
 }
 
+/// The 15-minute slice holding the midpoint of `hour` (since the epoch): the hour's users
+/// belong to the row of that slice.
+fn midpoint_slice(hour: i64) -> i64 {
+    (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS)
+}
+
 /// Days aggregated at once; each reads its buckets with the query's fan-out.
 const DAYS_IN_FLIGHT: usize = 4;
 
@@ -219,28 +255,33 @@ pub async fn campaign_summary(
         settings.read_staleness(),
     );
     let mut rows = Rows::new(range, grouping);
+    // Owned, so the futures below borrow nothing of their input (see `get_summary`'s `Send`).
+    let days: Vec<(Day, Vec<EventPartition>, Vec<ReachLevel>)> = plan
+        .into_iter()
+        .map(|(day, partitions)| (day, partitions, rows.reach_levels(day).to_vec()))
+        .collect();
     let per_day = (fan_out.concurrency / DAYS_IN_FLIGHT).max(1);
-    let mut days = stream::iter(plan)
-        .map(|(day, partitions)| async move {
+    let mut days = stream::iter(days)
+        .map(|(day, partitions, levels)| async move {
             // A sealed day whose rollup holds every event is one small read; any other day
             // (open, never sealed, or with a late event since its seal) is read raw.
             if store.seal_state(campaign, day).await?.is_current()
-                && let Some(sealed) =
-                    DayAggregate::from_rollup(store.read_rollup(campaign, day).await?)
+                && let Some(sealed) = DayAggregate::from_rollup(
+                    store.read_rollup(campaign, day, &levels).await?,
+                    &levels,
+                )
             {
-                return Ok::<_, StoreError>((sealed, true));
+                return Ok::<_, StoreError>((day, sealed, true));
             }
-            Ok((
-                aggregate_day(store, campaign, &partitions, window, per_day).await?,
-                false,
-            ))
+            let raw = aggregate_day(store, campaign, &partitions, window, per_day, &levels).await?;
+            Ok((day, raw, false))
         })
         .buffer_unordered(DAYS_IN_FLIGHT);
     let mut sealed_days = 0;
     while let Some(day) = days.next().await {
-        let (day, sealed) = day?;
+        let (utc_day, day, sealed) = day?;
         sealed_days += usize::from(sealed);
-        rows.add_day(day);
+        rows.add_day(utc_day, day);
     }
     let mut summary = rows.finish();
     summary.sealed_days = sealed_days;
@@ -281,5 +322,53 @@ mod tests {
         assert_eq!(kathmandu.hours.len(), 24);
         assert_eq!(kathmandu.hours[0].0, "2026-11-01T00:00:00+05:45");
         assert_eq!(kathmandu.slice_rows.len(), 96);
+    }
+
+    #[test]
+    fn whole_utc_days_in_one_row_read_only_the_days_users() {
+        let day = |date: &str| Day::new(date.parse().expect("date"));
+        let utc_month = Rows::new(
+            &range("2026-08-01", "2026-08-31", chrono_tz::UTC),
+            Grouping::Day,
+        );
+        assert_eq!(
+            utc_month.reach_levels(day("2026-08-10")),
+            [ReachLevel::CampaignDay]
+        );
+        // A Kolkata day holds parts of two UTC days: hours are needed for the daily rows,
+        // not for the totals of a UTC day inside the range.
+        let kolkata = range("2026-08-01", "2026-08-31", chrono_tz::Asia::Kolkata);
+        let daily = Rows::new(&kolkata, Grouping::Day);
+        assert_eq!(
+            daily.reach_levels(day("2026-08-10")),
+            [ReachLevel::CampaignHour]
+        );
+        let totals = Rows::new(&kolkata, Grouping::None);
+        assert_eq!(
+            totals.reach_levels(day("2026-08-10")),
+            [ReachLevel::CampaignDay]
+        );
+        // The range's first local day starts at 18:30 UTC the day before.
+        assert_eq!(
+            totals.reach_levels(day("2026-07-31")),
+            [ReachLevel::CampaignHour]
+        );
+        let by_ad = Rows::new(&kolkata, Grouping::Ad);
+        assert_eq!(
+            by_ad.reach_levels(day("2026-08-10")),
+            [ReachLevel::CampaignDay, ReachLevel::AdDay]
+        );
+        assert_eq!(
+            by_ad.reach_levels(day("2026-08-31")),
+            [ReachLevel::CampaignHour, ReachLevel::AdHour]
+        );
+        let hourly = Rows::new(
+            &range("2026-08-01", "2026-08-31", chrono_tz::UTC),
+            Grouping::Hour,
+        );
+        assert_eq!(
+            hourly.reach_levels(day("2026-08-10")),
+            [ReachLevel::CampaignHour]
+        );
     }
 }

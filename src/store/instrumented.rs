@@ -2,8 +2,8 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    ClickRow, ImpressionSummaryRow, Rollup, SealState, SiteRollup, SketchPartition, SketchRow,
-    Store, StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, SealState, SiteRollup, SketchPartition,
+    SketchRow, Store, StoreError, VisitRow,
 };
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
@@ -204,8 +204,13 @@ impl Store for Instrumented {
         .await
     }
 
-    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
-        timed("read_rollup", self.inner.read_rollup(campaign, day)).await
+    async fn read_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        reach: &[ReachLevel],
+    ) -> Result<Rollup, StoreError> {
+        timed("read_rollup", self.inner.read_rollup(campaign, day, reach)).await
     }
 
     async fn mark_site_late(

@@ -15,8 +15,8 @@ mod rows;
 
 pub use error::StoreError;
 pub use rows::{
-    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SiteRollup,
-    SketchPartition, SketchRow, VisitRow,
+    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice, SealState,
+    SiteRollup, SketchPartition, SketchRow, VisitRow,
 };
 
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -145,7 +145,13 @@ pub trait Store: Send + Sync + 'static {
         read_started: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), StoreError>;
 
-    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError>;
+    /// A sealed campaign-day's slices and its users sketches of the `reach` levels.
+    async fn read_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        reach: &[ReachLevel],
+    ) -> Result<Rollup, StoreError>;
 
     /// As [`mark_late`](Self::mark_late), for a site-day.
     async fn mark_site_late(

@@ -66,12 +66,55 @@ pub struct RollupSlice {
     pub billable_impressions: u64,
 }
 
-/// The users one ad reached in one UTC hour of a sealed campaign-day.
+/// How much of a sealed campaign-day one users sketch covers. A summary reads only the
+/// coarsest levels that answer it: the day's union for rows that hold whole UTC days, hours
+/// only where a row boundary cuts a day, and per-ad sketches only for `group_by=ad`. A month's
+/// summary then unions 31 to 744 sketches instead of one per ad and hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReachLevel {
+    /// Every user of the campaign that UTC day.
+    CampaignDay = 0,
+    /// Every user of one ad that UTC day.
+    AdDay = 1,
+    /// Every user of the campaign in one UTC hour.
+    CampaignHour = 2,
+    /// Every user of one ad in one UTC hour.
+    AdHour = 3,
+}
+
+impl ReachLevel {
+    pub const ALL: [ReachLevel; 4] = [
+        ReachLevel::CampaignDay,
+        ReachLevel::AdDay,
+        ReachLevel::CampaignHour,
+        ReachLevel::AdHour,
+    ];
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|level| level.code() == code)
+    }
+
+    pub fn per_ad(self) -> bool {
+        matches!(self, ReachLevel::AdDay | ReachLevel::AdHour)
+    }
+
+    pub fn hourly(self) -> bool {
+        matches!(self, ReachLevel::CampaignHour | ReachLevel::AdHour)
+    }
+}
+
+/// The users reached in one part of a sealed campaign-day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollupReach {
-    /// Hours since the epoch.
+    pub level: ReachLevel,
+    /// Hours since the epoch: the hour for hourly levels, the day's first hour otherwise.
     pub hour: i64,
-    pub ad_id: AdId,
+    /// The ad, for per-ad levels.
+    pub ad_id: Option<AdId>,
     /// [`crate::domain::sketch::UniqueSketch::to_bytes`].
     pub sketch: Vec<u8>,
 }
@@ -80,6 +123,7 @@ pub struct RollupReach {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rollup {
     pub slices: Vec<RollupSlice>,
+    /// Only the levels asked for, when read.
     pub reach: Vec<RollupReach>,
 }
 

@@ -23,8 +23,8 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::migrations::Migration;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, Rollup, SealState, SiteRollup, SketchPartition, SketchRow,
-    Store, StoreError, VisitRow,
+    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, SealState, SiteRollup, SketchPartition,
+    SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
@@ -374,9 +374,14 @@ impl Store for CassandraStore {
         .await
     }
 
-    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
+    async fn read_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        reach: &[ReachLevel],
+    ) -> Result<Rollup, StoreError> {
         let statements = self.rollup_statements().await?;
-        rollups::read_rollup(&self.session, statements, campaign, day).await
+        rollups::read_rollup(&self.session, statements, campaign, day, reach).await
     }
 
     async fn mark_site_late(

@@ -7,7 +7,7 @@ use super::config::KeyspaceName;
 use super::statements::{failed, prepare_all, read_all};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
-use crate::store::{Rollup, RollupReach, RollupSlice, SealState, StoreError};
+use crate::store::{ReachLevel, Rollup, RollupReach, RollupSlice, SealState, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::future::try_join_all;
 use scylla::client::session::Session;
@@ -70,18 +70,20 @@ impl RollupStatements {
                      impressions, clicks, billable_impressions) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
-                    "INSERT INTO {keyspace}.campaign_reach (advertiser_id, campaign_id, day, hour, ad_id, sketch) \
-                     VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                    "INSERT INTO {keyspace}.campaign_reach_level (advertiser_id, campaign_id, day, level, hour, \
+                     ad_id, sketch) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions FROM {keyspace}.campaign_rollup \
                      WHERE {DAY_KEY}"
                 ),
                 format!(
-                    "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach WHERE {DAY_KEY}"
+                    "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach_level WHERE {DAY_KEY} AND level = ?"
                 ),
                 format!("DELETE FROM {keyspace}.campaign_rollup USING TIMESTAMP ? WHERE {DAY_KEY}"),
-                format!("DELETE FROM {keyspace}.campaign_reach USING TIMESTAMP ? WHERE {DAY_KEY}"),
+                format!(
+                    "DELETE FROM {keyspace}.campaign_reach_level USING TIMESTAMP ? WHERE {DAY_KEY}"
+                ),
             ],
         )
         .await?;
@@ -235,8 +237,10 @@ pub async fn write_rollup(
                 advertiser,
                 campaign_id,
                 date,
+                i32::from(row.level.code()),
+                // Within 0..24 for a row of this day.
                 (row.hour - hour_base) as i32,
-                row.ad_id.as_uuid(),
+                row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default(),
                 row.sketch.as_slice(),
                 timestamp,
             );
@@ -263,12 +267,23 @@ pub async fn read_rollup(
     statements: &RollupStatements,
     campaign: CampaignKey,
     day: Day,
+    levels: &[ReachLevel],
 ) -> Result<Rollup, StoreError> {
     const CONTEXT: &str = "reading a rollup";
     let key = day_key(campaign, day);
+    let (advertiser, campaign_id, date) = key;
     let (slices, reach) = futures::try_join!(
         read_all::<(i32, Uuid, i64, i64, i64)>(session, &statements.select_slices, key, CONTEXT),
-        read_all::<(i32, Uuid, Vec<u8>)>(session, &statements.select_reach, key, CONTEXT),
+        try_join_all(levels.iter().map(|level| async move {
+            let rows = read_all::<(i32, Uuid, Vec<u8>)>(
+                session,
+                &statements.select_reach,
+                (advertiser, campaign_id, date, i32::from(level.code())),
+                CONTEXT,
+            )
+            .await?;
+            Ok::<_, StoreError>((*level, rows))
+        })),
     )?;
     let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
     let count = |value: i64| u64::try_from(value).unwrap_or_default();
@@ -286,11 +301,15 @@ pub async fn read_rollup(
             .collect(),
         reach: reach
             .into_iter()
-            .filter(|(hour, ..)| (0..HOURS_PER_DAY).contains(&i64::from(*hour)))
-            .map(|(hour, ad, sketch)| RollupReach {
-                hour: hour_base + i64::from(hour),
-                ad_id: AdId::new(ad),
-                sketch,
+            .flat_map(|(level, rows)| {
+                rows.into_iter()
+                    .filter(|(hour, ..)| (0..HOURS_PER_DAY).contains(&i64::from(*hour)))
+                    .map(move |(hour, ad, sketch)| RollupReach {
+                        level,
+                        hour: hour_base + i64::from(hour),
+                        ad_id: level.per_ad().then_some(AdId::new(ad)),
+                        sketch,
+                    })
             })
             .collect(),
     })

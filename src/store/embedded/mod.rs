@@ -23,7 +23,7 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::domain::time::EventTime;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, Rollup, RollupReach, RollupSlice, SealState, SiteRollup,
+    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupSlice, SealState, SiteRollup,
     SketchPartition, SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The on-disk layout this build reads and writes.
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 
 /// When the journal is synced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -93,6 +93,30 @@ fn corrupt(context: &str) -> StoreError {
     StoreError::Internal(format!("{context}: a stored row does not decode"))
 }
 
+/// Format 1 kept users reached per ad and hour only (`campaign_reach`); format 2 keeps them
+/// by level (`campaign_reach_level`, see `migrations/0005_reach_levels.cql`). The old rows go,
+/// and so do the seals that relied on them: those days are read raw until sealed again.
+fn upgrade_from_format_1(db: &Database) -> Result<(), StoreError> {
+    let fail = |error: fjall::Error| engine_error("upgrading the data folder", &error);
+    if db.keyspace_exists("campaign_reach") {
+        let old = db
+            .keyspace("campaign_reach", KeyspaceCreateOptions::default)
+            .map_err(fail)?;
+        db.delete_keyspace(old).map_err(fail)?;
+    }
+    let seals = db
+        .keyspace("campaign_seal", KeyspaceCreateOptions::default)
+        .map_err(fail)?;
+    let keys = seals
+        .iter()
+        .map(|guard| guard.key().map_err(fail))
+        .collect::<Result<Vec<_>, _>>()?;
+    for key in keys {
+        seals.remove(key).map_err(fail)?;
+    }
+    Ok(())
+}
+
 impl EmbeddedStore {
     /// Opens (or creates) the store in `config.data_dir`, refusing a folder another process holds.
     pub fn open(config: &EmbeddedConfig) -> Result<Self, StoreError> {
@@ -119,6 +143,11 @@ impl EmbeddedStore {
                 .insert("format", FORMAT_VERSION.to_be_bytes())
                 .map_err(|error| engine_error("writing the format", &error))?,
             Some(version) if version.as_ref() == FORMAT_VERSION.to_be_bytes() => {}
+            Some(version) if version.as_ref() == 1u32.to_be_bytes() => {
+                upgrade_from_format_1(&db)?;
+                meta.insert("format", FORMAT_VERSION.to_be_bytes())
+                    .map_err(|error| engine_error("writing the format", &error))?;
+            }
             Some(_) => {
                 return Err(StoreError::SchemaNotCurrent(format!(
                     "the data folder {folder} was written by a newer adevents (format other than {FORMAT_VERSION})"
@@ -137,7 +166,7 @@ impl EmbeddedStore {
             site_day: open("site_day")?,
             campaign_day: open("campaign_day")?,
             campaign_rollup: open("campaign_rollup")?,
-            campaign_reach: open("campaign_reach")?,
+            campaign_reach: open("campaign_reach_level")?,
             campaign_seal: open("campaign_seal")?,
             site_visits: open("site_visits")?,
             site_reach: open("site_reach")?,
@@ -664,7 +693,7 @@ impl Store for EmbeddedStore {
         rows.extend(rollup.reach.iter().map(|row| {
             (
                 Table::CampaignReach,
-                rollup_keys::rollup_key(campaign, day, row.hour, row.ad_id),
+                rollup_keys::reach_key(campaign, day, row),
                 row.sketch.clone(),
             )
         }));
@@ -694,15 +723,29 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn read_rollup(&self, campaign: CampaignKey, day: Day) -> Result<Rollup, StoreError> {
+    async fn read_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        reach: &[ReachLevel],
+    ) -> Result<Rollup, StoreError> {
         const CONTEXT: &str = "reading a rollup";
         let prefix = rollup_keys::campaign_day_prefix(campaign, day);
         let slices = self
-            .scan(Table::CampaignRollup, prefix.clone(), None, CONTEXT)
+            .scan(Table::CampaignRollup, prefix, None, CONTEXT)
             .await?;
-        let reach = self
-            .scan(Table::CampaignReach, prefix, None, CONTEXT)
-            .await?;
+        let mut reach_rows = Vec::new();
+        for level in reach {
+            let level_prefix = rollup_keys::reach_level_prefix(campaign, day, *level);
+            for (key, value) in self
+                .scan(Table::CampaignReach, level_prefix, None, CONTEXT)
+                .await?
+            {
+                reach_rows.push(
+                    rollup_keys::decode_reach_row(&key, &value).ok_or_else(|| corrupt(CONTEXT))?,
+                );
+            }
+        }
         Ok(Rollup {
             slices: slices
                 .iter()
@@ -720,18 +763,7 @@ impl Store for EmbeddedStore {
                     })
                 })
                 .collect::<Result<_, StoreError>>()?,
-            reach: reach
-                .iter()
-                .map(|(key, value)| {
-                    let (hour, ad_id) =
-                        rollup_keys::decode_rollup_key(key).ok_or_else(|| corrupt(CONTEXT))?;
-                    Ok(RollupReach {
-                        hour,
-                        ad_id,
-                        sketch: value.to_vec(),
-                    })
-                })
-                .collect::<Result<_, StoreError>>()?,
+            reach: reach_rows,
         })
     }
 

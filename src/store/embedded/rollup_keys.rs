@@ -4,6 +4,7 @@
 use super::keys::{campaign_prefix, day_bytes, decode_ordered_i64, ordered_i64};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
+use crate::store::{ReachLevel, RollupReach};
 use uuid::Uuid;
 
 /// Campaign (32 bytes) + day (4).
@@ -22,6 +23,34 @@ pub fn rollup_key(campaign: CampaignKey, day: Day, unit: i64, ad: AdId) -> Vec<u
     key.extend_from_slice(&ordered_i64(unit));
     key.extend_from_slice(ad.as_uuid().as_bytes());
     key
+}
+
+/// A reach row: its level, hour (since the epoch) and ad (nil for campaign levels), so one
+/// level of a day is one prefix.
+pub fn reach_key(campaign: CampaignKey, day: Day, row: &RollupReach) -> Vec<u8> {
+    let mut key = reach_level_prefix(campaign, day, row.level);
+    key.extend_from_slice(&ordered_i64(row.hour));
+    let ad = row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default();
+    key.extend_from_slice(ad.as_bytes());
+    key
+}
+
+pub fn reach_level_prefix(campaign: CampaignKey, day: Day, level: ReachLevel) -> Vec<u8> {
+    let mut key = campaign_day_prefix(campaign, day);
+    key.push(level.code());
+    key
+}
+
+pub fn decode_reach_row(key: &[u8], sketch: &[u8]) -> Option<RollupReach> {
+    let level = ReachLevel::from_code(*key.get(DAY_PREFIX_LEN)?)?;
+    let hour = decode_ordered_i64(key.get(DAY_PREFIX_LEN + 1..DAY_PREFIX_LEN + 9)?)?;
+    let ad = Uuid::from_slice(key.get(DAY_PREFIX_LEN + 9..DAY_PREFIX_LEN + 25)?).ok()?;
+    Some(RollupReach {
+        level,
+        hour,
+        ad_id: level.per_ad().then_some(AdId::new(ad)),
+        sketch: sketch.to_vec(),
+    })
 }
 
 pub fn decode_rollup_key(key: &[u8]) -> Option<(i64, AdId)> {
@@ -93,5 +122,19 @@ mod tests {
             Some(campaign)
         );
         assert_eq!(decode_counts_value(&counts_value(1, 2, 3)), Some((1, 2, 3)));
+        for (level, ad_id) in [
+            (ReachLevel::CampaignDay, None),
+            (ReachLevel::AdHour, Some(ad)),
+        ] {
+            let row = RollupReach {
+                level,
+                hour: 493_000,
+                ad_id,
+                sketch: vec![1, 2, 3],
+            };
+            let key = reach_key(campaign, day, &row);
+            assert!(key.starts_with(&reach_level_prefix(campaign, day, level)));
+            assert_eq!(decode_reach_row(&key, &[1, 2, 3]), Some(row));
+        }
     }
 }
