@@ -2,8 +2,8 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, SealState, SiteRollup, SketchPartition,
-    SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, SealState,
+    SiteRollup, SketchPartition, SketchRow, Store, StoreError, VisitRow,
 };
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
@@ -75,6 +75,30 @@ impl Store for Instrumented {
         timed(
             "read_impression_summaries",
             self.inner.read_impression_summaries(partition),
+        )
+        .await
+    }
+
+    async fn read_impression_page(
+        &self,
+        partition: EventPartition,
+        cursor: Option<PageCursor>,
+    ) -> Result<ImpressionPage, StoreError> {
+        timed(
+            "read_impression_page",
+            self.inner.read_impression_page(partition, cursor),
+        )
+        .await
+    }
+
+    async fn read_newest_impressions(
+        &self,
+        partition: EventPartition,
+        limit: usize,
+    ) -> Result<Vec<Impression>, StoreError> {
+        timed(
+            "read_newest_impressions",
+            self.inner.read_newest_impressions(partition, limit),
         )
         .await
     }

@@ -15,8 +15,8 @@ mod rows;
 
 pub use error::StoreError;
 pub use rows::{
-    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice, SealState,
-    SiteRollup, SketchPartition, SketchRow, VisitRow,
+    ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, RollupReach,
+    RollupSlice, SealState, SiteRollup, SketchPartition, SketchRow, VisitRow,
 };
 
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -55,6 +55,21 @@ pub trait Store: Send + Sync + 'static {
         &self,
         partition: EventPartition,
     ) -> Result<Vec<ImpressionSummaryRow>, StoreError>;
+
+    /// One page (a few thousand rows) of a partition's full impressions, oldest first.
+    /// `cursor` is the previous page's `next`, `None` for the first page.
+    async fn read_impression_page(
+        &self,
+        partition: EventPartition,
+        cursor: Option<PageCursor>,
+    ) -> Result<ImpressionPage, StoreError>;
+
+    /// The newest `limit` full impressions of one partition, newest first.
+    async fn read_newest_impressions(
+        &self,
+        partition: EventPartition,
+        limit: usize,
+    ) -> Result<Vec<Impression>, StoreError>;
 
     /// Every click of one partition, in no promised order.
     async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError>;

@@ -160,3 +160,26 @@ pub struct SiteRollup {
     /// (hour since the epoch, [`crate::domain::sketch::UniqueSketch::to_bytes`]).
     pub reach: Vec<(i64, Vec<u8>)>,
 }
+
+/// Where a paged read resumes. Opaque above the store: a driver's paging state, or the last
+/// key read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageCursor(Vec<u8>);
+
+impl PageCursor {
+    pub(crate) fn new(bytes: Vec<u8>) -> Self {
+        Self(bytes)
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// One page of a partition's full impressions, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct ImpressionPage {
+    pub impressions: Vec<crate::domain::event::Impression>,
+    /// Where the next page starts; `None` after the last.
+    pub next: Option<PageCursor>,
+}

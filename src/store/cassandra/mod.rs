@@ -6,6 +6,7 @@
 
 pub mod config;
 mod errors;
+mod exports;
 pub mod migrator;
 mod reads;
 mod rollups;
@@ -23,11 +24,12 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::migrations::Migration;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, SealState, SiteRollup, SketchPartition,
-    SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, SealState,
+    SiteRollup, SketchPartition, SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
+use exports::ExportStatements;
 use migrator::{MigrateError, MigrationReport};
 use rollups::RollupStatements;
 use scylla::client::session::Session;
@@ -56,6 +58,7 @@ pub struct CassandraStore {
     statements: OnceCell<Statements>,
     site_statements: OnceCell<SiteStatements>,
     rollup_statements: OnceCell<RollupStatements>,
+    export_statements: OnceCell<ExportStatements>,
     site_rollup_statements: OnceCell<SiteRollupStatements>,
     /// Seconds for `USING TTL` (0: never expire).
     ttl_seconds: i32,
@@ -88,6 +91,7 @@ impl CassandraStore {
             statements: OnceCell::new(),
             site_statements: OnceCell::new(),
             rollup_statements: OnceCell::new(),
+            export_statements: OnceCell::new(),
             site_rollup_statements: OnceCell::new(),
             ttl_seconds,
         })
@@ -98,12 +102,19 @@ impl CassandraStore {
         self.statements().await?;
         self.site_statements().await?;
         self.rollup_statements().await?;
+        self.export_statements().await?;
         self.site_rollup_statements().await.map(|_| ())
     }
 
     async fn site_rollup_statements(&self) -> Result<&SiteRollupStatements, StoreError> {
         self.site_rollup_statements
             .get_or_try_init(|| SiteRollupStatements::prepare(&self.session, &self.config.keyspace))
+            .await
+    }
+
+    async fn export_statements(&self) -> Result<&ExportStatements, StoreError> {
+        self.export_statements
+            .get_or_try_init(|| ExportStatements::prepare(&self.session, &self.config.keyspace))
             .await
     }
 
@@ -224,6 +235,24 @@ impl Store for CassandraStore {
         partition: EventPartition,
     ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
         reads::impression_summaries(&self.session, self.statements().await?, &partition).await
+    }
+
+    async fn read_impression_page(
+        &self,
+        partition: EventPartition,
+        cursor: Option<PageCursor>,
+    ) -> Result<ImpressionPage, StoreError> {
+        let statements = self.export_statements().await?;
+        exports::impression_page(&self.session, statements, &partition, cursor).await
+    }
+
+    async fn read_newest_impressions(
+        &self,
+        partition: EventPartition,
+        limit: usize,
+    ) -> Result<Vec<Impression>, StoreError> {
+        let statements = self.export_statements().await?;
+        exports::newest_impressions(&self.session, statements, &partition, limit).await
     }
 
     async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {

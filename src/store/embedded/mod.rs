@@ -22,9 +22,10 @@ use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::domain::time::EventTime;
+use crate::domain::user_data::UserData;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupSlice, SealState, SiteRollup,
-    SketchPartition, SketchRow, Store, StoreError, VisitRow,
+    ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, RollupSlice,
+    SealState, SiteRollup, SketchPartition, SketchRow, Store, StoreError, VisitRow,
 };
 use async_trait::async_trait;
 use committer::{Committer, Removals, Rows};
@@ -91,6 +92,24 @@ fn engine_error(context: &str, error: &fjall::Error) -> StoreError {
 
 fn corrupt(context: &str) -> StoreError {
     StoreError::Internal(format!("{context}: a stored row does not decode"))
+}
+
+/// Rows per page of a partition read for exports and reports.
+const EXPORT_PAGE_ROWS: usize = 2_000;
+
+/// A full impression row of `partition` back from its key and value.
+fn full_impression(partition: &EventPartition, key: &[u8], value: &[u8]) -> Option<Impression> {
+    let (at, impression_id) = keys::decode_event_key(key)?;
+    let (ad_id, user_id, user_ip, user_data) = rows::decode_impression_value(value)?;
+    Some(Impression {
+        impression_id,
+        campaign: partition.campaign,
+        ad_id,
+        user_id,
+        timestamp: EventTime::from_stored(at),
+        user_ip,
+        user_data: UserData::from_stored(user_data),
+    })
 }
 
 /// Format 1 kept users reached per ad and hour only (`campaign_reach`); format 2 keeps them
@@ -384,6 +403,64 @@ impl Store for EmbeddedStore {
             },
         )
         .await
+    }
+
+    async fn read_impression_page(
+        &self,
+        partition: EventPartition,
+        cursor: Option<PageCursor>,
+    ) -> Result<ImpressionPage, StoreError> {
+        const CONTEXT: &str = "reading impressions";
+        // Keys run newest first, so a page is read backwards from the last key returned.
+        let prefix = keys::partition_prefix(&partition);
+        let rows = self
+            .blocking(move |tables| {
+                let table = tables.get(Table::Impression);
+                let rows = match cursor {
+                    None => table.prefix(&prefix),
+                    Some(cursor) => table.range(prefix.clone()..cursor.bytes().to_vec()),
+                };
+                rows.rev()
+                    .take(EXPORT_PAGE_ROWS)
+                    .map(|guard| {
+                        guard
+                            .into_inner()
+                            .map_err(|error| engine_error(CONTEXT, &error))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        let next = (rows.len() == EXPORT_PAGE_ROWS)
+            .then(|| rows.last().map(|(key, _)| PageCursor::new(key.to_vec())))
+            .flatten();
+        let impressions = rows
+            .iter()
+            .map(|(key, value)| {
+                full_impression(&partition, key, value).ok_or_else(|| corrupt(CONTEXT))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ImpressionPage { impressions, next })
+    }
+
+    async fn read_newest_impressions(
+        &self,
+        partition: EventPartition,
+        limit: usize,
+    ) -> Result<Vec<Impression>, StoreError> {
+        const CONTEXT: &str = "reading the newest impressions";
+        let rows = self
+            .scan(
+                Table::Impression,
+                keys::partition_prefix(&partition),
+                Some(limit),
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                full_impression(&partition, key, value).ok_or_else(|| corrupt(CONTEXT))
+            })
+            .collect()
     }
 
     async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {

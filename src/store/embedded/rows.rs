@@ -33,8 +33,7 @@ pub fn impression_value(event: &Impression) -> Vec<u8> {
 /// The full row's fields besides its key: ad, user, ip and user_data.
 pub type FullRow = (AdId, UserId, Option<IpAddr>, BTreeMap<String, String>);
 
-/// Decodes [`impression_value`], for exports to come.
-#[allow(dead_code)]
+/// Decodes [`impression_value`].
 pub fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
     let (ad, user) = decode_two_ids(value)?;
     let rest = value.get(32..)?;

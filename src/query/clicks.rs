@@ -1,0 +1,65 @@
+//! Which impressions of a campaign were clicked, read into memory by fan-out over click
+//! partitions (clicks are well under 1 % of impressions), for joining to impressions that
+//! are streamed.
+
+use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::partition::EventPartition;
+use crate::query::FanOut;
+use crate::store::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use std::collections::HashSet;
+
+/// Impressions with at least one click stored in `partitions`.
+pub async fn clicked_in(
+    store: &dyn Store,
+    partitions: Vec<EventPartition>,
+    fan_out: FanOut,
+) -> Result<HashSet<ImpressionId>, StoreError> {
+    let mut reads = stream::iter(partitions)
+        .map(|partition| store.read_clicks(partition))
+        .buffer_unordered(fan_out.concurrency.max(1));
+    let mut clicked = HashSet::new();
+    while let Some(rows) = reads.next().await {
+        clicked.extend(rows?.into_iter().map(|row| row.impression_id));
+    }
+    Ok(clicked)
+}
+
+/// Impressions whose first click ever falls in `[start, end)`, as the summary counts clicks:
+/// the clicks stored in `partitions` (the range's days) narrow it down, and each candidate's
+/// first click is looked up, since an earlier click may lie before the range.
+pub async fn first_clicked_between(
+    store: &dyn Store,
+    campaign: CampaignKey,
+    partitions: Vec<EventPartition>,
+    (start, end): (DateTime<Utc>, DateTime<Utc>),
+    fan_out: FanOut,
+) -> Result<HashSet<ImpressionId>, StoreError> {
+    let concurrency = fan_out.concurrency.max(1);
+    let mut reads = stream::iter(partitions)
+        .map(|partition| store.read_clicks(partition))
+        .buffer_unordered(concurrency);
+    let mut candidates = HashSet::new();
+    while let Some(rows) = reads.next().await {
+        candidates.extend(
+            rows?
+                .into_iter()
+                .filter(|row| (start..end).contains(&row.timestamp.instant()))
+                .map(|row| row.impression_id),
+        );
+    }
+    stream::iter(candidates)
+        .map(|impression_id| async move {
+            let first = store.first_click(campaign, impression_id).await?;
+            Ok::<_, StoreError>(first.and_then(|click| {
+                (start..end)
+                    .contains(&click.timestamp.instant())
+                    .then_some(impression_id)
+            }))
+        })
+        .buffer_unordered(concurrency)
+        .try_filter_map(|found| async move { Ok(found) })
+        .try_collect()
+        .await
+}
