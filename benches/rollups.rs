@@ -231,8 +231,12 @@ async fn main() {
                 for (index, size) in sizes.iter().enumerate() {
                     let (impressions, sealed, seconds) =
                         summary(store.as_ref(), &settings, campaign_of(*size), query).await;
-                    // The Kolkata month reads the UTC day before the first too (empty here).
-                    assert_eq!(impressions, *size as u64);
+                    // The Kolkata month ends 5 h 30 before the UTC one (and starts as early
+                    // on the empty UTC day before it).
+                    match query {
+                        Query::UtcDays => assert_eq!(impressions, *size as u64),
+                        Query::KolkataDays => assert!(impressions > *size as u64 * 95 / 100),
+                    }
                     assert!(sealed >= DAYS as usize, "{sealed} sealed days");
                     latencies[q * sizes.len() + index].push(seconds);
                 }

@@ -2,8 +2,13 @@
 //! bounded number in flight, and adding the rows up. Shared by every store.
 
 pub mod aggregate;
+pub mod clicks;
+pub mod export;
+pub mod impressions;
 pub mod plan;
 pub mod range;
+pub mod recent;
+pub mod report;
 pub mod summary;
 pub mod uniques;
 

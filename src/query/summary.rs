@@ -178,7 +178,9 @@ impl Rows {
             {
                 self.days[*day_row].1.users.merge(&users);
             }
-            self.totals.users.merge(&users);
+            if !self.rows_cover_users() {
+                self.totals.users.merge(&users);
+            }
         }
         for (ad, users) in reach.ads.iter().flatten() {
             self.ads.entry(*ad).or_default().users.merge(users);
@@ -193,7 +195,9 @@ impl Rows {
                 Grouping::Hour => self.hours[hour_row].1.users.merge(users),
                 Grouping::Ad | Grouping::None => {}
             }
-            self.totals.users.merge(users);
+            if !self.rows_cover_users() {
+                self.totals.users.merge(users);
+            }
         }
         for ((hour, ad), users) in reach.ad_hours.iter().flatten() {
             if self.slice_rows.contains_key(&midpoint_slice(*hour)) {
@@ -202,7 +206,27 @@ impl Rows {
         }
     }
 
-    fn finish(self) -> Summary {
+    /// Whether every user counted goes into exactly one listed row (days or hours), so the
+    /// totals' users are the union of the rows' (a row per day is far fewer unions than
+    /// one per hour and day).
+    fn rows_cover_users(&self) -> bool {
+        matches!(self.grouping, Grouping::Day | Grouping::Hour)
+    }
+
+    fn finish(mut self) -> Summary {
+        match self.grouping {
+            Grouping::Day => {
+                for (_, row) in &self.days {
+                    self.totals.users.merge(&row.users);
+                }
+            }
+            Grouping::Hour => {
+                for (_, row) in &self.hours {
+                    self.totals.users.merge(&row.users);
+                }
+            }
+            Grouping::Ad | Grouping::None => {}
+        }
         let mut by_ad: Vec<(AdId, Counts)> = self
             .ads
             .into_iter()

@@ -14,6 +14,7 @@ mod migrations;
 mod process;
 mod reach;
 mod readiness;
+mod reports;
 mod sealing;
 mod summary;
 mod uniques;

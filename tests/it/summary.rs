@@ -2,33 +2,12 @@
 //! the bucket layout or the retries.
 
 use crate::common::Backend;
-use crate::common::events::{Campaign, at, get, post_all, summary};
-use adevents::domain::bucket::BucketCount;
-use adevents::domain::campaign::CampaignSettings;
-use adevents::domain::time::EventTime;
+use crate::common::events::{Campaign, at, configure_buckets, get, post_all, summary};
 use chrono::{Duration, NaiveDate};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use uuid::Uuid;
-
-async fn configure_buckets(backend: Backend, campaign: &Campaign, buckets: u16, from: &str) {
-    let settings = CampaignSettings {
-        buckets: BucketCount::new(buckets).expect("valid"),
-        effective_from: if from == "always" {
-            EventTime::earliest()
-        } else {
-            at(from)
-        },
-        daily_cap: None,
-    };
-    backend
-        .store()
-        .await
-        .put_campaign_settings(campaign.key(), &settings)
-        .await
-        .expect("arranged");
-}
 
 async fn a_month_of_a_four_bucket_campaign_is_exact_per_day_per_ad_and_in_total(backend: Backend) {
     let campaign = Campaign::fresh();

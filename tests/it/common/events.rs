@@ -1,6 +1,9 @@
 //! Building events and talking to the API the way an ad server or a dashboard does.
 
-use super::TestServer;
+use super::{Backend, TestServer};
+use adevents::domain::bucket::BucketCount;
+use adevents::domain::campaign::CampaignSettings;
+use adevents::domain::time::EventTime;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -98,4 +101,24 @@ pub async fn summary(server: &TestServer, campaign: &Campaign, query: &str) -> V
     let (status, body) = get(server, &format!("{}/summary", campaign.path()), query).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
+}
+
+/// Gives `campaign` `buckets` partitions per day from `from` (`"always"`: from the start of
+/// time), straight in the store: the API only schedules changes for the future.
+pub async fn configure_buckets(backend: Backend, campaign: &Campaign, buckets: u16, from: &str) {
+    let settings = CampaignSettings {
+        buckets: BucketCount::new(buckets).expect("valid"),
+        effective_from: if from == "always" {
+            EventTime::earliest()
+        } else {
+            at(from)
+        },
+        daily_cap: None,
+    };
+    backend
+        .store()
+        .await
+        .put_campaign_settings(campaign.key(), &settings)
+        .await
+        .expect("arranged");
 }

@@ -1,0 +1,168 @@
+//! Reports by one dimension ("what kind of users clicked on what kind of ad"): impressions,
+//! clicks and CTR per value of `ad_id` or of one `user_data` key. The range's clicks are read
+//! into memory by fan-out, then its impressions are streamed partition by partition and each
+//! is counted under its value; memory holds the clicked ids and one counter per value.
+
+use super::FanOut;
+use super::clicks::first_clicked_between;
+use super::impressions::ImpressionScan;
+use super::plan::campaign_partitions;
+use super::range::QueryRange;
+use crate::domain::event::Impression;
+use crate::domain::ids::CampaignKey;
+use crate::domain::user_data::MAX_KEY_BYTES;
+use crate::settings::SettingsCache;
+use crate::store::{Store, StoreError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a report groups impressions by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dimension {
+    AdId,
+    /// One key of the impressions' `user_data`.
+    UserData(String),
+}
+
+impl std::str::FromStr for Dimension {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "ad_id" {
+            return Ok(Self::AdId);
+        }
+        match text.strip_prefix("user_data.") {
+            Some(key) if !key.is_empty() && key.len() <= MAX_KEY_BYTES => {
+                Ok(Self::UserData(key.to_owned()))
+            }
+            Some(_) => Err(format!(
+                "the user_data key must be 1 to {MAX_KEY_BYTES} bytes"
+            )),
+            None => Err(format!("{text:?} is not ad_id or user_data.<key>")),
+        }
+    }
+}
+
+impl std::fmt::Display for Dimension {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::AdId => f.write_str("ad_id"),
+            Self::UserData(key) => write!(f, "user_data.{key}"),
+        }
+    }
+}
+
+impl Dimension {
+    fn value_of(&self, impression: &Impression) -> Option<String> {
+        match self {
+            Self::AdId => Some(impression.ad_id.to_string()),
+            Self::UserData(key) => impression.user_data.entries().get(key).cloned(),
+        }
+    }
+}
+
+/// One value's counts; `value` is `None` for impressions without the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportRow {
+    pub value: Option<String>,
+    pub impressions: u64,
+    pub clicks: u64,
+}
+
+impl ReportRow {
+    /// Clicks per impression; 0 when there are none.
+    pub fn ctr(&self) -> f64 {
+        if self.impressions == 0 {
+            0.0
+        } else {
+            self.clicks as f64 / self.impressions as f64
+        }
+    }
+}
+
+/// The report's rows, most impressions first, then by value (`null` last). Impressions count
+/// as in the summary (once per UTC day, at the earliest time); a row's clicks are those of its
+/// impressions whose first click falls in the range, each once.
+pub async fn campaign_report(
+    store: Arc<dyn Store>,
+    settings: &SettingsCache,
+    campaign: CampaignKey,
+    range: &QueryRange,
+    dimension: &Dimension,
+    fan_out: FanOut,
+) -> Result<Vec<ReportRow>, StoreError> {
+    let history = settings.history(campaign).await?;
+    let partitions: Vec<_> = campaign_partitions(
+        campaign,
+        range.utc_days(),
+        &history,
+        settings.read_staleness(),
+    )
+    .into_iter()
+    .flat_map(|(_, partitions)| partitions)
+    .collect();
+    let mut clicked = first_clicked_between(
+        store.as_ref(),
+        campaign,
+        partitions.clone(),
+        (range.start(), range.end()),
+        fan_out,
+    )
+    .await?;
+    let mut counts: HashMap<Option<String>, (u64, u64)> = HashMap::new();
+    let mut scan = ImpressionScan::new(store, range, partitions);
+    while let Some(page) = scan.next_page().await? {
+        for impression in page {
+            let (impressions, clicks) = counts.entry(dimension.value_of(&impression)).or_default();
+            *impressions += 1;
+            // An impression shown on two UTC days counts twice, its click once.
+            if clicked.remove(&impression.impression_id) {
+                *clicks += 1;
+            }
+        }
+    }
+    let mut rows: Vec<ReportRow> = counts
+        .into_iter()
+        .map(|(value, (impressions, clicks))| ReportRow {
+            value,
+            impressions,
+            clicks,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.impressions
+            .cmp(&a.impressions)
+            .then_with(|| match (&a.value, &b.value) {
+                (Some(a), Some(b)) => a.cmp(b),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
+    });
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dimensions_parse_and_name_themselves() {
+        assert_eq!("ad_id".parse(), Ok(Dimension::AdId));
+        assert_eq!(
+            "user_data.country".parse(),
+            Ok(Dimension::UserData("country".into()))
+        );
+        assert_eq!(
+            Dimension::UserData("country".into()).to_string(),
+            "user_data.country"
+        );
+        assert!("user_data.".parse::<Dimension>().is_err());
+        assert!("country".parse::<Dimension>().is_err());
+        assert!(
+            format!("user_data.{}", "k".repeat(65))
+                .parse::<Dimension>()
+                .is_err()
+        );
+    }
+}
