@@ -118,6 +118,10 @@ pub struct ServeArgs {
     /// How often the background sealer looks for days to seal.
     #[arg(long, env = "ADEVENTS_SEAL_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     pub seal_interval: Duration,
+    /// How many UTC days before today `impressions/recent` looks back for the newest
+    /// impressions.
+    #[arg(long, env = "ADEVENTS_RECENT_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=366))]
+    pub recent_lookback_days: u32,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -148,6 +152,7 @@ impl ServeArgs {
             },
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
             billable_window: self.billable_window,
+            recent_lookback_days: self.recent_lookback_days,
             sealing: SealingOptions {
                 grace: self.rollup_grace,
                 lookback_days: self.seal_lookback_days,

@@ -6,11 +6,13 @@ mod campaigns;
 mod client_ip;
 mod error;
 mod events;
+mod export;
 mod health;
 mod json_errors;
 pub mod metrics;
 mod openapi;
 mod params;
+mod report;
 mod sites;
 mod summary;
 mod track;
@@ -58,6 +60,8 @@ pub struct ServiceOptions {
     pub sketch_flush_interval: Duration,
     /// Billable impressions count once per user and campaign in each window this long.
     pub billable_window: BillableWindow,
+    /// How many UTC days before today `impressions/recent` looks back.
+    pub recent_lookback_days: u32,
     /// When closed days are sealed into rollups (the grace for late events, ...).
     pub sealing: SealingOptions,
 }
@@ -77,6 +81,7 @@ impl Default for ServiceOptions {
             beacon_rules: BeaconRules::default(),
             sketch_flush_interval: Duration::from_secs(1),
             billable_window: BillableWindow::DEFAULT,
+            recent_lookback_days: 7,
             sealing: SealingOptions::default(),
         }
     }
@@ -138,6 +143,15 @@ pub fn router(state: AppState) -> Router {
             get(campaigns::get_settings).put(campaigns::put_settings),
         )
         .route(&format!("{CAMPAIGN}/summary"), get(summary::get_summary))
+        .route(&format!("{CAMPAIGN}/report"), get(report::get_report))
+        .route(
+            &format!("{CAMPAIGN}/impressions"),
+            get(export::get_impressions),
+        )
+        .route(
+            &format!("{CAMPAIGN}/impressions/recent"),
+            get(export::get_recent_impressions),
+        )
         .route(
             "/v1/sites/{site}",
             get(sites::get_settings).put(sites::put_settings),

@@ -1,25 +1,34 @@
-//! Walking every impression of a range, page by page, for reports and exports: partitions in
-//! day order, each read oldest first, so the first row of an id within its partition is the
+//! Walking every impression of a range, page by page, for reports and exports: a few
+//! partitions at a time, each read oldest first, so the first row of an id within its partition is the
 //! one the counting rules keep (an impression counts once per UTC day, at its earliest
-//! timestamp; its id always hashes to the same bucket). Only the current page and the ids
-//! of the current partition are held, whatever the length of the range.
+//! timestamp; its id always hashes to the same bucket). Only a few pages and the ids of the
+//! partitions being read are held, whatever the length of the range.
 
 use crate::domain::event::Impression;
 use crate::domain::ids::ImpressionId;
 use crate::domain::partition::EventPartition;
 use crate::query::range::QueryRange;
-use crate::store::{PageCursor, Store, StoreError};
+use crate::store::{ImpressionPage, PageCursor, Store, StoreError};
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
-/// The impressions of a range, a page at a time.
+/// Partitions read at once. Each holds at most one page in flight, so memory stays a few
+/// pages and a few partitions' ids, while round trips overlap.
+const PARTITIONS_IN_FLIGHT: usize = 4;
+
+type PageRead = BoxFuture<'static, (PartitionScan, Result<ImpressionPage, StoreError>)>;
+
+/// The impressions of a range, a page at a time, in no particular order.
 pub struct ImpressionScan {
     store: Arc<dyn Store>,
     start: DateTime<Utc>,
     end: DateTime<Utc>,
     pending: VecDeque<EventPartition>,
-    current: Option<PartitionScan>,
+    reads: FuturesUnordered<PageRead>,
 }
 
 struct PartitionScan {
@@ -40,28 +49,36 @@ impl ImpressionScan {
             start: range.start(),
             end: range.end(),
             pending: partitions.into_iter().collect(),
-            current: None,
+            reads: FuturesUnordered::new(),
         }
+    }
+
+    fn read(&self, mut scan: PartitionScan) -> PageRead {
+        let store = Arc::clone(&self.store);
+        Box::pin(async move {
+            let cursor = scan.cursor.take();
+            let page = store.read_impression_page(scan.partition, cursor).await;
+            (scan, page)
+        })
     }
 
     /// The next page's impressions inside the range, each id once per UTC day; `None` once
     /// every partition is read. A page may be empty.
     pub async fn next_page(&mut self) -> Result<Option<Vec<Impression>>, StoreError> {
-        let mut scan = match self.current.take() {
-            Some(scan) => scan,
-            None => match self.pending.pop_front() {
-                Some(partition) => PartitionScan {
-                    partition,
-                    cursor: None,
-                    seen: HashSet::new(),
-                },
-                None => return Ok(None),
-            },
+        while self.reads.len() < PARTITIONS_IN_FLIGHT
+            && let Some(partition) = self.pending.pop_front()
+        {
+            let read = self.read(PartitionScan {
+                partition,
+                cursor: None,
+                seen: HashSet::new(),
+            });
+            self.reads.push(read);
+        }
+        let Some((mut scan, page)) = self.reads.next().await else {
+            return Ok(None);
         };
-        let page = self
-            .store
-            .read_impression_page(scan.partition, scan.cursor.take())
-            .await?;
+        let page = page?;
         let impressions = page
             .impressions
             .into_iter()
@@ -72,9 +89,11 @@ impl ImpressionScan {
                 at >= self.start && at < self.end
             })
             .collect();
+        // The partition's next page is read while the caller handles this one.
         if page.next.is_some() {
             scan.cursor = page.next;
-            self.current = Some(scan);
+            let read = self.read(scan);
+            self.reads.push(read);
         }
         Ok(Some(impressions))
     }

@@ -8,6 +8,7 @@ mod api_docs;
 mod beacons;
 mod campaigns;
 mod embedded_process;
+mod exports;
 mod health;
 mod ingest;
 mod migrations;

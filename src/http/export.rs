@@ -1,0 +1,242 @@
+//! `GET …/impressions` (the bulk export, streamed as NDJSON or CSV) and
+//! `GET …/impressions/recent` (the newest N).
+//!
+//! An export is produced by a task that reads a page, encodes it and hands it to the answer's
+//! body through a channel of two pages: reads wait for a slow client, and stop as soon as a
+//! client that went away lets the body drop. A store failure after the first byte can only
+//! cut the answer short (the status is sent); the client sees an unterminated chunked body.
+
+use super::AppState;
+use super::error::ApiError;
+use super::params::{Params, campaign_key};
+use crate::domain::event::Impression;
+use crate::query::export::Export;
+use crate::query::recent::{MAX_LIMIT, newest_impressions};
+use crate::store::StoreError;
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Ndjson,
+    Csv,
+}
+
+const CSV_COLUMNS: [&str; 9] = [
+    "impression_id",
+    "advertiser_id",
+    "campaign_id",
+    "ad_id",
+    "user_id",
+    "timestamp",
+    "user_ip",
+    "user_data",
+    "clicked",
+];
+
+/// An impression as exports and `recent` show it: every stored field.
+#[derive(Serialize)]
+struct ImpressionRecord<'a> {
+    impression_id: String,
+    advertiser_id: String,
+    campaign_id: String,
+    ad_id: String,
+    user_id: String,
+    /// RFC 3339, UTC, milliseconds.
+    timestamp: String,
+    user_ip: Option<String>,
+    user_data: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clicked: Option<bool>,
+}
+
+impl<'a> ImpressionRecord<'a> {
+    fn new(impression: &'a Impression, clicked: Option<bool>) -> Self {
+        Self {
+            impression_id: impression.impression_id.to_string(),
+            advertiser_id: impression.campaign.advertiser_id.to_string(),
+            campaign_id: impression.campaign.campaign_id.to_string(),
+            ad_id: impression.ad_id.to_string(),
+            user_id: impression.user_id.to_string(),
+            timestamp: impression.timestamp.to_string(),
+            user_ip: impression.user_ip.map(|ip| ip.to_string()),
+            user_data: impression.user_data.entries(),
+            clicked,
+        }
+    }
+}
+
+/// One page of an export, encoded.
+fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> {
+    let mut out = Vec::with_capacity(page.len() * 320);
+    match format {
+        Format::Ndjson => {
+            for (impression, clicked) in page {
+                serde_json::to_writer(&mut out, &ImpressionRecord::new(impression, Some(*clicked)))
+                    .map_err(|error| error.to_string())?;
+                out.push(b'\n');
+            }
+        }
+        Format::Csv => {
+            let mut writer = csv::WriterBuilder::new()
+                .has_headers(false)
+                .from_writer(&mut out);
+            for (impression, clicked) in page {
+                let record = ImpressionRecord::new(impression, Some(*clicked));
+                let user_data =
+                    serde_json::to_string(record.user_data).map_err(|error| error.to_string())?;
+                writer
+                    .write_record([
+                        record.impression_id.as_str(),
+                        &record.advertiser_id,
+                        &record.campaign_id,
+                        &record.ad_id,
+                        &record.user_id,
+                        &record.timestamp,
+                        record.user_ip.as_deref().unwrap_or(""),
+                        &user_data,
+                        if *clicked { "true" } else { "false" },
+                    ])
+                    .map_err(|error| error.to_string())?;
+            }
+            writer.flush().map_err(|error| error.to_string())?;
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+fn csv_header() -> Bytes {
+    Bytes::from(format!("{}\r\n", CSV_COLUMNS.join(",")))
+}
+
+pub async fn get_impressions(
+    State(state): State<AppState>,
+    Path((advertiser_id, campaign_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let campaign = campaign_key(&advertiser_id, &campaign_id)?;
+    let params = Params::parse(query.as_deref(), &["from", "to", "tz", "format"])?;
+    let range = params.range()?;
+    let format = match params.get("format").unwrap_or("ndjson") {
+        "ndjson" => Format::Ndjson,
+        "csv" => Format::Csv,
+        other => {
+            return Err(ApiError::invalid(
+                "format",
+                format!("{other:?} is not one of ndjson, csv"),
+            ));
+        }
+    };
+    // Reading the clicks first puts a store outage into the status, not into a cut body.
+    let export = Export::open(
+        Arc::clone(&state.store),
+        &state.settings,
+        campaign,
+        &range,
+        state.options.fan_out,
+        chrono::Utc::now(),
+    )
+    .await?;
+    let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    tokio::spawn(produce(export, format, pages));
+    let body = Body::from_stream(futures::stream::unfold(
+        receiver,
+        |mut receiver| async move { receiver.recv().await.map(|page| (page, receiver)) },
+    ));
+    let content_type = match format {
+        Format::Ndjson => "application/x-ndjson",
+        Format::Csv => "text/csv; charset=utf-8; header=present",
+    };
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// Reads and encodes the export into `pages` until the end, a failure, or a closed channel
+/// (the client went away).
+async fn produce(
+    mut export: Export,
+    format: Format,
+    pages: mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    let mut rows: u64 = 0;
+    if format == Format::Csv && pages.send(Ok(csv_header())).await.is_err() {
+        return;
+    }
+    loop {
+        let page = match export.next_page().await {
+            Ok(Some(page)) => page,
+            Ok(None) => {
+                tracing::debug!(rows, "export finished");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(rows, %error, "export cut short by a store failure");
+                let _ = pages.send(Err(std::io::Error::other(error))).await;
+                return;
+            }
+        };
+        if page.is_empty() {
+            continue;
+        }
+        rows += page.len() as u64;
+        let encoded = encode(format, &page).map_err(|error| {
+            std::io::Error::other(StoreError::Internal(format!("encoding an export: {error}")))
+        });
+        if pages.send(encoded).await.is_err() {
+            tracing::info!(rows, "export stopped: the client went away");
+            return;
+        }
+    }
+}
+
+pub async fn get_recent_impressions(
+    State(state): State<AppState>,
+    Path((advertiser_id, campaign_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let campaign = campaign_key(&advertiser_id, &campaign_id)?;
+    let params = Params::parse(query.as_deref(), &["limit"])?;
+    let limit = match params.get("limit") {
+        None => 10,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|limit| (1..=MAX_LIMIT).contains(limit))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    format!("must be a whole number from 1 to {MAX_LIMIT}"),
+                )
+            })?,
+    };
+    let impressions = newest_impressions(
+        state.store.as_ref(),
+        &state.settings,
+        campaign,
+        limit,
+        chrono::Utc::now(),
+        state.options.recent_lookback_days,
+        state.options.fan_out,
+    )
+    .await?;
+    Ok(Json(json!({
+        "impressions": impressions
+            .iter()
+            .map(|impression| ImpressionRecord::new(impression, None))
+            .collect::<Vec<_>>(),
+    })))
+}

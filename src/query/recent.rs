@@ -1,0 +1,79 @@
+//! The newest impressions of a campaign: the newest `limit` rows of each partition of the
+//! current UTC day (and the next, for clocks a little ahead), merged; then earlier days one
+//! at a time, only while fewer than `limit` were found, up to the look-back. Each partition
+//! read is a `LIMIT` on the newest-first clustering: no day is read in full.
+
+use super::FanOut;
+use super::plan::campaign_partitions;
+use crate::domain::event::Impression;
+use crate::domain::ids::CampaignKey;
+use crate::domain::time::Day;
+use crate::settings::SettingsCache;
+use crate::store::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream};
+use std::collections::HashSet;
+
+/// At most this many impressions per answer.
+pub const MAX_LIMIT: usize = 1_000;
+
+/// The newest `limit` impressions with a timestamp up to the end of tomorrow (UTC), newest
+/// first, looking back `lookback_days` UTC days before today.
+pub async fn newest_impressions(
+    store: &dyn Store,
+    settings: &SettingsCache,
+    campaign: CampaignKey,
+    limit: usize,
+    now: DateTime<Utc>,
+    lookback_days: u32,
+    fan_out: FanOut,
+) -> Result<Vec<Impression>, StoreError> {
+    let history = settings.history(campaign).await?;
+    let today = Day::new(now.date_naive());
+    let oldest = Day::new(now.date_naive() - chrono::Days::new(u64::from(lookback_days)));
+    // Newest first: tomorrow and today together, then one earlier day at a time.
+    let mut groups: Vec<Vec<Day>> = vec![vec![today.next(), today]];
+    let mut day = today;
+    while day > oldest {
+        day = Day::new(day.date() - chrono::Days::new(1));
+        groups.push(vec![day]);
+    }
+    let mut found: Vec<Impression> = Vec::new();
+    for days in groups {
+        let partitions: Vec<_> = campaign_partitions(
+            campaign,
+            days.into_iter(),
+            &history,
+            settings.read_staleness(),
+        )
+        .into_iter()
+        .flat_map(|(_, partitions)| partitions)
+        .collect();
+        let mut reads = stream::iter(partitions)
+            .map(|partition| store.read_newest_impressions(partition, limit))
+            .buffer_unordered(fan_out.concurrency.max(1));
+        while let Some(rows) = reads.next().await {
+            found.extend(rows?);
+        }
+        found = newest_distinct(found, limit);
+        // Every later group is older than everything found so far.
+        if found.len() >= limit {
+            break;
+        }
+    }
+    Ok(found)
+}
+
+/// The newest `limit` of `impressions`, newest first, each id once (its newest row).
+fn newest_distinct(mut impressions: Vec<Impression>, limit: usize) -> Vec<Impression> {
+    impressions.sort_by(|a, b| {
+        b.timestamp
+            .instant()
+            .cmp(&a.timestamp.instant())
+            .then_with(|| a.impression_id.cmp(&b.impression_id))
+    });
+    let mut seen = HashSet::new();
+    impressions.retain(|impression| seen.insert(impression.impression_id));
+    impressions.truncate(limit);
+    impressions
+}

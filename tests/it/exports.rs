@@ -1,0 +1,282 @@
+//! The bulk export (every impression of a range, each id once, with `clicked`, as NDJSON or
+//! CSV read back with standard parsers) and the newest impressions across buckets and
+//! midnight.
+
+use crate::common::events::{Campaign, at, configure_buckets, get, post_all};
+use crate::common::{Backend, TestServer, http};
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+conformance!(
+    an_export_of_200_000_impressions_has_each_once_with_clicked_in_both_formats,
+    recent_returns_exactly_the_newest_across_buckets_and_midnight,
+    export_and_recent_refuse_bad_parameters_by_name,
+);
+
+/// What the test sent for one impression: its earliest time, ad, user_data, and whether it
+/// was clicked.
+struct Sent {
+    timestamp: DateTime<Utc>,
+    ad_id: Uuid,
+    user_data: Value,
+    clicked: bool,
+}
+
+async fn export(server: &TestServer, campaign: &Campaign, query: &str) -> (String, String) {
+    let response = http()
+        .get(server.url(&format!("{}/impressions?{query}", campaign.path())))
+        .send()
+        .await
+        .expect("export answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (content_type, response.text().await.expect("whole export"))
+}
+
+fn check_record(sent: &HashMap<Uuid, Sent>, record: &Value, seen: &mut HashMap<Uuid, u32>) {
+    let id: Uuid = record["impression_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .expect("impression_id");
+    *seen.entry(id).or_default() += 1;
+    let expected = sent
+        .get(&id)
+        .unwrap_or_else(|| panic!("{id} was not sent: {record}"));
+    let millis = expected
+        .timestamp
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    assert_eq!(record["timestamp"], millis, "{record}");
+    assert_eq!(record["ad_id"], expected.ad_id.to_string(), "{record}");
+    assert_eq!(record["user_data"], expected.user_data, "{record}");
+    assert_eq!(record["clicked"], expected.clicked, "{record}");
+    assert!(
+        record["user_id"]
+            .as_str()
+            .is_some_and(|user| user.parse::<Uuid>().is_ok())
+    );
+}
+
+async fn an_export_of_200_000_impressions_has_each_once_with_clicked_in_both_formats(
+    backend: Backend,
+) {
+    const IMPRESSIONS: i64 = 200_000;
+    let campaign = Campaign::fresh();
+    configure_buckets(backend, &campaign, 4, "always").await;
+    let server = backend.server().await;
+    let ads: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    let start = at("2026-09-01T00:00:00Z");
+    let step_millis = 30 * 86_400_000 / IMPRESSIONS;
+    let mut sent: HashMap<Uuid, Sent> = HashMap::new();
+    let (mut impressions, mut clicks, mut resent) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..IMPRESSIONS {
+        let id = Uuid::new_v4();
+        let ad_id = ads[(i % 5) as usize];
+        let timestamp = start + Duration::milliseconds(i * step_millis);
+        let user_data = match i % 1000 {
+            // What CSV must quote: commas, quotes, a line break.
+            7 => json!({"segment": "sports, \"outdoor\"\nand more", "country": "DE"}),
+            8 => json!({}),
+            _ => {
+                let country = ["DE", "FR", "US"][(i % 3) as usize];
+                json!({"country": country, "age": (i % 60).to_string()})
+            }
+        };
+        let mut event = campaign.impression(id, ad_id, timestamp);
+        event["user_data"] = user_data.clone();
+        if i % 3 == 0 {
+            event["user_ip"] = json!("203.0.113.7");
+        }
+        // Every 50th clicked: some within the range, some in the month after (still clicked).
+        let clicked = i % 50 == 0;
+        if clicked {
+            let after = if i % 100 == 0 {
+                Duration::minutes(1)
+            } else {
+                Duration::days(35)
+            };
+            clicks.push(campaign.click(id, ad_id, timestamp + after));
+        }
+        // Every 10,000th re-sent later the same day: exported once, at its first time.
+        if i % 10_000 == 5 {
+            let mut again = campaign.impression(id, ad_id, timestamp + Duration::seconds(30));
+            again["user_data"] = user_data.clone();
+            resent.push(again);
+        }
+        impressions.push(event);
+        sent.insert(
+            id,
+            Sent {
+                timestamp,
+                ad_id,
+                user_data,
+                clicked,
+            },
+        );
+    }
+    // Outside the range: not exported.
+    impressions.push(campaign.impression(Uuid::new_v4(), ads[0], at("2026-10-01T00:00:00Z")));
+    post_all(&server, "/v1/impressions", &impressions, 5_000).await;
+    post_all(&server, "/v1/impressions", &resent, 5_000).await;
+    post_all(&server, "/v1/clicks", &clicks, 5_000).await;
+    let range = "from=2026-09-01&to=2026-09-30";
+
+    let (content_type, ndjson) = export(&server, &campaign, range).await;
+    assert_eq!(content_type, "application/x-ndjson");
+    let mut seen = HashMap::new();
+    for line in ndjson.lines() {
+        let record: Value = serde_json::from_str(line).expect("each line is a JSON object");
+        check_record(&sent, &record, &mut seen);
+        assert_eq!(record["campaign_id"], campaign.campaign_id.to_string());
+    }
+    assert_eq!(seen.len(), sent.len());
+    assert!(
+        seen.values().all(|times| *times == 1),
+        "an id exported twice"
+    );
+
+    let (content_type, csv_text) = export(&server, &campaign, &format!("{range}&format=csv")).await;
+    assert!(content_type.starts_with("text/csv"), "{content_type}");
+    let mut reader = csv::Reader::from_reader(csv_text.as_bytes());
+    let header: Vec<String> = reader
+        .headers()
+        .expect("a header row")
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "impression_id",
+            "advertiser_id",
+            "campaign_id",
+            "ad_id",
+            "user_id",
+            "timestamp",
+            "user_ip",
+            "user_data",
+            "clicked"
+        ]
+    );
+    let mut seen = HashMap::new();
+    let mut with_ip = 0;
+    for row in reader.records() {
+        let row = row.expect("an RFC 4180 record");
+        let record: Value = header
+            .iter()
+            .zip(row.iter())
+            .map(|(column, value)| {
+                let value = match column.as_str() {
+                    "user_data" => serde_json::from_str(value).expect("user_data is JSON"),
+                    "clicked" => json!(value == "true"),
+                    _ => json!(value),
+                };
+                (column.clone(), value)
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        check_record(&sent, &record, &mut seen);
+        with_ip += usize::from(record["user_ip"] == "203.0.113.7");
+    }
+    assert_eq!(seen.len(), sent.len());
+    assert!(
+        seen.values().all(|times| *times == 1),
+        "an id exported twice"
+    );
+    assert_eq!(with_ip, sent.len().div_ceil(3));
+}
+
+async fn recent_returns_exactly_the_newest_across_buckets_and_midnight(backend: Backend) {
+    let campaign = Campaign::fresh();
+    configure_buckets(backend, &campaign, 4, "always").await;
+    let server = backend.server().await;
+    let ad = Uuid::new_v4();
+    let now = Utc::now();
+    let midnight = now.duration_trunc(Duration::days(1)).expect("a UTC day");
+    let mut times: Vec<DateTime<Utc>> = Vec::new();
+    // Up to 40 since midnight (fewer just after it), 40 in yesterday's last minutes, 20 three
+    // days ago, and 5 beyond the 7-day look-back.
+    times.extend(
+        (0..40)
+            .map(|k| midnight + Duration::seconds(k * 7))
+            .filter(|at| *at < now),
+    );
+    let today = times.len();
+    times.extend((1..=40).map(|k| midnight - Duration::seconds(k * 11)));
+    times.extend((1..=20).map(|k| midnight - Duration::days(3) + Duration::minutes(k)));
+    let too_old: Vec<DateTime<Utc>> = (1..=5)
+        .map(|k| midnight - Duration::days(9) + Duration::minutes(k))
+        .collect();
+    let mut events = Vec::new();
+    let mut expected: Vec<(DateTime<Utc>, Uuid)> = Vec::new();
+    for at in times.iter().chain(&too_old) {
+        let id = Uuid::new_v4();
+        events.push(campaign.impression(id, ad, *at));
+        if !too_old.contains(at) {
+            expected.push((*at, id));
+        }
+    }
+    post_all(&server, "/v1/impressions", &events, 500).await;
+    expected.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+
+    let path = format!("{}/impressions/recent", campaign.path());
+    for limit in [1, 10, today + 15, 95, 1000] {
+        let (status, body) = get(&server, &path, &format!("limit={limit}")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let served: Vec<(DateTime<Utc>, Uuid)> = body["impressions"]
+            .as_array()
+            .expect("impressions")
+            .iter()
+            .map(|record| {
+                (
+                    record["timestamp"]
+                        .as_str()
+                        .and_then(|at| at.parse().ok())
+                        .expect("timestamp"),
+                    record["impression_id"]
+                        .as_str()
+                        .and_then(|id| id.parse().ok())
+                        .expect("id"),
+                )
+            })
+            .collect();
+        let wanted: Vec<(DateTime<Utc>, Uuid)> = expected.iter().take(limit).copied().collect();
+        assert_eq!(served, wanted, "limit={limit}");
+    }
+    let (_, body) = get(&server, &path, "").await;
+    assert_eq!(body["impressions"].as_array().map(Vec::len), Some(10));
+}
+
+async fn export_and_recent_refuse_bad_parameters_by_name(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let export = format!("{}/impressions", campaign.path());
+    let recent = format!("{export}/recent");
+    for (path, query, field) in [
+        (
+            &export,
+            "from=2026-09-01&to=2026-09-30&format=xml",
+            "format",
+        ),
+        (&export, "to=2026-09-30", "from"),
+        (&export, "from=2026-09-01&to=2026-09-30&limit=5", "limit"),
+        (&recent, "limit=0", "limit"),
+        (&recent, "limit=1001", "limit"),
+        (&recent, "limit=ten", "limit"),
+        (&recent, "from=2026-09-01", "from"),
+    ] {
+        let (status, body) = get(&server, path, query).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(
+            body["error"]["errors"][0]["field"], field,
+            "{query}: {body}"
+        );
+    }
+}
