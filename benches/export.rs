@@ -1,0 +1,308 @@
+//! Bulk export: rows per second and the server's peak memory while it streams every
+//! impression of a 31-day campaign of 1 million and of 5 million impressions, side by side in
+//! interleaved rounds, on each store. Memory must not grow with the size of the export.
+//!
+//! The server is the real `adevents` binary, started afresh for every export, so its peak
+//! resident memory (`VmHWM`) is that export's alone; the client counts lines and drops them.
+//!
+//! `scripts/bench export` (starts the Cassandra node if needed). Knobs: BENCH_SIZES (default
+//! "1000000,5000000"), BENCH_ROUNDS (default 3). Loaded campaigns are kept in
+//! `target/bench-data/export` and the `adevents_bench` keyspace and reused.
+
+mod support;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use adevents::domain::bucket::BucketCount;
+use adevents::domain::campaign::CampaignSettings;
+use adevents::domain::event::{Click, Impression};
+use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use adevents::domain::time::EventTime;
+use adevents::domain::user_data::UserData;
+use adevents::ingest::Ingestor;
+use adevents::rollup::SealingOptions;
+use adevents::settings::SettingsCache;
+use adevents::store::Store;
+use adevents::store::cassandra::config::WriteMode;
+use adevents::store::embedded::Fsync;
+use chrono::{Duration, NaiveDate};
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+use uuid::Uuid;
+
+const DAYS: i64 = 31;
+const BUCKETS: u16 = 4;
+
+fn first_day() -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 8, 1).expect("valid")
+}
+
+fn campaign_of(size: usize) -> CampaignKey {
+    let id = |name: &str| {
+        Uuid::new_v5(
+            &Uuid::NAMESPACE_OID,
+            format!("adevents-bench-export-{name}-{size}").as_bytes(),
+        )
+    };
+    CampaignKey {
+        advertiser_id: AdvertiserId::new(id("advertiser")),
+        campaign_id: CampaignId::new(id("campaign")),
+    }
+}
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data/export")
+}
+
+/// Written once a size is fully loaded into a store.
+fn loaded_marker(store: &str, size: usize) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("target/bench-data/export-loaded-{store}-{size}"))
+}
+
+/// `size` impressions over 31 days in 4 buckets, 20 ads, users drawn from size/5, two
+/// user_data keys, 1 % clicked.
+async fn load(store: Arc<dyn Store>, size: usize) {
+    let campaign = campaign_of(size);
+    store
+        .put_campaign_settings(
+            campaign,
+            &CampaignSettings {
+                buckets: BucketCount::new(BUCKETS).expect("valid"),
+                effective_from: EventTime::earliest(),
+                daily_cap: None,
+            },
+        )
+        .await
+        .expect("settings");
+    let settings = Arc::new(SettingsCache::new(
+        Arc::clone(&store),
+        std::time::Duration::from_secs(600),
+    ));
+    let ingestor = Ingestor::new(store, settings, 64, SealingOptions::default());
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(size as u64);
+    let ads: Vec<AdId> = (0..20)
+        .map(|_| AdId::new(Uuid::from_u128(rng.random())))
+        .collect();
+    let users = (size / 5).max(1) as u128;
+    let countries = ["DE", "FR", "US", "IN", "BR", "JP"];
+    let start = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
+    let step_micros = DAYS * 86_400_000_000 / size as i64;
+    let started = Instant::now();
+    let (mut batch, mut clicks) = (Vec::with_capacity(5000), Vec::new());
+    for i in 0..size {
+        let mut user_data = BTreeMap::new();
+        user_data.insert(
+            "country".to_owned(),
+            countries[rng.random_range(0..countries.len())].to_owned(),
+        );
+        user_data.insert("age".to_owned(), rng.random_range(18..80).to_string());
+        let impression = Impression {
+            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
+            campaign,
+            ad_id: ads[rng.random_range(0..ads.len())],
+            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
+            timestamp: EventTime::from_stored(
+                start + Duration::microseconds(step_micros * i as i64),
+            ),
+            user_ip: Some(std::net::IpAddr::from([198, 51, 100, (i % 250) as u8])),
+            user_data: UserData::from_stored(user_data),
+        };
+        if i % 100 == 0 {
+            clicks.push(Click {
+                impression_id: impression.impression_id,
+                campaign,
+                ad_id: impression.ad_id,
+                timestamp: EventTime::from_stored(
+                    impression.timestamp.instant() + Duration::seconds(20),
+                ),
+            });
+        }
+        batch.push(impression);
+        if batch.len() == 5000 || i + 1 == size {
+            ingestor
+                .impressions(std::mem::take(&mut batch))
+                .await
+                .expect("loaded");
+            ingestor
+                .clicks(std::mem::take(&mut clicks))
+                .await
+                .expect("loaded");
+        }
+    }
+    println!(
+        "  loaded {size} impressions in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The server as its own process, on a free port, once it answers `/readyz`.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    async fn start(store: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut args = vec![
+            "serve".to_owned(),
+            "--listen".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--store".to_owned(),
+            store.to_owned(),
+        ];
+        match store {
+            "embedded" => args.extend(["--data-dir".to_owned(), data_dir().display().to_string()]),
+            _ => args.extend([
+                "--keyspace".to_owned(),
+                support::config(WriteMode::Batch).keyspace.to_string(),
+            ]),
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_adevents"))
+            .args(&args)
+            .env("ADEVENTS_LOG_LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start adevents");
+        let base = format!("http://127.0.0.1:{port}");
+        let server = Self { child, base };
+        let client = reqwest::Client::new();
+        for _ in 0..600 {
+            if let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await
+                && response.status().is_success()
+            {
+                return server;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        server.stop();
+        panic!("adevents did not become ready");
+    }
+
+    /// Peak resident memory of the process so far, in MiB.
+    fn peak_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        let kib: f64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM");
+        kib / 1024.0
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// One export: (rows, seconds to the first byte, seconds in all, peak MiB).
+async fn export(store: &str, size: usize) -> (u64, f64, f64, f64) {
+    let server = Server::start(store).await;
+    let campaign = campaign_of(size);
+    let last = first_day() + Duration::days(DAYS - 1);
+    let url = format!(
+        "{}/v1/advertisers/{}/campaigns/{}/impressions?from={}&to={last}",
+        server.base,
+        campaign.advertiser_id,
+        campaign.campaign_id,
+        first_day()
+    );
+    let started = Instant::now();
+    let response = reqwest::get(url).await.expect("export answered");
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut response = response;
+    let (mut rows, mut first_byte) = (0u64, None);
+    while let Some(chunk) = response.chunk().await.expect("the export's bytes") {
+        first_byte.get_or_insert_with(|| started.elapsed().as_secs_f64());
+        rows += chunk.iter().filter(|byte| **byte == b'\n').count() as u64;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let peak = server.peak_mib();
+    server.stop();
+    (rows, first_byte.unwrap_or(seconds), seconds, peak)
+}
+
+/// Peak memory of a server that started and answered `/readyz` only.
+async fn idle_peak(store: &str) -> f64 {
+    let server = Server::start(store).await;
+    let peak = server.peak_mib();
+    server.stop();
+    peak
+}
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .unwrap_or_else(|_| "1000000,5000000".to_owned())
+        .split(',')
+        .filter_map(|size| size.trim().parse().ok())
+        .collect();
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    for store_name in ["embedded", "cassandra"] {
+        println!("## {store_name}");
+        let missing: Vec<usize> = sizes
+            .iter()
+            .copied()
+            .filter(|size| !loaded_marker(store_name, *size).exists())
+            .collect();
+        if !missing.is_empty() {
+            // Loaded in this process, which then lets go of the store for the servers.
+            let store: Arc<dyn Store> = match store_name {
+                "embedded" => Arc::new(support::embedded_store("export", Fsync::Never)),
+                _ => Arc::new(support::store(WriteMode::Batch).await),
+            };
+            for size in missing {
+                load(Arc::clone(&store), size).await;
+                std::fs::write(loaded_marker(store_name, size), b"").expect("marker");
+            }
+        }
+        let idle = idle_peak(store_name).await;
+        // size index → (rows/s, first byte s, peak MiB) per round.
+        let mut results: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); sizes.len()];
+        for round in 0..rounds {
+            for (index, size) in sizes.iter().enumerate() {
+                let (rows, first_byte, seconds, peak) = export(store_name, *size).await;
+                assert_eq!(rows, *size as u64, "every impression exported once");
+                println!(
+                    "  round {round}: {size}: {:.0} rows/s, first byte after {:.0} ms, peak {peak:.0} MiB",
+                    rows as f64 / seconds,
+                    first_byte * 1000.0
+                );
+                results[index].push((rows as f64 / seconds, first_byte, peak));
+            }
+        }
+        println!(
+            "\n| {store_name} | rows/s (median) | first byte (median) | peak memory (median) | peak × smallest |\n|---|---|---|---|---|"
+        );
+        println!("| server idle | | | {idle:.0} MiB | |");
+        let base_peak = support::median(results[0].iter().map(|r| r.2).collect());
+        for (size, values) in sizes.iter().zip(&results) {
+            let peak = support::median(values.iter().map(|r| r.2).collect());
+            println!(
+                "| {size} impressions | {:.0} | {:.0} ms | {peak:.0} MiB | {:.2} |",
+                support::median(values.iter().map(|r| r.0).collect()),
+                support::median(values.iter().map(|r| r.1).collect()) * 1000.0,
+                peak / base_peak
+            );
+        }
+        println!();
+    }
+}
