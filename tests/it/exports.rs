@@ -3,7 +3,8 @@
 //! midnight.
 
 use crate::common::events::{Campaign, at, configure_buckets, get, post_all};
-use crate::common::{Backend, TestServer, http};
+use crate::common::process::{ServerProcess, adevents};
+use crate::common::{Backend, TestServer, eventually, http};
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -279,4 +280,83 @@ async fn export_and_recent_refuse_bad_parameters_by_name(backend: Backend) {
             "{query}: {body}"
         );
     }
+}
+
+/// The export's reads stop once its client goes away: the server logs how far it got, which
+/// must be well short of the whole range (the socket buffers hold only a few MB of it).
+#[tokio::test]
+async fn a_client_that_goes_away_stops_the_export_reads() {
+    const IMPRESSIONS: usize = 40_000;
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let data_dir = folder.path().display().to_string();
+    let args = [
+        "serve",
+        "--store",
+        "embedded",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data_dir,
+        "--fsync",
+        "never",
+    ];
+    let server = ServerProcess::start(adevents(&args, &[])).await;
+    let campaign = Campaign::fresh();
+    let padding = "x".repeat(500);
+    let start = at("2026-09-01T00:00:00Z");
+    let events: Vec<Value> = (0..IMPRESSIONS as i64)
+        .map(|i| {
+            let at = start + Duration::seconds(i * 20);
+            let mut event = campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at);
+            // ~1.2 KB per exported line: ~48 MB in all.
+            event["user_data"] = json!({"a": padding, "b": padding});
+            event
+        })
+        .collect();
+    for chunk in events.chunks(1_000) {
+        let response = http()
+            .post(server.url("/v1/impressions"))
+            .json(&Value::Array(chunk.to_vec()))
+            .send()
+            .await
+            .expect("ingest answered");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    let mut response = http()
+        .get(server.url(&format!(
+            "{}/impressions?from=2026-09-01&to=2026-09-30",
+            campaign.path()
+        )))
+        .send()
+        .await
+        .expect("export answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    let first = response
+        .chunk()
+        .await
+        .expect("first bytes")
+        .expect("a chunk");
+    assert!(!first.is_empty());
+    drop(response);
+
+    let stopped_at = || {
+        server.output().lines().find_map(|line| {
+            let entry: Value = serde_json::from_str(line).ok()?;
+            (entry["message"] == "export stopped: the client went away")
+                .then(|| entry["rows"].as_u64())
+                .flatten()
+        })
+    };
+    let stopped = eventually(
+        Duration::seconds(20).to_std().expect("positive"),
+        || async { stopped_at().is_some() },
+    )
+    .await;
+    assert!(stopped, "no stop logged; output:\n{}", server.output());
+    let rows = stopped_at().unwrap_or_default() as usize;
+    assert!(
+        rows < IMPRESSIONS / 2,
+        "read {rows} of {IMPRESSIONS} rows for a client that left"
+    );
 }
