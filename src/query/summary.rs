@@ -19,7 +19,7 @@ use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
 use crate::settings::SettingsCache;
 use crate::store::{ReachLevel, Store, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
-use futures::{StreamExt, stream};
+use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::HashMap;
 
 /// The counts of one row (or of the totals).
@@ -259,8 +259,12 @@ fn midpoint_slice(hour: i64) -> i64 {
     (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS)
 }
 
-/// Days aggregated at once; each reads its buckets with the query's fan-out.
-const DAYS_IN_FLIGHT: usize = 4;
+/// Raw days aggregated at once (each holds a day's impressions while it is counted); each
+/// reads its buckets with a share of the query's fan-out.
+const RAW_DAYS_IN_FLIGHT: usize = 4;
+
+/// Sealed days read at once: one small rollup partition each.
+const SEALED_DAYS_IN_FLIGHT: usize = 16;
 
 pub async fn campaign_summary(
     store: &dyn Store,
@@ -284,23 +288,41 @@ pub async fn campaign_summary(
         .into_iter()
         .map(|(day, partitions)| (day, partitions, rows.reach_levels(day).to_vec()))
         .collect();
-    let per_day = (fan_out.concurrency / DAYS_IN_FLIGHT).max(1);
-    let mut days = stream::iter(days)
-        .map(|(day, partitions, levels)| async move {
-            // A sealed day whose rollup holds every event is one small read; any other day
-            // (open, never sealed, or with a late event since its seal) is read raw.
-            if store.seal_state(campaign, day).await?.is_current()
-                && let Some(sealed) = DayAggregate::from_rollup(
-                    store.read_rollup(campaign, day, &levels).await?,
-                    &levels,
-                )
-            {
-                return Ok::<_, StoreError>((day, sealed, true));
-            }
-            let raw = aggregate_day(store, campaign, &partitions, window, per_day, &levels).await?;
-            Ok((day, raw, false))
+    // Which days have a current rollup: one small read each, all at once.
+    let utc_days: Vec<Day> = days.iter().map(|(day, ..)| *day).collect();
+    let current: Vec<bool> = stream::iter(utc_days)
+        .map(|day| async move {
+            Ok::<_, StoreError>(store.seal_state(campaign, day).await?.is_current())
         })
-        .buffer_unordered(DAYS_IN_FLIGHT);
+        .buffered(fan_out.concurrency.max(1))
+        .try_collect()
+        .await?;
+    let (sealed, raw): (Vec<_>, Vec<_>) = days
+        .into_iter()
+        .zip(current)
+        .partition(|(_, current)| *current);
+    let per_day = (fan_out.concurrency / RAW_DAYS_IN_FLIGHT).max(1);
+    let aggregate_raw =
+        move |day: Day, partitions: Vec<EventPartition>, levels: Vec<ReachLevel>| async move {
+            let raw = aggregate_day(store, campaign, &partitions, window, per_day, &levels).await?;
+            Ok::<_, StoreError>((day, raw, false))
+        };
+    let read_sealed = stream::iter(sealed)
+        .map(|((day, partitions, levels), _)| async move {
+            match DayAggregate::from_rollup(
+                store.read_rollup(campaign, day, &levels).await?,
+                &levels,
+            ) {
+                Some(sealed) => Ok((day, sealed, true)),
+                // A rollup of an older layout, or a sketch that does not decode.
+                None => aggregate_raw(day, partitions, levels).await,
+            }
+        })
+        .buffer_unordered(SEALED_DAYS_IN_FLIGHT);
+    let read_raw = stream::iter(raw)
+        .map(|((day, partitions, levels), _)| aggregate_raw(day, partitions, levels))
+        .buffer_unordered(RAW_DAYS_IN_FLIGHT);
+    let mut days = stream::select(read_sealed, read_raw);
     let mut sealed_days = 0;
     while let Some(day) = days.next().await {
         let (utc_day, day, sealed) = day?;
