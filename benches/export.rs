@@ -176,9 +176,13 @@ impl Server {
             .spawn()
             .expect("start adevents");
         let base = format!("http://127.0.0.1:{port}");
-        let server = Self { child, base };
+        let mut server = Self { child, base };
         let client = reqwest::Client::new();
-        for _ in 0..600 {
+        // Opening a large folder replays its journal first, which can take a while.
+        for _ in 0..3000 {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("adevents exited before it was ready: {status}");
+            }
             if let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await
                 && response.status().is_success()
             {
