@@ -11,8 +11,26 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// Blocking threads the runtime may start. Only the embedded store uses them, at most 8 calls
+/// at once; without a cap, bursts of short calls leave dozens of idle threads behind, each
+/// holding allocator pages.
+const MAX_BLOCKING_THREADS: usize = 16;
+
+fn main() -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => {
+            eprintln!("adevents: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let command = Cli::parse().into_command();
     telemetry::init(command.log());
     let outcome = match command {

@@ -79,6 +79,7 @@ struct Tables {
 pub struct EmbeddedStore {
     tables: Arc<Tables>,
     committer: Arc<Committer>,
+    engine_slots: Arc<tokio::sync::Semaphore>,
 }
 
 fn engine_error(context: &str, error: &fjall::Error) -> StoreError {
@@ -93,6 +94,11 @@ fn engine_error(context: &str, error: &fjall::Error) -> StoreError {
 fn corrupt(context: &str) -> StoreError {
     StoreError::Internal(format!("{context}: a stored row does not decode"))
 }
+
+/// Engine calls (reads, mostly) run at once. A query's fan-out of 64 partition reads would
+/// otherwise start 64 blocking threads, each keeping its own allocator pages: hundreds of MB
+/// of memory for no speed on a few cores (the engine reads from the page cache, CPU-bound).
+const ENGINE_CALLS_IN_FLIGHT: usize = 8;
 
 /// Rows per page of a partition read for exports and reports.
 const EXPORT_PAGE_ROWS: usize = 2_000;
@@ -202,15 +208,24 @@ impl EmbeddedStore {
             .map_err(|error| engine_error("syncing the data folder", &error))?;
         let tables = Arc::new(tables);
         let committer = Arc::new(Committer::start(Arc::clone(&tables))?);
-        Ok(Self { tables, committer })
+        Ok(Self {
+            tables,
+            committer,
+            engine_slots: Arc::new(tokio::sync::Semaphore::new(ENGINE_CALLS_IN_FLIGHT)),
+        })
     }
 
-    /// Runs engine work off the async threads: a synced commit blocks for a disk flush.
+    /// Runs engine work off the async threads, at most [`ENGINE_CALLS_IN_FLIGHT`] at once.
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Tables) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let tables = Arc::clone(&self.tables);
+        let _slot = self
+            .engine_slots
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Internal("the store is closing".into()))?;
         tokio::task::spawn_blocking(move || work(&tables))
             .await
             .map_err(|error| StoreError::Internal(format!("store task failed: {error}")))?
