@@ -88,6 +88,7 @@ fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> 
         Format::Csv => {
             let mut writer = csv::WriterBuilder::new()
                 .has_headers(false)
+                .terminator(csv::Terminator::CRLF)
                 .from_writer(&mut out);
             for (impression, clicked) in page {
                 let record = ImpressionRecord::new(impression, Some(*clicked));
@@ -135,8 +136,9 @@ pub async fn get_impressions(
             ));
         }
     };
-    // Reading the clicks first puts a store outage into the status, not into a cut body.
-    let export = Export::open(
+    // Reading the clicks and the first page before answering puts a store outage into the
+    // status (a 503), not into a cut body.
+    let mut export = Export::open(
         Arc::clone(&state.store),
         &state.settings,
         campaign,
@@ -145,8 +147,9 @@ pub async fn get_impressions(
         chrono::Utc::now(),
     )
     .await?;
+    let first = export.next_page().await?;
     let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
-    tokio::spawn(produce(export, format, pages));
+    tokio::spawn(produce(export, format, first, pages));
     let body = Body::from_stream(futures::stream::unfold(
         receiver,
         |mut receiver| async move { receiver.recv().await.map(|page| (page, receiver)) },
@@ -165,19 +168,31 @@ pub async fn get_impressions(
     Ok(response)
 }
 
-/// Reads and encodes the export into `pages` until the end, a failure, or a closed channel
-/// (the client went away).
+/// Encodes `first` and then every further page of the export into `pages`, until the end, a
+/// failure, or a closed channel (the client went away).
 async fn produce(
     mut export: Export,
     format: Format,
+    first: Option<Vec<(Impression, bool)>>,
     pages: mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
+    let mut read_ahead = Some(first);
     let mut rows: u64 = 0;
     if format == Format::Csv && pages.send(Ok(csv_header())).await.is_err() {
         return;
     }
     loop {
-        let page = match export.next_page().await {
+        // Pages can filter to nothing (rows outside the range): notice a departed client
+        // without waiting for a page to send.
+        if pages.is_closed() {
+            tracing::info!(rows, "export stopped: the client went away");
+            return;
+        }
+        let next = match read_ahead.take() {
+            Some(page) => Ok(page),
+            None => export.next_page().await,
+        };
+        let page = match next {
             Ok(Some(page)) => page,
             Ok(None) => {
                 tracing::debug!(rows, "export finished");

@@ -7,6 +7,7 @@ use super::FanOut;
 use super::plan::campaign_partitions;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
+use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
@@ -50,7 +51,7 @@ pub async fn newest_impressions(
         .flat_map(|(_, partitions)| partitions)
         .collect();
         let mut reads = stream::iter(partitions)
-            .map(|partition| store.read_newest_impressions(partition, limit))
+            .map(|partition| newest_of_partition(store, partition, limit))
             .buffer_unordered(fan_out.concurrency.max(1));
         while let Some(rows) = reads.next().await {
             found.extend(rows?);
@@ -62,6 +63,29 @@ pub async fn newest_impressions(
         }
     }
     Ok(found)
+}
+
+/// The newest rows of one partition holding `limit` distinct ids (or all its rows): an id
+/// stored twice (re-sent with another timestamp) takes two rows of a `LIMIT`, and the rows
+/// it pushed out could be newer than anything another partition or day offers.
+async fn newest_of_partition(
+    store: &dyn Store,
+    partition: EventPartition,
+    limit: usize,
+) -> Result<Vec<Impression>, StoreError> {
+    let mut asked = limit;
+    loop {
+        let rows = store.read_newest_impressions(partition, asked).await?;
+        let distinct = rows
+            .iter()
+            .map(|impression| impression.impression_id)
+            .collect::<HashSet<_>>()
+            .len();
+        if rows.len() < asked || distinct >= limit {
+            return Ok(rows);
+        }
+        asked = asked.saturating_mul(2);
+    }
 }
 
 /// The newest `limit` of `impressions`, newest first, each id once (its newest row).

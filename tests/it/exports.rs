@@ -225,6 +225,14 @@ async fn recent_returns_exactly_the_newest_across_buckets_and_midnight(backend: 
         }
     }
     post_all(&server, "/v1/impressions", &events, 500).await;
+    // Ten of yesterday's impressions sent again 3 s later: each is listed once, at its newest
+    // row, and the copies must not push other impressions out of a partition's LIMIT.
+    let mut resent = Vec::new();
+    for (at, id) in expected.iter_mut().skip(today).take(10) {
+        *at += Duration::seconds(3);
+        resent.push(campaign.impression(*id, ad, *at));
+    }
+    post_all(&server, "/v1/impressions", &resent, 500).await;
     expected.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
 
     let path = format!("{}/impressions/recent", campaign.path());

@@ -221,14 +221,19 @@ impl EmbeddedStore {
         work: impl FnOnce(&Tables) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let tables = Arc::clone(&self.tables);
-        let _slot = self
-            .engine_slots
-            .acquire()
+        // The slot goes with the work, not with this future: a caller that is slow to poll
+        // the result (an export waiting on its client) must not hold an engine slot.
+        let slot = Arc::clone(&self.engine_slots)
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::Internal("the store is closing".into()))?;
-        tokio::task::spawn_blocking(move || work(&tables))
-            .await
-            .map_err(|error| StoreError::Internal(format!("store task failed: {error}")))?
+        tokio::task::spawn_blocking(move || {
+            let result = work(&tables);
+            drop(slot);
+            result
+        })
+        .await
+        .map_err(|error| StoreError::Internal(format!("store task failed: {error}")))?
     }
 
     /// Applies `rows` (table, key, value) as one atomic batch, durable per the fsync policy;
