@@ -3,14 +3,14 @@
 //! and `adevents rollup` seals days from the command line.
 
 use crate::common::events::{Campaign, at, post_all, summary};
-use crate::common::process::{adevents, run_to_end};
-use crate::common::{Backend, cassandra_nodes, migrated_store, shared_keyspace};
+use crate::common::process::{ServerProcess, adevents, run_to_end};
+use crate::common::{Backend, cassandra_nodes, eventually, http, migrated_store, shared_keyspace};
 use adevents::domain::time::Day;
 use adevents::rollup::{SealingOptions, seal_campaign_day, seal_site_day};
 use adevents::settings::SettingsCache;
 use adevents::simulate::traffic::SimulatedVisit;
 use adevents::store::Store;
-use chrono::Duration;
+use chrono::{Duration, Utc};
 use serde_json::Value;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -385,4 +385,75 @@ async fn the_rollup_command_seals_closed_days_and_refuses_open_ones() {
     assert_eq!(answer["totals"]["impressions"], 10, "{answer}");
     assert!(!open.success(), "{open_output}");
     assert!(open_output.contains("is not closed yet"), "{open_output}");
+}
+
+/// The server seals closed days by itself: the real binary with a short grace and interval,
+/// events for two past days, and summaries that come to be answered from both rollups with
+/// the same counts.
+#[tokio::test]
+async fn the_background_sealer_seals_closed_days_by_itself() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let data_dir = folder.path().display().to_string();
+    let args = [
+        "serve",
+        "--store",
+        "embedded",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data_dir,
+        "--rollup-grace",
+        "1s",
+        "--seal-interval",
+        "2s",
+    ];
+    let server = ServerProcess::start(adevents(&args, &[])).await;
+    let campaign = Campaign::fresh();
+    let today = Utc::now().date_naive();
+    let days = [today - Duration::days(3), today - Duration::days(2)];
+    let events: Vec<Value> = days
+        .iter()
+        .flat_map(|day| {
+            let noon = day.and_hms_opt(12, 0, 0).expect("valid").and_utc();
+            (0..25).map(move |i| noon + Duration::minutes(i))
+        })
+        .map(|at| campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at))
+        .collect();
+    let response = http()
+        .post(server.url("/v1/impressions"))
+        .json(&Value::Array(events))
+        .send()
+        .await
+        .expect("ingest answered");
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+
+    let url = server.url(&format!(
+        "{}/summary?from={}&to={}&group_by=day",
+        campaign.path(),
+        days[0],
+        days[1]
+    ));
+    let summary = || async {
+        let response = http().get(&url).send().await.expect("summary answered");
+        response.json::<Value>().await.expect("JSON")
+    };
+    let sealed = eventually(std::time::Duration::from_secs(60), || async {
+        summary().await["sealed_days"] == 2
+    })
+    .await;
+    assert!(
+        sealed,
+        "not sealed: {}\n{}",
+        summary().await,
+        server.output()
+    );
+    let answer = summary().await;
+    assert_eq!(answer["totals"]["impressions"], 50, "{answer}");
+    let per_day: Vec<u64> = answer["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row["impressions"].as_u64().expect("impressions"))
+        .collect();
+    assert_eq!(per_day, [25, 25]);
 }
