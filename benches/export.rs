@@ -17,10 +17,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
-use adevents::domain::event::{Click, Impression};
-use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use adevents::domain::ids::CampaignKey;
 use adevents::domain::time::EventTime;
-use adevents::domain::user_data::UserData;
 use adevents::ingest::Ingestor;
 use adevents::rollup::SealingOptions;
 use adevents::settings::SettingsCache;
@@ -28,13 +26,10 @@ use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
 use adevents::store::embedded::Fsync;
 use chrono::{Duration, NaiveDate};
-use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
-use uuid::Uuid;
 
 const DAYS: i64 = 31;
 const BUCKETS: u16 = 4;
@@ -44,16 +39,7 @@ fn first_day() -> NaiveDate {
 }
 
 fn campaign_of(size: usize) -> CampaignKey {
-    let id = |name: &str| {
-        Uuid::new_v5(
-            &Uuid::NAMESPACE_OID,
-            format!("adevents-bench-export-{name}-{size}").as_bytes(),
-        )
-    };
-    CampaignKey {
-        advertiser_id: AdvertiserId::new(id("advertiser")),
-        campaign_id: CampaignId::new(id("campaign")),
-    }
+    support::bench_campaign("export", size)
 }
 
 fn data_dir() -> PathBuf {
@@ -66,8 +52,8 @@ fn loaded_marker(store: &str, size: usize) -> PathBuf {
         .join(format!("target/bench-data/export-loaded-{store}-{size}"))
 }
 
-/// `size` impressions over 31 days in 4 buckets, 20 ads, users drawn from size/5, two
-/// user_data keys, 1 % clicked.
+/// `size` impressions over the 31 days in 4 buckets, with attributes
+/// ([`support::load_month`]).
 async fn load(store: Arc<dyn Store>, size: usize) {
     let campaign = campaign_of(size);
     store
@@ -86,60 +72,7 @@ async fn load(store: Arc<dyn Store>, size: usize) {
         std::time::Duration::from_secs(600),
     ));
     let ingestor = Ingestor::new(store, settings, 64, SealingOptions::default());
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(size as u64);
-    let ads: Vec<AdId> = (0..20)
-        .map(|_| AdId::new(Uuid::from_u128(rng.random())))
-        .collect();
-    let users = (size / 5).max(1) as u128;
-    let countries = ["DE", "FR", "US", "IN", "BR", "JP"];
-    let start = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
-    let step_micros = DAYS * 86_400_000_000 / size as i64;
-    let started = Instant::now();
-    let (mut batch, mut clicks) = (Vec::with_capacity(5000), Vec::new());
-    for i in 0..size {
-        let mut user_data = BTreeMap::new();
-        user_data.insert(
-            "country".to_owned(),
-            countries[rng.random_range(0..countries.len())].to_owned(),
-        );
-        user_data.insert("age".to_owned(), rng.random_range(18..80).to_string());
-        let impression = Impression {
-            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
-            campaign,
-            ad_id: ads[rng.random_range(0..ads.len())],
-            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
-            timestamp: EventTime::from_stored(
-                start + Duration::microseconds(step_micros * i as i64),
-            ),
-            user_ip: Some(std::net::IpAddr::from([198, 51, 100, (i % 250) as u8])),
-            user_data: UserData::from_stored(user_data),
-        };
-        if i % 100 == 0 {
-            clicks.push(Click {
-                impression_id: impression.impression_id,
-                campaign,
-                ad_id: impression.ad_id,
-                timestamp: EventTime::from_stored(
-                    impression.timestamp.instant() + Duration::seconds(20),
-                ),
-            });
-        }
-        batch.push(impression);
-        if batch.len() == 5000 || i + 1 == size {
-            ingestor
-                .impressions(std::mem::take(&mut batch))
-                .await
-                .expect("loaded");
-            ingestor
-                .clicks(std::mem::take(&mut clicks))
-                .await
-                .expect("loaded");
-        }
-    }
-    println!(
-        "  loaded {size} impressions in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    support::load_month(&ingestor, campaign, size, first_day(), DAYS, true).await;
 }
 
 /// The server as its own process, on a free port, once it answers `/readyz` and its start-up

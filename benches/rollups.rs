@@ -12,10 +12,8 @@ mod support;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use adevents::domain::event::{Click, Impression};
-use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
-use adevents::domain::time::{Day, EventTime};
-use adevents::domain::user_data::UserData;
+use adevents::domain::ids::CampaignKey;
+use adevents::domain::time::Day;
 use adevents::ingest::Ingestor;
 use adevents::query::FanOut;
 use adevents::query::aggregate::BillableWindow;
@@ -27,10 +25,8 @@ use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
 use adevents::store::embedded::Fsync;
 use chrono::{Duration, NaiveDate};
-use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::Instant;
-use uuid::Uuid;
 
 const DAYS: i64 = 31;
 
@@ -39,16 +35,7 @@ fn first_day() -> NaiveDate {
 }
 
 fn campaign_of(size: usize) -> CampaignKey {
-    let id = |name: &str| {
-        Uuid::new_v5(
-            &Uuid::NAMESPACE_OID,
-            format!("adevents-bench-rollups-{name}-{size}").as_bytes(),
-        )
-    };
-    CampaignKey {
-        advertiser_id: AdvertiserId::new(id("advertiser")),
-        campaign_id: CampaignId::new(id("campaign")),
-    }
+    support::bench_campaign("rollups", size)
 }
 
 /// The month asked two ways: by UTC day (each row one whole UTC day: one users sketch per
@@ -104,8 +91,7 @@ async fn summary(
     )
 }
 
-/// `size` impressions over 31 days of 20 ads, users drawn from size/5 (returning users), 1 %
-/// clicked; then every day sealed.
+/// `size` impressions over the 31 days ([`support::load_month`]); then every day sealed.
 async fn load(
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
@@ -118,54 +104,7 @@ async fn load(
         64,
         SealingOptions::default(),
     );
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(size as u64);
-    let ads: Vec<AdId> = (0..20)
-        .map(|_| AdId::new(Uuid::from_u128(rng.random())))
-        .collect();
-    let users = (size / 5).max(1) as u128;
-    let start = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
-    let step_micros = DAYS * 86_400_000_000 / size as i64;
-    let started = Instant::now();
-    let mut batch = Vec::with_capacity(5000);
-    let mut clicks = Vec::new();
-    for i in 0..size {
-        let impression = Impression {
-            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
-            campaign,
-            ad_id: ads[rng.random_range(0..ads.len())],
-            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
-            timestamp: EventTime::from_stored(
-                start + Duration::microseconds(step_micros * i as i64),
-            ),
-            user_ip: None,
-            user_data: UserData::default(),
-        };
-        if i % 100 == 0 {
-            clicks.push(Click {
-                impression_id: impression.impression_id,
-                campaign,
-                ad_id: impression.ad_id,
-                timestamp: EventTime::from_stored(
-                    impression.timestamp.instant() + Duration::seconds(20),
-                ),
-            });
-        }
-        batch.push(impression);
-        if batch.len() == 5000 || i + 1 == size {
-            ingestor
-                .impressions(std::mem::take(&mut batch))
-                .await
-                .expect("loaded");
-            ingestor
-                .clicks(std::mem::take(&mut clicks))
-                .await
-                .expect("loaded");
-        }
-    }
-    println!(
-        "  loaded {size} impressions in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    support::load_month(&ingestor, campaign, size, first_day(), DAYS, false).await;
     // Past the clock margin after the late marks this historical load wrote.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     seal(store.as_ref(), &settings, campaign).await;

@@ -63,3 +63,99 @@ pub fn embedded_store(name: &str, fsync: Fsync) -> EmbeddedStore {
     })
     .expect("open the embedded store")
 }
+
+/// A campaign of its own for each benchmark and size, the same ids on every run, so loaded
+/// data is found again.
+pub fn bench_campaign(bench: &str, size: usize) -> adevents::domain::ids::CampaignKey {
+    use adevents::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+    let id = |name: &str| {
+        uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("adevents-bench-{bench}-{name}-{size}").as_bytes(),
+        )
+    };
+    CampaignKey {
+        advertiser_id: AdvertiserId::new(id("advertiser")),
+        campaign_id: CampaignId::new(id("campaign")),
+    }
+}
+
+/// Ingests `size` impressions of `campaign` spread evenly over `days` UTC days from `first`:
+/// 20 ads, users drawn from size/5 (returning users), 1 % clicked 20 s later. With
+/// `attributes`, each also carries an IP and two `user_data` keys. Seeded by `size`, so a
+/// reload writes the same events.
+pub async fn load_month(
+    ingestor: &adevents::ingest::Ingestor,
+    campaign: adevents::domain::ids::CampaignKey,
+    size: usize,
+    first: chrono::NaiveDate,
+    days: i64,
+    attributes: bool,
+) {
+    use adevents::domain::event::{Click, Impression};
+    use adevents::domain::ids::{AdId, ImpressionId, UserId};
+    use adevents::domain::time::EventTime;
+    use adevents::domain::user_data::UserData;
+    use chrono::Duration as Span;
+    use rand::{Rng, SeedableRng};
+    use uuid::Uuid;
+
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(size as u64);
+    let ads: Vec<AdId> = (0..20)
+        .map(|_| AdId::new(Uuid::from_u128(rng.random())))
+        .collect();
+    let users = (size / 5).max(1) as u128;
+    let countries = ["DE", "FR", "US", "IN", "BR", "JP"];
+    let start = first.and_hms_opt(0, 0, 0).expect("valid").and_utc();
+    let step_micros = days * 86_400_000_000 / size as i64;
+    let started = Instant::now();
+    let (mut batch, mut clicks) = (Vec::with_capacity(5000), Vec::new());
+    for i in 0..size {
+        let mut impression = Impression {
+            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
+            campaign,
+            ad_id: ads[rng.random_range(0..ads.len())],
+            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
+            timestamp: EventTime::from_stored(start + Span::microseconds(step_micros * i as i64)),
+            user_ip: None,
+            user_data: UserData::default(),
+        };
+        if attributes {
+            let country = countries[rng.random_range(0..countries.len())];
+            let age = rng.random_range(18..80).to_string();
+            impression.user_ip = Some(std::net::IpAddr::from([198, 51, 100, (i % 250) as u8]));
+            impression.user_data = UserData::from_stored(
+                [
+                    ("country".to_owned(), country.to_owned()),
+                    ("age".to_owned(), age),
+                ]
+                .into(),
+            );
+        }
+        if i % 100 == 0 {
+            clicks.push(Click {
+                impression_id: impression.impression_id,
+                campaign,
+                ad_id: impression.ad_id,
+                timestamp: EventTime::from_stored(
+                    impression.timestamp.instant() + Span::seconds(20),
+                ),
+            });
+        }
+        batch.push(impression);
+        if batch.len() == 5000 || i + 1 == size {
+            ingestor
+                .impressions(std::mem::take(&mut batch))
+                .await
+                .expect("loaded");
+            ingestor
+                .clicks(std::mem::take(&mut clicks))
+                .await
+                .expect("loaded");
+        }
+    }
+    println!(
+        "  loaded {size} impressions in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -4,7 +4,7 @@
 //! their writes land in.
 
 use super::config::KeyspaceName;
-use super::statements::{failed, prepare_all, read_all};
+use super::statements::{execute_each, failed, prepare_all, read_all};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
 use crate::store::{ReachLevel, Rollup, RollupReach, RollupSlice, SealState, StoreError};
@@ -209,9 +209,13 @@ pub async fn write_rollup(
             .await
             .map_err(failed("replacing a rollup"))?;
     }
-    for chunk in rollup.slices.chunks(ROWS_IN_FLIGHT) {
-        try_join_all(chunk.iter().map(|row| async move {
-            let values = (
+    execute_each(
+        session,
+        &statements.insert_slice,
+        &rollup.slices,
+        ROWS_IN_FLIGHT,
+        |row| {
+            (
                 advertiser,
                 campaign_id,
                 date,
@@ -222,18 +226,18 @@ pub async fn write_rollup(
                 i64::try_from(row.clicks).unwrap_or(i64::MAX),
                 i64::try_from(row.billable_impressions).unwrap_or(i64::MAX),
                 timestamp,
-            );
-            session
-                .execute_unpaged(&statements.insert_slice, values)
-                .await
-                .map(|_| ())
-                .map_err(failed("writing a rollup"))
-        }))
-        .await?;
-    }
-    for chunk in rollup.reach.chunks(ROWS_IN_FLIGHT) {
-        try_join_all(chunk.iter().map(|row| async move {
-            let values = (
+            )
+        },
+        "writing a rollup",
+    )
+    .await?;
+    execute_each(
+        session,
+        &statements.insert_reach,
+        &rollup.reach,
+        ROWS_IN_FLIGHT,
+        |row| {
+            (
                 advertiser,
                 campaign_id,
                 date,
@@ -243,15 +247,11 @@ pub async fn write_rollup(
                 row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default(),
                 row.sketch.as_slice(),
                 timestamp,
-            );
-            session
-                .execute_unpaged(&statements.insert_reach, values)
-                .await
-                .map(|_| ())
-                .map_err(failed("writing a rollup"))
-        }))
-        .await?;
-    }
+            )
+        },
+        "writing a rollup",
+    )
+    .await?;
     session
         .execute_unpaged(
             &statements.update_sealed,

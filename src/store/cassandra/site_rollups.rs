@@ -3,12 +3,11 @@
 //! seal's read start, like campaign rollups.
 
 use super::config::KeyspaceName;
-use super::statements::{failed, prepare_all, read_all};
+use super::statements::{execute_each, failed, prepare_all, read_all};
 use crate::domain::beacon::SiteId;
 use crate::domain::time::Day;
 use crate::store::{SealState, SiteRollup, SketchPartition, StoreError};
 use chrono::{DateTime, Utc};
-use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
@@ -133,9 +132,13 @@ pub async fn write_site_rollup(
                 .map(move |(slice, visits)| (combination.as_str(), *slice, *visits))
         })
         .collect();
-    for chunk in visits.chunks(ROWS_IN_FLIGHT) {
-        try_join_all(chunk.iter().map(|(combination, slice, visits)| async move {
-            let values = (
+    execute_each(
+        session,
+        &statements.insert_visits,
+        &visits,
+        ROWS_IN_FLIGHT,
+        |(combination, slice, visits)| {
+            (
                 site.as_str(),
                 date,
                 *combination,
@@ -143,15 +146,11 @@ pub async fn write_site_rollup(
                 (slice - slice_base) as i32,
                 i64::try_from(*visits).unwrap_or(i64::MAX),
                 timestamp,
-            );
-            session
-                .execute_unpaged(&statements.insert_visits, values)
-                .await
-                .map(|_| ())
-                .map_err(failed("writing a site rollup"))
-        }))
-        .await?;
-    }
+            )
+        },
+        "writing a site rollup",
+    )
+    .await?;
     let reach: Vec<(&str, i64, &[u8])> = combinations
         .iter()
         .flat_map(|(combination, rollup)| {
@@ -161,24 +160,24 @@ pub async fn write_site_rollup(
                 .map(move |(hour, sketch)| (combination.as_str(), *hour, sketch.as_slice()))
         })
         .collect();
-    for chunk in reach.chunks(ROWS_IN_FLIGHT) {
-        try_join_all(chunk.iter().map(|(combination, hour, sketch)| async move {
-            let values = (
+    execute_each(
+        session,
+        &statements.insert_reach,
+        &reach,
+        ROWS_IN_FLIGHT,
+        |(combination, hour, sketch)| {
+            (
                 site.as_str(),
                 date,
                 *combination,
                 (hour - hour_base) as i32,
                 *sketch,
                 timestamp,
-            );
-            session
-                .execute_unpaged(&statements.insert_reach, values)
-                .await
-                .map(|_| ())
-                .map_err(failed("writing a site rollup"))
-        }))
-        .await?;
-    }
+            )
+        },
+        "writing a site rollup",
+    )
+    .await?;
     session
         .execute_unpaged(
             &statements.update_sealed,

@@ -2,14 +2,13 @@
 //! their prepared statements and the reads and writes that use them.
 
 use super::config::KeyspaceName;
-use super::statements::{failed, prepare_all, read_all};
+use super::statements::{execute_each, failed, prepare_all, read_all};
 use crate::domain::beacon::{Beacon, Features, Guid, SiteId, VisitPartition};
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::time::{Day, EventTime};
 use crate::store::{SketchPartition, SketchRow, StoreError, VisitRow};
 use chrono::{DateTime, NaiveDate, Utc};
-use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
@@ -223,9 +222,13 @@ pub async fn write_sketches(
     partition: &SketchPartition,
     rows: &[SketchRow],
 ) -> Result<(), StoreError> {
-    for chunk in rows.chunks(SKETCHES_IN_FLIGHT) {
-        try_join_all(chunk.iter().map(|row| async move {
-            let values = (
+    execute_each(
+        session,
+        &statements.insert_sketch,
+        rows,
+        SKETCHES_IN_FLIGHT,
+        |row| {
+            (
                 partition.site.as_str(),
                 partition.day.date(),
                 partition.combination.as_str(),
@@ -234,16 +237,11 @@ pub async fn write_sketches(
                 row.sketch.as_slice(),
                 ttl,
                 row.captured_at,
-            );
-            session
-                .execute_unpaged(&statements.insert_sketch, values)
-                .await
-                .map_err(failed("writing sketches"))
-                .map(|_| ())
-        }))
-        .await?;
-    }
-    Ok(())
+            )
+        },
+        "writing sketches",
+    )
+    .await
 }
 
 pub async fn read_sketches(

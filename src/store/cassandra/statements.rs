@@ -146,6 +146,31 @@ where
         .map_err(|error| StoreError::Unavailable(format!("{context}: {error}")))
 }
 
+/// Runs `statement` once per item, with the values `values` makes of it, `in_flight` at a
+/// time, stopping at the first failure.
+pub async fn execute_each<'a, T, V>(
+    session: &Session,
+    statement: &PreparedStatement,
+    items: &'a [T],
+    in_flight: usize,
+    values: impl Fn(&'a T) -> V,
+    context: &'static str,
+) -> Result<(), StoreError>
+where
+    V: scylla::serialize::row::SerializeRow,
+{
+    for chunk in items.chunks(in_flight.max(1)) {
+        futures::future::try_join_all(
+            chunk
+                .iter()
+                .map(|item| session.execute_unpaged(statement, values(item))),
+        )
+        .await
+        .map_err(failed(context))?;
+    }
+    Ok(())
+}
+
 /// Sorts a failed execution of a prepared statement.
 pub fn failed(context: &str) -> impl Fn(scylla::errors::ExecutionError) -> StoreError + '_ {
     move |error| execution_error(context, error)
