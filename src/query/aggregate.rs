@@ -15,11 +15,12 @@ use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
+use crate::query::clicks::first_clicks;
 use crate::store::{
     ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice, Store, StoreError,
 };
 use futures::{StreamExt, stream};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// The billable-impression window: a whole number of seconds that divides a day.
@@ -265,25 +266,14 @@ pub async fn aggregate_day(
 
     // Clicks: each impression clicked this day, counted here only if its first click ever
     // is this day's (that click's own row is in this day's partitions).
-    let mut clicked: HashSet<ImpressionId> = HashSet::new();
-    let mut reads = stream::iter(partitions.iter().copied())
-        .map(|partition| async move { store.read_clicks(partition).await })
-        .buffer_unordered(concurrency);
-    while let Some(rows) = reads.next().await {
-        clicked.extend(rows?.into_iter().map(|row| row.impression_id));
-    }
     let Some(utc_day) = partitions.first().map(|partition| partition.day) else {
         return Ok(day);
     };
-    let mut lookups = stream::iter(clicked)
-        .map(|impression_id| store.first_click(campaign, impression_id))
-        .buffer_unordered(concurrency);
-    while let Some(first) = lookups.next().await {
-        if let Some(ClickRow {
-            ad_id, timestamp, ..
-        }) = first?
-            && timestamp.utc_day() == utc_day
-        {
+    for ClickRow {
+        ad_id, timestamp, ..
+    } in first_clicks(store, campaign, partitions.to_vec(), concurrency, |_| true).await?
+    {
+        if timestamp.utc_day() == utc_day {
             day.slice(timestamp, ad_id).clicks += 1;
         }
     }

@@ -5,7 +5,7 @@
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::query::FanOut;
-use crate::store::{Store, StoreError};
+use crate::store::{ClickRow, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::HashSet;
@@ -26,6 +26,37 @@ pub async fn clicked_in(
     Ok(clicked)
 }
 
+/// The first click ever of each impression clicked in `partitions` (among the clicks there
+/// that `candidate` keeps): a stored click may be a repeat, and the impression's first click
+/// may lie in another day. One lookup per candidate impression, `concurrency` at a time.
+pub async fn first_clicks(
+    store: &dyn Store,
+    campaign: CampaignKey,
+    partitions: Vec<EventPartition>,
+    concurrency: usize,
+    candidate: impl Fn(&ClickRow) -> bool,
+) -> Result<Vec<ClickRow>, StoreError> {
+    let concurrency = concurrency.max(1);
+    let mut reads = stream::iter(partitions)
+        .map(|partition| store.read_clicks(partition))
+        .buffer_unordered(concurrency);
+    let mut clicked = HashSet::new();
+    while let Some(rows) = reads.next().await {
+        clicked.extend(
+            rows?
+                .into_iter()
+                .filter(|row| candidate(row))
+                .map(|row| row.impression_id),
+        );
+    }
+    stream::iter(clicked)
+        .map(|impression_id| store.first_click(campaign, impression_id))
+        .buffer_unordered(concurrency)
+        .try_filter_map(|first| async move { Ok(first) })
+        .try_collect()
+        .await
+}
+
 /// Impressions whose first click ever falls in `[start, end)`, as the summary counts clicks:
 /// the clicks stored in `partitions` (the range's days) narrow it down, and each candidate's
 /// first click is looked up, since an earlier click may lie before the range.
@@ -36,30 +67,13 @@ pub async fn first_clicked_between(
     (start, end): (DateTime<Utc>, DateTime<Utc>),
     fan_out: FanOut,
 ) -> Result<HashSet<ImpressionId>, StoreError> {
-    let concurrency = fan_out.concurrency.max(1);
-    let mut reads = stream::iter(partitions)
-        .map(|partition| store.read_clicks(partition))
-        .buffer_unordered(concurrency);
-    let mut candidates = HashSet::new();
-    while let Some(rows) = reads.next().await {
-        candidates.extend(
-            rows?
-                .into_iter()
-                .filter(|row| (start..end).contains(&row.timestamp.instant()))
-                .map(|row| row.impression_id),
-        );
-    }
-    stream::iter(candidates)
-        .map(|impression_id| async move {
-            let first = store.first_click(campaign, impression_id).await?;
-            Ok::<_, StoreError>(first.and_then(|click| {
-                (start..end)
-                    .contains(&click.timestamp.instant())
-                    .then_some(impression_id)
-            }))
-        })
-        .buffer_unordered(concurrency)
-        .try_filter_map(|found| async move { Ok(found) })
-        .try_collect()
-        .await
+    let in_range = |row: &ClickRow| (start..end).contains(&row.timestamp.instant());
+    Ok(
+        first_clicks(store, campaign, partitions, fan_out.concurrency, in_range)
+            .await?
+            .into_iter()
+            .filter(in_range)
+            .map(|click| click.impression_id)
+            .collect(),
+    )
 }
