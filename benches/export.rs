@@ -18,9 +18,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
 use adevents::domain::ids::CampaignKey;
+use adevents::domain::owner::Owner;
 use adevents::domain::time::EventTime;
 use adevents::ingest::Ingestor;
-use adevents::rollup::SealingOptions;
+use adevents::sealer::SealerOptions;
 use adevents::settings::SettingsCache;
 use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
@@ -57,8 +58,8 @@ fn loaded_marker(store: &str, size: usize) -> PathBuf {
 async fn load(store: Arc<dyn Store>, size: usize) {
     let campaign = campaign_of(size);
     store
-        .put_campaign_settings(
-            campaign,
+        .put_settings(
+            &Owner::Campaign(campaign),
             &CampaignSettings {
                 buckets: BucketCount::new(BUCKETS).expect("valid"),
                 effective_from: EventTime::earliest(),
@@ -68,10 +69,10 @@ async fn load(store: Arc<dyn Store>, size: usize) {
         .await
         .expect("settings");
     let settings = Arc::new(SettingsCache::new(
-        Arc::clone(&store),
+        store.clone(),
         std::time::Duration::from_secs(600),
     ));
-    let ingestor = Ingestor::new(store, settings, 64, SealingOptions::default());
+    let ingestor = Ingestor::new(store, settings, 64, SealerOptions::default().rule);
     support::load_month(&ingestor, campaign, size, first_day(), DAYS, true).await;
 }
 

@@ -15,11 +15,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use adevents::domain::ids::CampaignKey;
 use adevents::domain::time::Day;
 use adevents::ingest::Ingestor;
-use adevents::query::FanOut;
-use adevents::query::aggregate::BillableWindow;
 use adevents::query::range::QueryRange;
-use adevents::query::summary::{Grouping, campaign_summary};
-use adevents::rollup::{SealingOptions, seal_campaign_day};
+use adevents::query::summary::Grouping;
+use adevents::query::{Queries, QueryOptions};
+use adevents::sealer::{Sealer, SealerOptions};
 use adevents::settings::SettingsCache;
 use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
@@ -66,24 +65,12 @@ impl Query {
 }
 
 /// (impressions in the answer, sealed UTC days read, seconds).
-async fn summary(
-    store: &dyn Store,
-    settings: &SettingsCache,
-    campaign: CampaignKey,
-    query: Query,
-) -> (u64, usize, f64) {
+async fn summary(queries: &Queries, campaign: CampaignKey, query: Query) -> (u64, usize, f64) {
     let started = Instant::now();
-    let summary = campaign_summary(
-        store,
-        settings,
-        campaign,
-        &query.range(),
-        FanOut { concurrency: 64 },
-        BillableWindow::DEFAULT,
-        Grouping::Day,
-    )
-    .await
-    .expect("summary");
+    let summary = queries
+        .summary(campaign, &query.range(), Grouping::Day)
+        .await
+        .expect("summary");
     (
         summary.totals.impressions,
         summary.sealed_days,
@@ -102,20 +89,25 @@ async fn load(
         Arc::clone(&store),
         Arc::clone(&settings),
         64,
-        SealingOptions::default(),
+        SealerOptions::default().rule,
     );
     support::load_month(&ingestor, campaign, size, first_day(), DAYS, false).await;
     // Past the clock margin after the late marks this historical load wrote.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    seal(store.as_ref(), &settings, campaign).await;
+    seal(
+        &Sealer::new(store, settings, SealerOptions::default()),
+        campaign,
+    )
+    .await;
 }
 
 /// Seals the 31 days.
-async fn seal(store: &dyn Store, settings: &SettingsCache, campaign: CampaignKey) {
+async fn seal(sealer: &Sealer, campaign: CampaignKey) {
     let started = Instant::now();
     let first = Day::new(first_day());
     for day in first.through(Day::new(first_day() + Duration::days(DAYS - 1))) {
-        seal_campaign_day(store, settings, campaign, day, &SealingOptions::default())
+        sealer
+            .seal_campaign_day(campaign, day)
             .await
             .expect("sealed");
     }
@@ -148,19 +140,25 @@ async fn main() {
     ];
     for (name, store) in stores {
         let settings = Arc::new(SettingsCache::new(
-            Arc::clone(&store),
+            store.clone(),
             std::time::Duration::from_secs(600),
         ));
+        let queries = Queries::new(
+            Arc::clone(&store),
+            Arc::clone(&settings),
+            QueryOptions::default(),
+        );
         println!("## {name}");
         for size in &sizes {
             let campaign = campaign_of(*size);
-            let (impressions, sealed, _) =
-                summary(store.as_ref(), &settings, campaign, Query::UtcDays).await;
+            let (impressions, sealed, _) = summary(&queries, campaign, Query::UtcDays).await;
             if impressions != *size as u64 {
                 load(Arc::clone(&store), Arc::clone(&settings), campaign, *size).await;
             } else if sealed != DAYS as usize {
                 // Loaded by an earlier run, sealed by an older rollup layout.
-                seal(store.as_ref(), &settings, campaign).await;
+                let options = SealerOptions::default();
+                let sealer = Sealer::new(Arc::clone(&store), Arc::clone(&settings), options);
+                seal(&sealer, campaign).await;
             }
         }
         // (query, size) → seconds per round, rounds interleaved across both.
@@ -169,7 +167,7 @@ async fn main() {
             for (q, query) in Query::ALL.into_iter().enumerate() {
                 for (index, size) in sizes.iter().enumerate() {
                     let (impressions, sealed, seconds) =
-                        summary(store.as_ref(), &settings, campaign_of(*size), query).await;
+                        summary(&queries, campaign_of(*size), query).await;
                     // The Kolkata month ends 5 h 30 before the UTC one (and starts as early
                     // on the empty UTC day before it).
                     match query {

@@ -17,14 +17,14 @@ use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
 use adevents::domain::event::{Click, Impression};
 use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use adevents::domain::owner::Owner;
 use adevents::domain::time::EventTime;
 use adevents::domain::user_data::UserData;
 use adevents::ingest::Ingestor;
-use adevents::query::FanOut;
-use adevents::query::aggregate::BillableWindow;
 use adevents::query::range::QueryRange;
-use adevents::query::summary::{Grouping, campaign_summary};
-use adevents::rollup::SealingOptions;
+use adevents::query::summary::Grouping;
+use adevents::query::{FanOut, Queries, QueryOptions};
+use adevents::sealer::SealerOptions;
 use adevents::settings::SettingsCache;
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
@@ -59,7 +59,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
         daily_cap: None,
     };
     store
-        .put_campaign_settings(campaign, &settings)
+        .put_settings(&Owner::Campaign(campaign), &settings)
         .await
         .expect("settings");
     let (already, _) = fan_out(&store, campaign, 64).await;
@@ -72,7 +72,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
         dyn_store.clone(),
         std::time::Duration::from_secs(60),
     ));
-    let ingestor = Ingestor::new(dyn_store, cache, 64, SealingOptions::default());
+    let ingestor = Ingestor::new(dyn_store, cache, 64, SealerOptions::default().rule);
     let start: DateTime<Utc> = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
     let step = Duration::milliseconds(DAYS * 86_400_000 / impressions as i64);
     let ads: Vec<AdId> = (0..50).map(|_| AdId::new(Uuid::new_v4())).collect();
@@ -216,24 +216,24 @@ async fn in_query(store: &CassandraStore, campaign: CampaignKey) -> (usize, u64,
 
 async fn fan_out(store: &Arc<dyn Store>, campaign: CampaignKey, concurrency: usize) -> (u64, u64) {
     let dyn_store: Arc<dyn Store> = store.clone();
-    let cache = SettingsCache::new(dyn_store.clone(), std::time::Duration::from_secs(10));
+    let cache = Arc::new(SettingsCache::new(
+        dyn_store.clone(),
+        std::time::Duration::from_secs(10),
+    ));
     let range = QueryRange::new(
         first_day(),
         first_day() + Duration::days(DAYS - 1),
         chrono_tz::Tz::UTC,
     )
     .expect("valid range");
-    let summary = campaign_summary(
-        dyn_store.as_ref(),
-        &cache,
-        campaign,
-        &range,
-        FanOut { concurrency },
-        BillableWindow::DEFAULT,
-        Grouping::Day,
-    )
-    .await
-    .expect("summary");
+    let options = QueryOptions {
+        fan_out: FanOut { concurrency },
+        ..QueryOptions::default()
+    };
+    let summary = Queries::new(dyn_store, cache, options)
+        .summary(campaign, &range, Grouping::Day)
+        .await
+        .expect("summary");
     (summary.totals.impressions, summary.totals.clicks)
 }
 

@@ -14,8 +14,9 @@ mod support;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use adevents::beacons::live::LiveSketches;
-use adevents::domain::beacon::{BeaconRules, parse_beacon};
+use adevents::domain::beacon::{Beacon, Features, Guid, SiteId};
 use adevents::domain::bucket::BucketCount;
+use adevents::domain::time::EventTime;
 use adevents::http::{AppState, ServiceOptions};
 use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
@@ -193,6 +194,28 @@ async fn main() {
     }
 }
 
+/// A beacon from the generator's parameters (all valid): site, guid, epoch seconds, features.
+fn beacon_of(params: Vec<(String, String)>, now: chrono::DateTime<Utc>) -> Beacon {
+    let (mut site, mut guid, mut seconds) = (None, None, 0);
+    let mut features = std::collections::BTreeMap::new();
+    for (name, value) in params {
+        match name.as_str() {
+            "site" => site = Some(SiteId::parse(&value).expect("valid site")),
+            "guid" => guid = Some(Guid::parse(&value).expect("valid guid")),
+            "timestamp" => seconds = value.parse::<i64>().expect("seconds"),
+            _ => {
+                features.insert(name, value);
+            }
+        }
+    }
+    Beacon {
+        site: site.expect("a site"),
+        guid: guid.expect("a guid"),
+        timestamp: EventTime::from_epoch_millis(seconds * 1000, now).expect("valid time"),
+        features: Features::new(features).expect("valid features"),
+    }
+}
+
 /// The month's beacons: 100,000 visitors (a Zipf-like few return often), 5 referrers, 40
 /// pages, 3 devices and 10 countries of uneven popularity, day-time heavy.
 fn month_of_beacons(beacons: usize) -> Vec<Vec<(String, String)>> {
@@ -320,7 +343,7 @@ async fn load(site: &str, store: Arc<dyn Store>, beacons: usize) -> (usize, usiz
         .into_iter()
         .map(|mut params| {
             params.push(("site".to_owned(), site.to_owned()));
-            parse_beacon(params, None, now, BeaconRules::default()).expect("valid beacon")
+            beacon_of(params, now)
         })
         .collect();
     let live = LiveSketches::new();

@@ -2,10 +2,11 @@
 //! name in upper snake case) and a default shown in `--help`; with no subcommand, `serve` runs.
 
 use crate::domain::beacon::BeaconRules;
+use crate::domain::sealing::SealingRule;
 use crate::http::{BodyLimits, ServiceOptions};
-use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
-use crate::rollup::SealingOptions;
+use crate::query::{FanOut, QueryOptions};
+use crate::sealer::SealerOptions;
 use crate::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
 };
@@ -87,8 +88,9 @@ pub struct ServeArgs {
     /// Partitions written at once for one ingestion request.
     #[arg(long, env = "ADEVENTS_WRITE_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub write_concurrency: u16,
-    /// How long campaign settings are cached per process; a settings change without an
-    /// explicit effective_from takes effect this long after it is made.
+    /// How long campaign and site settings are cached per process; a settings change takes
+    /// effect at the earliest this long plus 10 minutes (how far an event may run ahead of the
+    /// clock) after it is made, which is also its default effective_from.
     #[arg(long, env = "ADEVENTS_SETTINGS_CACHE_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub settings_cache_ttl: Duration,
     /// Browser origins allowed to call the query endpoints (CORS), ORIGIN[,ORIGIN…], e.g.
@@ -135,15 +137,15 @@ fn parse_billable_window(text: &str) -> Result<BillableWindow, String> {
 
 impl ServeArgs {
     pub fn service_options(&self) -> ServiceOptions {
+        let fan_out = FanOut {
+            concurrency: usize::from(self.fanout_concurrency),
+        };
         ServiceOptions {
             body_limits: BodyLimits {
                 max_bytes: self.max_body_bytes,
                 max_events: self.max_events,
             },
             trusted_proxies: self.trusted_proxies.clone(),
-            fan_out: FanOut {
-                concurrency: usize::from(self.fanout_concurrency),
-            },
             write_concurrency: usize::from(self.write_concurrency),
             settings_lifetime: self.settings_cache_ttl,
             cors_origins: self.cors_origins.clone(),
@@ -151,16 +153,17 @@ impl ServeArgs {
                 max_features: usize::from(self.max_features),
             },
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
-            billable_window: self.billable_window,
-            recent_lookback_days: self.recent_lookback_days,
-            sealing: SealingOptions {
-                grace: self.rollup_grace,
+            queries: QueryOptions {
+                fan_out,
+                billable_window: self.billable_window,
+                recent_lookback_days: self.recent_lookback_days,
+            },
+            sealer: SealerOptions {
+                rule: SealingRule::new(self.rollup_grace),
                 lookback_days: self.seal_lookback_days,
                 interval: self.seal_interval.max(Duration::from_secs(1)),
                 window: self.billable_window,
-                fan_out: FanOut {
-                    concurrency: usize::from(self.fanout_concurrency),
-                },
+                fan_out,
             },
         }
     }

@@ -6,10 +6,11 @@ use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
 use crate::domain::event::{CampaignEvent, Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
+use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
 use crate::remembered::Remembered;
-use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
@@ -22,7 +23,8 @@ pub struct Ingestor {
     settings: Arc<SettingsCache>,
     /// Partitions written at once for one request.
     write_concurrency: usize,
-    sealing: SealingOptions,
+    /// Which events are late (their day may be sealed already).
+    sealing: SealingRule,
     /// Campaign-days this process already wrote to the day index (de-duplicated in the
     /// process: one write per campaign and day, not one per request).
     indexed: Remembered<(Day, CampaignKey)>,
@@ -36,7 +38,7 @@ impl Ingestor {
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         write_concurrency: usize,
-        sealing: SealingOptions,
+        sealing: SealingRule,
     ) -> Self {
         Self {
             store,
@@ -51,7 +53,7 @@ impl Ingestor {
         let partitions = self.partition(events).await?;
         let late = self.index_days(&partitions, &[]).await?;
         self.write_all(partitions, |store, partition, events| async move {
-            store.write_impressions(partition, &events).await
+            store.write_impressions(&partition, &events).await
         })
         .await?;
         self.mark_late(late).await
@@ -82,7 +84,7 @@ impl Ingestor {
             .await?;
         let late = self.index_days(&partitions, &previous_first_clicks).await?;
         self.write_all(partitions, |store, partition, events| async move {
-            store.write_clicks(partition, &events).await
+            store.write_clicks(&partition, &events).await
         })
         .await?;
         self.mark_late(late).await
@@ -108,7 +110,7 @@ impl Ingestor {
             .collect();
         let store = &self.store;
         stream::iter(new_days.clone())
-            .map(|(campaign, day)| async move { store.mark_campaign_day(day, campaign).await })
+            .map(|(campaign, day)| async move { store.mark_day(&Owner::Campaign(campaign), day).await })
             .buffer_unordered(self.write_concurrency)
             .try_collect::<()>()
             .await?;
@@ -123,13 +125,15 @@ impl Ingestor {
 
     /// After the events are written, marks their late days with the time of the mark: a seal
     /// whose read started after it saw the events; any other seal is not taken as current
-    /// (see `SealState::is_current`). Should this fail, the client retries the request (it got
+    /// (see [`crate::domain::sealing::SealState::is_current`]). Should this fail, the client retries the request (it got
     /// no 2xx) and the mark is written then.
     async fn mark_late(&self, late: BTreeSet<(CampaignKey, Day)>) -> Result<(), StoreError> {
         let now = Utc::now();
         let store = &self.store;
         stream::iter(late)
-            .map(|(campaign, day)| async move { store.mark_late(campaign, day, now).await })
+            .map(|(campaign, day)| async move {
+                store.mark_late(&Owner::Campaign(campaign), day, now).await
+            })
             .buffer_unordered(self.write_concurrency)
             .try_collect::<()>()
             .await
@@ -168,7 +172,10 @@ impl Ingestor {
     ) -> Result<HashMap<CampaignKey, Arc<SettingsHistory>>, StoreError> {
         let campaigns: HashSet<CampaignKey> = events.iter().map(CampaignEvent::campaign).collect();
         stream::iter(campaigns)
-            .map(|campaign| async move { Ok((campaign, self.settings.history(campaign).await?)) })
+            .map(|campaign| async move {
+                let history = self.settings.history(&Owner::Campaign(campaign)).await?;
+                Ok((campaign, history))
+            })
             .buffer_unordered(self.write_concurrency)
             .try_collect()
             .await

@@ -1,14 +1,18 @@
 //! adevents: an ad-event ingestion HTTP server.
 //!
-//! Layers, each depending only on the ones below it:
-//! - [`http`]: routing, extraction, error mapping (never CQL);
-//! - [`domain`]: events, ids, times, buckets and partitions, valid by construction;
-//! - [`ingest`] and [`query`]: the write path and the read side (planning, fan-out,
-//!   aggregation), with [`settings`] caching campaign configuration for both;
-//! - [`store`]: the partition-level storage contract and its Cassandra implementation;
-//! - [`migrations`]: the schema files this build carries.
+//! Layers, each depending only on the ones below it (docs/DESIGN.md, "Layers"):
+//! - [`http`]: routing, extraction into domain values, typed answers, the error mapping and
+//!   the OpenAPI document (never the store, never CQL);
+//! - the services: [`ingest`] (impressions and clicks), [`beacons`] (beacons and their live
+//!   sketches), [`query`] (planning, fan-out, aggregation), [`settings`] (the cache and the
+//!   rules of a change) and [`sealer`] (sealing closed days);
+//! - [`store`]: the partition-level storage contract, split by subsystem, and its Cassandra
+//!   and embedded implementations;
+//! - [`domain`]: ids, times, events, beacons, buckets, partitions, sketches and the sealing
+//!   rule, valid by construction; it imports nothing of the crate.
 //!
-//! [`cli`] and [`commands`] wire them into the `adevents` binary; [`server`] runs the router.
+//! [`cli`], [`commands`] and [`server`] wire them into the `adevents` binary; [`migrations`]
+//! holds the schema files this build carries; [`simulate`] is a client of the HTTP API.
 
 pub mod beacons;
 pub mod cli;
@@ -19,7 +23,7 @@ pub mod ingest;
 pub mod migrations;
 pub mod query;
 pub mod remembered;
-pub mod rollup;
+pub mod sealer;
 pub mod server;
 pub mod settings;
 pub mod simulate;

@@ -1,10 +1,7 @@
 //! Running the HTTP server until told to stop, and the signals that tell it.
 
-use crate::beacons::live::{LiveSketches, spawn_flusher};
 use crate::http::{AppState, router};
-use crate::store::Store;
 use std::future::Future;
-use std::sync::Arc;
 use tokio::net::TcpListener;
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting connections
@@ -14,26 +11,22 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let flusher = AbortOnDrop(spawn_flusher(
-        Arc::clone(&state.live_sketches),
-        Arc::clone(&state.store),
-        state.options.sketch_flush_interval,
-    ));
-    let (live, store) = (Arc::clone(&state.live_sketches), Arc::clone(&state.store));
+    let flusher = AbortOnDrop(state.spawn_sketch_flusher());
+    let last_flush = state.clone();
     // Connect info gives handlers the peer address (the default `user_ip`).
     let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
     flusher.stop().await;
-    flush_before_exit(&live, store.as_ref()).await;
+    flush_before_exit(&last_flush).await;
     served
 }
 
 /// Stores every answered beacon's sketches before the process goes.
-pub async fn flush_before_exit(live: &LiveSketches, store: &dyn Store) {
-    if let Err(error) = live.flush(store).await {
-        tracing::warn!(%error, "could not store the last unique-visitor sketches; the next start rebuilds the open days from the stored beacons");
+pub async fn flush_before_exit(state: &AppState) {
+    if let Err(error) = state.flush_sketches().await {
+        tracing::warn!(error = %error.chain(), "could not store the last unique-visitor sketches; the next start rebuilds the open days from the stored beacons");
     }
 }
 

@@ -1,6 +1,6 @@
 //! This process's unique-visitor sketches of recent beacons, one per site, UTC hour and feature
 //! combination, flushed about every second as **absolute** state under a writer id of their own
-//! (DESIGN.md, "Live state across processes"). Readers merge every writer's row of an hour, so
+//! (docs/DESIGN.md, "Live unique-visitor sketches"). Readers merge every writer's row of an hour, so
 //! a rewrite, a retried beacon, a restart or a second process never inflates a count.
 //!
 //! A sketch evicted from memory and needed again (a late beacon for an old hour) starts afresh
@@ -9,7 +9,7 @@
 use crate::domain::beacon::{Beacon, SiteId};
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS};
-use crate::store::{SketchPartition, SketchRow, Store, StoreError};
+use crate::store::{SketchPartition, SketchRow, StoreError, VisitStore};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
@@ -159,7 +159,7 @@ impl LiveSketches {
 
     /// Writes every sketch changed since its last flush. A sketch whose write fails stays
     /// dirty and is written by the next flush.
-    pub async fn flush(&self, store: &dyn Store) -> Result<Flushed, StoreError> {
+    pub async fn flush(&self, store: &dyn VisitStore) -> Result<Flushed, StoreError> {
         let mut by_partition: BTreeMap<SketchPartition, Vec<Snapshot>> = BTreeMap::new();
         for snapshot in self.dirty() {
             by_partition
@@ -297,7 +297,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// dropped from memory once stored.
 pub fn spawn_flusher(
     live: Arc<LiveSketches>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn VisitStore>,
     period: Duration,
 ) -> tokio::task::JoinHandle<()> {
     const IDLE: Duration = Duration::from_secs(15 * 60);
@@ -330,20 +330,20 @@ pub fn spawn_flusher(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::beacon::{BeaconRules, parse_beacon};
+    use crate::domain::beacon::{Features, Guid, SiteId};
+    use crate::domain::time::EventTime;
 
     fn beacon(guid: &str, features: &[(&str, &str)]) -> Beacon {
-        let mut params = vec![
-            ("site".to_owned(), "example.com".to_owned()),
-            ("guid".to_owned(), guid.to_owned()),
-            ("timestamp".to_owned(), "1764158400".to_owned()),
-        ];
-        params.extend(
-            features
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
-        );
-        parse_beacon(params, None, Utc::now(), BeaconRules::default()).expect("valid")
+        let features = features
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        Beacon {
+            site: SiteId::parse("example.com").expect("valid site"),
+            guid: Guid::parse(guid).expect("valid guid"),
+            timestamp: EventTime::from_epoch_millis(1_764_158_400_000, Utc::now()).expect("valid"),
+            features: Features::new(features).expect("valid features"),
+        }
     }
 
     #[test]

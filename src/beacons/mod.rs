@@ -6,10 +6,11 @@
 pub mod live;
 pub mod rebuild;
 
-use crate::domain::beacon::{Beacon, SiteId};
+use crate::domain::beacon::Beacon;
+use crate::domain::owner::Owner;
+use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
 use crate::remembered::Remembered;
-use crate::rollup::SealingOptions;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
@@ -23,10 +24,11 @@ pub struct BeaconIngestor {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     live: Arc<LiveSketches>,
-    sealing: SealingOptions,
-    /// Site-days this process already wrote to the day index (DESIGN.md: de-duplicated in the
+    /// Which beacons are late (their day may be sealed already).
+    sealing: SealingRule,
+    /// Site-days this process already wrote to the day index (docs/DESIGN.md: de-duplicated in the
     /// process, so the index costs one write per site and day, not one per beacon).
-    marked: Remembered<(Day, SiteId)>,
+    marked: Remembered<(Day, Owner)>,
 }
 
 impl BeaconIngestor {
@@ -34,7 +36,7 @@ impl BeaconIngestor {
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         live: Arc<LiveSketches>,
-        sealing: SealingOptions,
+        sealing: SealingRule,
     ) -> Self {
         Self {
             store,
@@ -47,30 +49,29 @@ impl BeaconIngestor {
 
     /// Stores `beacon` durably, then counts it.
     pub async fn track(&self, beacon: Beacon) -> Result<(), StoreError> {
-        let history = self.settings.site_history(&beacon.site).await?;
+        let owner = Owner::Site(beacon.site.clone());
+        let history = self.settings.history(&owner).await?;
         let partition = beacon.partition(history.buckets_at(beacon.timestamp.instant()));
-        self.mark_day(partition.day, &beacon.site).await?;
+        self.mark_day(partition.day, &owner).await?;
         self.store
             .write_visits(&partition, std::slice::from_ref(&beacon))
             .await?;
-        // After the write, by the beacon's age (see `crate::rollup`): a sealed day stops
-        // answering until it is sealed again with this beacon.
+        // After the write, by the beacon's age (see `crate::domain::sealing`): a sealed day
+        // stops answering until it is sealed again with this beacon.
         let now = Utc::now();
         if self.sealing.is_late(partition.day, now) {
-            self.store
-                .mark_site_late(&beacon.site, partition.day, now)
-                .await?;
+            self.store.mark_late(&owner, partition.day, now).await?;
         }
         self.live.record(&beacon);
         Ok(())
     }
 
-    async fn mark_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
-        let key = (day, site.clone());
+    async fn mark_day(&self, day: Day, owner: &Owner) -> Result<(), StoreError> {
+        let key = (day, owner.clone());
         if self.marked.contains(&key) {
             return Ok(());
         }
-        self.store.mark_site_day(day, site).await?;
+        self.store.mark_day(owner, day).await?;
         self.marked.remember([key]);
         Ok(())
     }

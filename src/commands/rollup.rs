@@ -6,9 +6,9 @@ use super::{CommandError, OpenedStore, embedded_migrations};
 use crate::cli::RollupArgs;
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
-use crate::query::FanOut;
-use crate::rollup::{SealingOptions, seal_campaign_day, seal_site_day};
+use crate::sealer::{Sealer, SealerOptions};
 use crate::settings::SettingsCache;
 use chrono::Utc;
 use std::sync::Arc;
@@ -22,13 +22,17 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
     let opened = OpenedStore::open(&args.store, &migrations).await?;
     opened.prepare().await;
     let store = opened.into_store();
-    let settings = SettingsCache::new(Arc::clone(&store), Duration::from_secs(10));
-    let options = SealingOptions {
-        grace: args.rollup_grace,
+    let settings = Arc::new(SettingsCache::new(
+        Arc::clone(&store) as Arc<dyn crate::store::SettingsStore>,
+        Duration::from_secs(10),
+    ));
+    let options = SealerOptions {
+        rule: SealingRule::new(args.rollup_grace),
         window: args.billable_window,
-        fan_out: FanOut { concurrency: 64 },
-        ..SealingOptions::default()
+        ..SealerOptions::default()
     };
+    let sealer = Sealer::new(store, settings, options);
+    let rule = sealer.rule();
     let first = Day::new(args.from);
     let days: Vec<Day> = first.through(Day::new(args.to)).collect();
     match (args.advertiser, args.campaign, &args.site) {
@@ -39,10 +43,10 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
             };
             let now = Utc::now();
             for day in days {
-                if !options.may_seal(day, now) {
+                if !rule.may_seal(day, now) {
                     return Err(not_closed(day, &args));
                 }
-                seal_campaign_day(store.as_ref(), &settings, campaign, day, &options).await?;
+                sealer.seal_campaign_day(campaign, day).await?;
                 println!("sealed {day} of campaign {}", campaign.campaign_id);
             }
         }
@@ -51,11 +55,10 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
                 .map_err(|message| CommandError::Rollup(format!("--site {message}")))?;
             let now = Utc::now();
             for day in days {
-                if !options.may_seal(day, now) {
+                if !rule.may_seal(day, now) {
                     return Err(not_closed(day, &args));
                 }
-                let beacons =
-                    seal_site_day(store.as_ref(), &settings, &site, day, &options).await?;
+                let beacons = sealer.seal_site_day(&site, day).await?;
                 println!("sealed {day} of site {site} from {beacons} beacons");
             }
         }

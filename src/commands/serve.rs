@@ -2,14 +2,11 @@
 //! let in-flight requests finish within the shutdown timeout.
 
 use super::{CommandError, OpenedStore, embedded_migrations};
-use crate::beacons::rebuild::rebuild_days;
 use crate::cli::ServeArgs;
 use crate::domain::time::Day;
 use crate::http::AppState;
-use crate::rollup::spawn_sealer;
 use crate::server;
 use chrono::Utc;
-use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -24,13 +21,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     store.prepare().await;
     let state = AppState::new(store.into_store(), args.service_options());
     spawn_open_day_rebuild(&state);
-    let _sealer = spawn_sealer(
-        Arc::clone(&state.store),
-        Arc::clone(&state.settings),
-        state.options.sealing,
-    );
-    let (live_sketches, sketch_store) =
-        (Arc::clone(&state.live_sketches), Arc::clone(&state.store));
+    let _sealer = state.sealer().spawn();
+    let last_flush = state.clone();
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| CommandError::Listen {
@@ -65,7 +57,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         Err(_) => {
             server.abort();
             tracing::warn!("requests still in flight after the shutdown timeout; stopping anyway");
-            server::flush_before_exit(&live_sketches, sketch_store.as_ref()).await;
+            server::flush_before_exit(&last_flush).await;
         }
     }
     Ok(())
@@ -76,24 +68,24 @@ const REBUILD_DELAY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Rebuilds the unique-visitor sketches of the open UTC days (today, and yesterday, which still
 /// receives late beacons) from the stored beacons: a process that stopped without flushing its
-/// last sketches (a crash) is repaired by the next one to start (DESIGN.md, "Live state across
-/// processes"). Runs in the background; answers meanwhile may count a crashed second short.
+/// last sketches (a crash) is repaired by the next one to start (docs/DESIGN.md, "Live
+/// unique-visitor sketches"). Runs in the background; answers meanwhile may count a crashed second short.
 fn spawn_open_day_rebuild(state: &AppState) {
-    let (store, settings) = (Arc::clone(&state.store), Arc::clone(&state.settings));
-    let fan_out = state.options.fan_out;
+    let state = state.clone();
     tokio::spawn(async move {
         // Not urgent: let start-up and the first readiness probes of a rolling deploy have the
         // store first.
         tokio::time::sleep(REBUILD_DELAY).await;
         let today = Day::new(Utc::now().date_naive());
         let days = [Day::new(today.date() - chrono::Duration::days(1)), today];
-        match rebuild_days(store.as_ref(), &settings, &days, fan_out).await {
+        match state.rebuild_sketches(&days).await {
             Ok(beacons) => {
                 tracing::info!(beacons, "rebuilt the open days' unique-visitor sketches")
             }
-            Err(error) => {
-                tracing::warn!(%error, "could not rebuild the open days' unique-visitor sketches")
-            }
+            Err(error) => tracing::warn!(
+                error = %error.chain(),
+                "could not rebuild the open days' unique-visitor sketches"
+            ),
         }
     });
 }

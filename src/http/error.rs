@@ -4,13 +4,14 @@
 //! Details of server-side failures are not sent to clients: they travel in a response
 //! extension to [`log_server_errors`], which logs them once inside the request's span.
 
+use crate::settings::ChangeError;
 use crate::store::StoreError;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECONDS: u64 = 5;
@@ -18,7 +19,7 @@ const RETRY_AFTER_SECONDS: u64 = 5;
 const MAX_LISTED_ERRORS: usize = 1000;
 
 /// One problem with one item of a request (or with one parameter, without an index).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct FieldError {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<usize>,
@@ -83,6 +84,34 @@ impl ApiError {
     }
 }
 
+/// Every error answer: `{"error": {"code", "message", "errors"?}}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorAnswer {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// `invalid_request`, `payload_too_large`, `unsupported_media_type`, `not_found`,
+    /// `method_not_allowed`, `storage_unavailable`, `internal`, ...
+    #[schema(example = "invalid_request")]
+    pub code: &'static str,
+    /// A human sentence.
+    pub message: String,
+    /// Per-item (or per-parameter) problems, when there are any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<FieldError>>,
+}
+
+impl From<ChangeError> for ApiError {
+    fn from(error: ChangeError) -> Self {
+        match error {
+            ChangeError::Store(error) => Self::Store(error),
+            refused => Self::invalid("effective_from", refused),
+        }
+    }
+}
+
 /// The cause of a 5xx answer, kept for the log and never sent.
 #[derive(Debug, Clone)]
 struct ServerErrorDetail(String);
@@ -110,7 +139,7 @@ impl IntoResponse for ApiError {
                 "not_found",
                 format!("there is nothing at {path}"),
             ),
-            Self::NotReady(StoreError::SchemaNotCurrent(_)) => (
+            Self::NotReady(StoreError::SchemaNotCurrent { .. }) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
                 "not ready: the store's schema is not current (migrations pending)".to_owned(),
@@ -131,11 +160,14 @@ impl IntoResponse for ApiError {
                 "internal error".to_owned(),
             ),
         };
-        let body = match listed {
-            Some(errors) if !errors.is_empty() => {
-                json!({"error": {"code": code, "message": message, "errors": errors}})
-            }
-            _ => json!({"error": {"code": code, "message": message}}),
+        let body = ErrorAnswer {
+            error: ErrorDetail {
+                code,
+                message,
+                errors: listed
+                    .filter(|errors| !errors.is_empty())
+                    .map(<[FieldError]>::to_vec),
+            },
         };
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -144,9 +176,11 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
         if status.is_server_error() {
-            response
-                .extensions_mut()
-                .insert(ServerErrorDetail(self.to_string()));
+            let detail = match &self {
+                Self::NotReady(error) | Self::Store(error) => error.chain(),
+                other => other.to_string(),
+            };
+            response.extensions_mut().insert(ServerErrorDetail(detail));
         }
         response
     }

@@ -3,18 +3,42 @@
 use super::AppState;
 use super::body::{body_format, read_body, scan};
 use super::client_ip::client_ip;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorAnswer};
 use super::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
+/// How many events the request held (re-sent ones included); every one is durable.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Accepted {
+    pub accepted: usize,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/impressions",
+    tag = "ingestion",
+    summary = "Ingest impressions. An impression is its impression_id: re-sending never changes a count.",
+    description = "One JSON object, a JSON array of objects, or NDJSON \
+        (`Content-Type: application/x-ndjson`); `Content-Encoding: gzip` accepted. A request \
+        with any invalid event stores nothing.",
+    request_body(content = Vec<ImpressionWire>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Every event is durable", body = Accepted),
+        (status = 400, description = "Nothing stored; `errors` lists every problem by index and field", body = ErrorAnswer),
+        (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
+        (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn post_impressions(
     State(state): State<AppState>,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Accepted>, ApiError> {
     let (parts, bytes) = read_request(&state, request, "impression").await?;
     let (events, accepted) = rejected_counted(
         "impression",
@@ -24,10 +48,25 @@ pub async fn post_impressions(
     Ok(accepted_answer("impression", accepted))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/clicks",
+    tag = "ingestion",
+    summary = "Ingest clicks. A click counts once per impression, at the impression's first click.",
+    description = "Same body forms as impressions.",
+    request_body(content = Vec<ClickWire>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Every event is durable", body = Accepted),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
+        (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn post_clicks(
     State(state): State<AppState>,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Accepted>, ApiError> {
     let (parts, bytes) = read_request(&state, request, "click").await?;
     let (events, accepted) = events_rejected_counted(
         "click",
@@ -97,7 +136,7 @@ fn events_rejected_counted<T>(
     rejected_counted(kind, result)
 }
 
-fn accepted_answer(kind: &'static str, accepted: usize) -> Json<Value> {
+fn accepted_answer(kind: &'static str, accepted: usize) -> Json<Accepted> {
     metrics::counter!("adevents_events_accepted_total", "kind" => kind).increment(accepted as u64);
-    Json(json!({ "accepted": accepted }))
+    Json(Accepted { accepted })
 }

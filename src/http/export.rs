@@ -7,22 +7,20 @@
 //! cut the answer short (the status is sent); the client sees an unterminated chunked body.
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
 use crate::domain::event::Impression;
 use crate::query::export::Export;
-use crate::query::recent::{MAX_LIMIT, newest_impressions};
-use crate::store::StoreError;
+use crate::query::recent::MAX_LIMIT;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use tokio::sync::mpsc;
+use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -43,8 +41,8 @@ const CSV_COLUMNS: [&str; 9] = [
 ];
 
 /// An impression as exports and `recent` show it: every stored field.
-#[derive(Serialize)]
-struct ImpressionRecord<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct ImpressionRecord<'a> {
     impression_id: String,
     advertiser_id: String,
     campaign_id: String,
@@ -53,7 +51,9 @@ struct ImpressionRecord<'a> {
     /// RFC 3339, UTC, milliseconds.
     timestamp: String,
     user_ip: Option<String>,
+    #[schema(value_type = BTreeMap<String, String>)]
     user_data: &'a BTreeMap<String, String>,
+    /// Exports only: clicked at any time up to the export.
     #[serde(skip_serializing_if = "Option::is_none")]
     clicked: Option<bool>,
 }
@@ -118,6 +118,29 @@ fn csv_header() -> Bytes {
     Bytes::from(format!("{}\r\n", CSV_COLUMNS.join(",")))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/impressions",
+    tag = "queries",
+    summary = "Every impression of the range, each id once, streamed as NDJSON or CSV.",
+    description = "One record per impression (its earliest copy of the UTC day) with every stored \
+        field and `clicked` (clicked at any time up to the export). No order is promised. The body \
+        is streamed as it is read: a store failure after the first byte ends the body early (an \
+        unterminated chunked answer). CSV has a header row; `user_data` is one JSON column.",
+    params(
+        ("advertiser_id" = uuid::Uuid, Path),
+        ("campaign_id" = uuid::Uuid, Path),
+        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
+        ("to" = String, Query, description = "Last local day (inclusive)"),
+        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
+        ("format" = Option<String>, Query, description = "ndjson (default) or csv"),
+    ),
+    responses(
+        (status = 200, description = "application/x-ndjson: one ImpressionRecord per line; or text/csv", body = ImpressionRecord, content_type = "application/x-ndjson"),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_impressions(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
@@ -138,15 +161,10 @@ pub async fn get_impressions(
     };
     // Reading the clicks and the first page before answering puts a store outage into the
     // status (a 503), not into a cut body.
-    let mut export = Export::open(
-        Arc::clone(&state.store),
-        &state.settings,
-        campaign,
-        &range,
-        state.options.fan_out,
-        chrono::Utc::now(),
-    )
-    .await?;
+    let mut export: Export = state
+        .queries
+        .export(campaign, &range, chrono::Utc::now())
+        .await?;
     let first = export.next_page().await?;
     let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::spawn(produce(export, format, first, pages));
@@ -208,9 +226,8 @@ async fn produce(
             continue;
         }
         rows += page.len() as u64;
-        let encoded = encode(format, &page).map_err(|error| {
-            std::io::Error::other(StoreError::Internal(format!("encoding an export: {error}")))
-        });
+        let encoded = encode(format, &page)
+            .map_err(|error| std::io::Error::other(format!("encoding an export: {error}")));
         if pages.send(encoded).await.is_err() {
             tracing::info!(rows, "export stopped: the client went away");
             return;
@@ -218,11 +235,35 @@ async fn produce(
     }
 }
 
+/// The newest impressions, newest first.
+#[derive(Serialize, ToSchema)]
+pub struct RecentAnswer<'a> {
+    pub impressions: Vec<ImpressionRecord<'a>>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/impressions/recent",
+    tag = "queries",
+    summary = "The newest impressions, newest first.",
+    description = "Looks back at most --recent-lookback-days (7) UTC days before today, and at \
+        tomorrow for clocks a little ahead.",
+    params(
+        ("advertiser_id" = uuid::Uuid, Path),
+        ("campaign_id" = uuid::Uuid, Path),
+        ("limit" = Option<usize>, Query, description = "1 to 1000, default 10"),
+    ),
+    responses(
+        (status = 200, description = "OK", body = RecentAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_recent_impressions(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let campaign = campaign_key(&advertiser_id, &campaign_id)?;
     let params = Params::parse(query.as_deref(), &["limit"])?;
     let limit = match params.get("limit") {
@@ -238,20 +279,15 @@ pub async fn get_recent_impressions(
                 )
             })?,
     };
-    let impressions = newest_impressions(
-        state.store.as_ref(),
-        &state.settings,
-        campaign,
-        limit,
-        chrono::Utc::now(),
-        state.options.recent_lookback_days,
-        state.options.fan_out,
-    )
-    .await?;
-    Ok(Json(json!({
-        "impressions": impressions
+    let impressions = state
+        .queries
+        .recent(campaign, limit, chrono::Utc::now())
+        .await?;
+    let answer = RecentAnswer {
+        impressions: impressions
             .iter()
             .map(|impression| ImpressionRecord::new(impression, None))
-            .collect::<Vec<_>>(),
-    })))
+            .collect(),
+    };
+    Ok(Json(answer).into_response())
 }

@@ -1,22 +1,43 @@
 //! Liveness and readiness, for process supervisors and load balancers.
 
-use super::{AppState, error::ApiError};
+use super::AppState;
+use super::error::{ApiError, ErrorAnswer};
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Status {
+    /// `ok` (liveness) or `ready` (readiness).
+    pub status: &'static str,
+}
 
 /// 200 while the process runs: a supervisor restarts the process only if this stops answering.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    summary = "Liveness: 200 while the process runs.",
+    responses((status = 200, description = "OK", body = Status))
+)]
+pub async fn healthz() -> Json<Status> {
+    Json(Status { status: "ok" })
 }
 
 /// 200 when the store answers and its schema is current; 503 otherwise, so a load balancer
 /// sends traffic elsewhere until the store is back (no restart needed: the driver reconnects).
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state
-        .store
-        .check_ready()
-        .await
-        .map_err(ApiError::NotReady)?;
-    Ok(Json(json!({"status": "ready"})))
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    summary = "Readiness: the store answers and its schema is current.",
+    responses(
+        (status = 200, description = "OK", body = Status),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
+    state.check_ready().await.map_err(ApiError::NotReady)?;
+    Ok(Json(Status { status: "ready" }))
 }

@@ -52,6 +52,13 @@ pub async fn track_requests(request: Request, next: Next) -> Response {
     response
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    summary = "Prometheus metrics: requests by route and status, events accepted, requests rejected, store call latencies.",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
+)]
 pub async fn get_metrics() -> impl IntoResponse {
     let handle = prometheus();
     handle.run_upkeep();

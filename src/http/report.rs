@@ -1,19 +1,63 @@
 //! `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/report`.
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
-use crate::query::report::{Dimension, campaign_report};
+use crate::query::report::Dimension;
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use serde_json::{Value, json};
-use std::sync::Arc;
+use serde::Serialize;
+use utoipa::ToSchema;
 
+/// One value's counts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReportRowAnswer {
+    /// The value; null for impressions without the `user_data` key.
+    pub value: Option<String>,
+    pub impressions: u64,
+    pub clicks: u64,
+    pub ctr: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReportAnswer {
+    pub advertiser_id: String,
+    pub campaign_id: String,
+    pub from: String,
+    pub to: String,
+    pub tz: String,
+    /// `ad_id` or `user_data.<key>`.
+    pub dimension: String,
+    /// Most impressions first, then by value; null last.
+    pub rows: Vec<ReportRowAnswer>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/report",
+    tag = "queries",
+    summary = "Impressions, clicks and CTR per value of ad_id or of one user_data key.",
+    description = "Clicks are the first clicks, in the range, of impressions shown in the range. \
+        Rows: most impressions first, then by value; null (impressions without the key) last.",
+    params(
+        ("advertiser_id" = uuid::Uuid, Path),
+        ("campaign_id" = uuid::Uuid, Path),
+        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
+        ("to" = String, Query, description = "Last local day (inclusive)"),
+        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
+        ("dimension" = String, Query, description = "ad_id or user_data.<key>"),
+    ),
+    responses(
+        (status = 200, description = "OK", body = ReportAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_report(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ReportAnswer>, ApiError> {
     let campaign = campaign_key(&advertiser_id, &campaign_id)?;
     let params = Params::parse(query.as_deref(), &["from", "to", "tz", "dimension"])?;
     let range = params.range()?;
@@ -21,30 +65,22 @@ pub async fn get_report(
         .required("dimension")?
         .parse()
         .map_err(|message| ApiError::invalid("dimension", message))?;
-    let rows = campaign_report(
-        Arc::clone(&state.store),
-        &state.settings,
-        campaign,
-        &range,
-        &dimension,
-        state.options.fan_out,
-    )
-    .await?;
-    Ok(Json(json!({
-        "advertiser_id": campaign.advertiser_id.to_string(),
-        "campaign_id": campaign.campaign_id.to_string(),
-        "from": range.from().format("%Y-%m-%d").to_string(),
-        "to": range.to().format("%Y-%m-%d").to_string(),
-        "tz": range.tz().name(),
-        "dimension": dimension.to_string(),
-        "rows": rows
+    let rows = state.queries.report(campaign, &range, &dimension).await?;
+    Ok(Json(ReportAnswer {
+        advertiser_id: campaign.advertiser_id.to_string(),
+        campaign_id: campaign.campaign_id.to_string(),
+        from: range.from().format("%Y-%m-%d").to_string(),
+        to: range.to().format("%Y-%m-%d").to_string(),
+        tz: range.tz().name().to_owned(),
+        dimension: dimension.to_string(),
+        rows: rows
             .iter()
-            .map(|row| json!({
-                "value": row.value,
-                "impressions": row.impressions,
-                "clicks": row.clicks,
-                "ctr": row.ctr(),
-            }))
-            .collect::<Vec<_>>(),
-    })))
+            .map(|row| ReportRowAnswer {
+                ctr: row.ctr(),
+                value: row.value.clone(),
+                impressions: row.impressions,
+                clicks: row.clicks,
+            })
+            .collect(),
+    }))
 }

@@ -1,72 +1,139 @@
 //! `PUT`/`GET /v1/sites/{site}` (a site's bucket count) and `GET /v1/sites/{site}/uniques`.
 
 use super::AppState;
-use super::campaigns::{parse_buckets, parse_effective_from};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, site_id};
-use crate::domain::campaign::CampaignSettings;
-use crate::query::uniques::{Granularity, VisitCounts, site_uniques};
-use crate::settings::SettingsOwner;
+use super::settings_wire::{SettingsAnswer, SettingsWire};
+use crate::domain::owner::Owner;
+use crate::query::uniques::{Granularity, UniquesQuery, VisitCounts};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use chrono::{SecondsFormat, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use chrono::Utc;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
-struct SiteSettingsWire {
-    buckets: Option<Value>,
-    effective_from: Option<String>,
-}
-
+#[utoipa::path(
+    put,
+    path = "/v1/sites/{site}",
+    tag = "settings",
+    summary = "Schedule a bucket-count change for the site's beacons.",
+    params(("site" = String, Path, description = "1–128 characters of A-Z a-z 0-9 . _ : -")),
+    request_body = SettingsWire,
+    responses(
+        (status = 200, description = "OK", body = SettingsAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn put_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let site = site_id(&site)?;
-    let wire: SiteSettingsWire = serde_json::from_slice(&body).map_err(|error| {
-        ApiError::invalid("body", format!("is not a JSON object of settings: {error}"))
-    })?;
-    let settings = CampaignSettings {
-        buckets: parse_buckets(wire.buckets)?,
-        effective_from: parse_effective_from(&state, wire.effective_from)?,
-        daily_cap: None,
-    };
-    state.store.put_site_settings(&site, &settings).await?;
-    state.settings.forget(&SettingsOwner::Site(site));
-    Ok(Json(settings_json(&settings)))
+) -> Result<Json<SettingsAnswer>, ApiError> {
+    let owner = Owner::Site(site_id(&site)?);
+    let change = SettingsWire::parse(&body)?.into_change()?;
+    let settings = state.settings.change(&owner, change, Utc::now()).await?;
+    Ok(Json(SettingsAnswer::site(&settings, None)))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/sites/{site}",
+    tag = "settings",
+    summary = "The site's newest settings (a never-configured site has 1 bucket).",
+    params(("site" = String, Path)),
+    responses(
+        (status = 200, description = "OK", body = SettingsAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let site = site_id(&site)?;
-    let history = state.store.site_settings(&site).await?;
-    let mut answer = settings_json(&history.latest());
-    answer["in_force"] = json!(history.buckets_at(Utc::now()).get());
-    Ok(Json(answer))
+) -> Result<Json<SettingsAnswer>, ApiError> {
+    let owner = Owner::Site(site_id(&site)?);
+    let current = state.settings.current(&owner, Utc::now()).await?;
+    Ok(Json(SettingsAnswer::site(
+        &current.latest,
+        Some(current.in_force),
+    )))
 }
 
-fn settings_json(settings: &CampaignSettings) -> Value {
-    json!({
-        "buckets": settings.buckets.get(),
-        "effective_from": settings.effective_from.to_rfc3339_opts(SecondsFormat::Millis, true),
-    })
+/// Visits (exact) and unique visitors (HyperLogLog++) of a period or of the whole range.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VisitCountsAnswer {
+    pub visits: u64,
+    pub unique_visitors: u64,
 }
 
+impl From<&VisitCounts> for VisitCountsAnswer {
+    fn from(counts: &VisitCounts) -> Self {
+        Self {
+            visits: counts.visits,
+            unique_visitors: counts.unique_visitors,
+        }
+    }
+}
+
+/// One period's row.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PeriodRow {
+    /// `YYYY-MM-DD`, `YYYY-Www` (ISO week) or `YYYY-MM`.
+    pub period: String,
+    #[serde(flatten)]
+    pub counts: VisitCountsAnswer,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UniquesAnswer {
+    pub site: String,
+    pub from: String,
+    pub to: String,
+    pub tz: String,
+    pub granularity: String,
+    /// The feature filter: every beacon counted has these features.
+    pub filter: BTreeMap<String, String>,
+    pub total: VisitCountsAnswer,
+    /// How many UTC days were answered from their rollup (the rest from stored beacons).
+    pub sealed_days: usize,
+    /// Every period of the range, oldest first, zeros included; none for `total`.
+    pub rows: Vec<PeriodRow>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sites/{site}/uniques",
+    tag = "queries",
+    summary = "Visits and unique visitors of a site over a range, for the beacons matching a feature filter.",
+    description = "A feature filter is given as `feature.<name>=<value>` parameters (any subset of \
+        a beacon's features; none = every visit of the site).",
+    params(
+        ("site" = String, Path),
+        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
+        ("to" = String, Query, description = "Last local day (inclusive), at most 366 days after from"),
+        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
+        ("granularity" = Option<String>, Query, description = "total (default), month, week, day"),
+    ),
+    responses(
+        (status = 200, description = "OK", body = UniquesAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_uniques(
     State(state): State<AppState>,
     Path(site): Path<String>,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UniquesAnswer>, ApiError> {
     let site = site_id(&site)?;
     let (params, filter) =
         Params::parse_with_features(query.as_deref(), &["from", "to", "tz", "granularity"])?;
     let range = params.range()?;
-    let granularity = match params.get("granularity").unwrap_or("total") {
+    let granularity_name = params.get("granularity").unwrap_or("total");
+    let granularity = match granularity_name {
         "total" => Granularity::Total,
         "month" => Granularity::Month,
         "week" => Granularity::Week,
@@ -78,36 +145,28 @@ pub async fn get_uniques(
             ));
         }
     };
-    let uniques = site_uniques(
-        state.store.as_ref(),
-        &state.settings,
-        &site,
-        &filter,
-        &range,
+    let question = UniquesQuery {
+        filter,
+        range,
         granularity,
-        state.options.fan_out,
-    )
-    .await?;
-    let counts = |counts: &VisitCounts| json!({"visits": counts.visits, "unique_visitors": counts.unique_visitors});
-    let rows: Vec<Value> = uniques
-        .rows
-        .iter()
-        .map(|(period, row)| {
-            let mut value = counts(row);
-            value["period"] = json!(period);
-            value
-        })
-        .collect();
-    Ok(Json(json!({
-        "site": site.as_str(),
-        "from": range.from().format("%Y-%m-%d").to_string(),
-        "to": range.to().format("%Y-%m-%d").to_string(),
-        "tz": range.tz().name(),
-        "granularity": params.get("granularity").unwrap_or("total"),
-        "filter": filter.entries(),
-        "total": counts(&uniques.total),
-        // How many UTC days were answered from their rollup (the rest from stored beacons).
-        "sealed_days": uniques.sealed_days,
-        "rows": rows,
-    })))
+    };
+    let uniques = state.queries.uniques(&site, &question).await?;
+    Ok(Json(UniquesAnswer {
+        site: site.as_str().to_owned(),
+        from: range.from().format("%Y-%m-%d").to_string(),
+        to: range.to().format("%Y-%m-%d").to_string(),
+        tz: range.tz().name().to_owned(),
+        granularity: granularity_name.to_owned(),
+        filter: question.filter.entries().clone(),
+        total: VisitCountsAnswer::from(&uniques.total),
+        sealed_days: uniques.sealed_days,
+        rows: uniques
+            .rows
+            .iter()
+            .map(|(period, counts)| PeriodRow {
+                period: period.clone(),
+                counts: counts.into(),
+            })
+            .collect(),
+    }))
 }

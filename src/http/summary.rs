@@ -1,34 +1,112 @@
 //! `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary`.
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
-use crate::query::summary::{Counts, Grouping, campaign_summary};
+use crate::query::summary::{Counts, Grouping};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum GroupBy {
-    Day,
-    Hour,
-    Ad,
-    None,
+/// The counts of one row, or of the totals.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CountsAnswer {
+    /// Distinct impressions (each id once per UTC day, at its earliest timestamp).
+    pub impressions: u64,
+    /// Impressions first clicked in the period.
+    pub clicks: u64,
+    /// clicks ÷ impressions (0 without impressions).
+    pub ctr: f64,
+    /// Distinct users (HyperLogLog++: exact or ±1 below 1,000, within 2 % above).
+    pub unique_users: u64,
+    /// Impressions once per user and billable window.
+    pub billable_impressions: u64,
 }
 
+impl From<&Counts> for CountsAnswer {
+    fn from(counts: &Counts) -> Self {
+        Self {
+            impressions: counts.impressions,
+            clicks: counts.clicks,
+            ctr: counts.ctr(),
+            unique_users: counts.unique_users,
+            billable_impressions: counts.billable_impressions,
+        }
+    }
+}
+
+/// One row: a local day, a local clock hour or an ad, with its counts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SummaryRow {
+    /// `YYYY-MM-DD` (`group_by=day`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub day: Option<String>,
+    /// `2026-11-01T13:00:00+01:00` (`group_by=hour`; a repeated DST hour appears twice).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hour: Option<String>,
+    /// `group_by=ad`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ad_id: Option<String>,
+    #[serde(flatten)]
+    pub counts: CountsAnswer,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SummaryAnswer {
+    pub advertiser_id: String,
+    pub campaign_id: String,
+    pub from: String,
+    pub to: String,
+    pub tz: String,
+    pub group_by: &'static str,
+    pub totals: CountsAnswer,
+    /// How many UTC days were answered from their rollup (the rest from raw events).
+    pub sealed_days: usize,
+    pub rows: Vec<SummaryRow>,
+}
+
+fn row(counts: &Counts) -> SummaryRow {
+    SummaryRow {
+        day: None,
+        hour: None,
+        ad_id: None,
+        counts: counts.into(),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary",
+    tag = "queries",
+    summary = "Impressions, clicks, CTR, unique users and billable impressions per local day, clock hour or ad, and in total.",
+    params(
+        ("advertiser_id" = uuid::Uuid, Path),
+        ("campaign_id" = uuid::Uuid, Path),
+        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
+        ("to" = String, Query, description = "Last local day (inclusive), at most 366 days after from"),
+        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
+        ("group_by" = Option<String>, Query, description = "day (default), hour, ad, none"),
+    ),
+    responses(
+        (status = 200, description = "OK", body = SummaryAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_summary(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SummaryAnswer>, ApiError> {
     let campaign = campaign_key(&advertiser_id, &campaign_id)?;
     let params = Params::parse(query.as_deref(), &["from", "to", "tz", "group_by"])?;
     let range = params.range()?;
-    let group_by = match params.get("group_by").unwrap_or("day") {
-        "day" => GroupBy::Day,
-        "hour" => GroupBy::Hour,
-        "ad" => GroupBy::Ad,
-        "none" => GroupBy::None,
+    let (grouping, group_by) = match params.get("group_by").unwrap_or("day") {
+        "day" => (Grouping::Day, "day"),
+        "hour" => (Grouping::Hour, "hour"),
+        "ad" => (Grouping::Ad, "ad"),
+        "none" => (Grouping::None, "none"),
         other => {
             return Err(ApiError::invalid(
                 "group_by",
@@ -36,60 +114,43 @@ pub async fn get_summary(
             ));
         }
     };
-    let summary = campaign_summary(
-        state.store.as_ref(),
-        &state.settings,
-        campaign,
-        &range,
-        state.options.fan_out,
-        state.options.billable_window,
-        match group_by {
-            GroupBy::Day => Grouping::Day,
-            GroupBy::Hour => Grouping::Hour,
-            GroupBy::Ad => Grouping::Ad,
-            GroupBy::None => Grouping::None,
-        },
-    )
-    .await?;
-    let rows: Vec<Value> = match group_by {
-        GroupBy::Day => summary
+    let summary = state.queries.summary(campaign, &range, grouping).await?;
+    let rows: Vec<SummaryRow> = match grouping {
+        Grouping::Day => summary
             .by_day
             .iter()
-            .map(|(day, counts)| {
-                with_counts(json!({"day": day.format("%Y-%m-%d").to_string()}), counts)
+            .map(|(day, counts)| SummaryRow {
+                day: Some(day.format("%Y-%m-%d").to_string()),
+                ..row(counts)
             })
             .collect(),
-        GroupBy::Hour => summary
+        Grouping::Hour => summary
             .by_hour
             .iter()
-            .map(|(hour, counts)| with_counts(json!({"hour": hour}), counts))
+            .map(|(hour, counts)| SummaryRow {
+                hour: Some(hour.clone()),
+                ..row(counts)
+            })
             .collect(),
-        GroupBy::Ad => summary
+        Grouping::Ad => summary
             .by_ad
             .iter()
-            .map(|(ad, counts)| with_counts(json!({"ad_id": ad.to_string()}), counts))
+            .map(|(ad, counts)| SummaryRow {
+                ad_id: Some(ad.to_string()),
+                ..row(counts)
+            })
             .collect(),
-        GroupBy::None => Vec::new(),
+        Grouping::None => Vec::new(),
     };
-    Ok(Json(json!({
-        "advertiser_id": campaign.advertiser_id.to_string(),
-        "campaign_id": campaign.campaign_id.to_string(),
-        "from": range.from().format("%Y-%m-%d").to_string(),
-        "to": range.to().format("%Y-%m-%d").to_string(),
-        "tz": range.tz().name(),
-        "group_by": match group_by { GroupBy::Day => "day", GroupBy::Hour => "hour", GroupBy::Ad => "ad", GroupBy::None => "none" },
-        "totals": with_counts(json!({}), &summary.totals),
-        // How many UTC days were answered from their rollup (the rest from raw events).
-        "sealed_days": summary.sealed_days,
-        "rows": rows,
-    })))
-}
-
-fn with_counts(mut row: Value, counts: &Counts) -> Value {
-    row["impressions"] = json!(counts.impressions);
-    row["clicks"] = json!(counts.clicks);
-    row["ctr"] = json!(counts.ctr());
-    row["unique_users"] = json!(counts.unique_users);
-    row["billable_impressions"] = json!(counts.billable_impressions);
-    row
+    Ok(Json(SummaryAnswer {
+        advertiser_id: campaign.advertiser_id.to_string(),
+        campaign_id: campaign.campaign_id.to_string(),
+        from: range.from().format("%Y-%m-%d").to_string(),
+        to: range.to().format("%Y-%m-%d").to_string(),
+        tz: range.tz().name().to_owned(),
+        group_by,
+        totals: (&summary.totals).into(),
+        sealed_days: summary.sealed_days,
+        rows,
+    }))
 }

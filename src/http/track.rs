@@ -3,9 +3,9 @@
 //! CORS is open to every page (the `/track` routes carry their own layer in the router).
 
 use super::AppState;
+use super::beacon_params::{BeaconError, parse_beacon};
 use super::body::{BodyLimits, read_body};
-use super::error::{ApiError, FieldError};
-use crate::domain::beacon::{BeaconError, parse_beacon};
+use super::error::{ApiError, ErrorAnswer, FieldError};
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -23,6 +23,23 @@ const PIXEL: &[u8] = &[
     0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
 ];
 
+#[utoipa::path(
+    post,
+    path = "/track",
+    tag = "beacons",
+    summary = "Record a page-view beacon (form post, navigator.sendBeacon, JSON).",
+    description = "Parameters (`site`, `guid`, `timestamp` in epoch seconds, features) come from \
+        an `application/x-www-form-urlencoded` body, a `text/plain` body holding the same or a \
+        JSON object, `application/json`, and the query string, merged. CORS is open to every \
+        origin.",
+    request_body(content = String, content_type = "application/x-www-form-urlencoded", example = "site=site1&guid=962e0c3a-6c08-4160-9196-f0050faffe62&feature1=facebook.com"),
+    responses(
+        (status = 204, description = "Stored"),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn post_track(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -33,7 +50,7 @@ pub async fn post_track(
         max_bytes: MAX_BEACON_BYTES,
         max_events: 1,
     };
-    // API.md: every /track refusal but an oversized body is a 400 naming what is wrong.
+    // docs/API.md: every /track refusal but an oversized body is a 400 naming what is wrong.
     let as_400 = |error: ApiError| match error {
         ApiError::UnsupportedMediaType(message) => {
             let field = if message.starts_with("Content-Encoding") {
@@ -66,6 +83,22 @@ pub async fn head_track() -> Response {
         .into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/track",
+    tag = "beacons",
+    summary = "Record a page-view beacon from the query string (a tracking pixel).",
+    params(
+        ("site" = Option<String>, Query, description = "Site id; default: the host of Origin, else of Referer"),
+        ("guid" = String, Query, description = "Visitor id, 1–128 characters"),
+        ("timestamp" = Option<String>, Query, description = "Epoch seconds (a fraction allowed); default: the receive time"),
+    ),
+    responses(
+        (status = 200, description = "A 1×1 transparent GIF", content_type = "image/gif"),
+        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
 pub async fn get_track(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -83,6 +116,13 @@ pub async fn get_track(
 }
 
 /// A plain `OPTIONS` (not a CORS preflight, which the CORS layer answers) says what is allowed.
+#[utoipa::path(
+    options,
+    path = "/track",
+    tag = "beacons",
+    summary = "CORS preflight: any origin may send beacons.",
+    responses((status = 204, description = "Allowed methods"), (status = 200, description = "A CORS preflight's answer"))
+)]
 pub async fn options_track() -> Response {
     (
         StatusCode::NO_CONTENT,

@@ -14,6 +14,7 @@ use serde::de::{self, Deserializer, Visitor};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// An event timestamp as sent: RFC 3339 text or epoch milliseconds. Deserialized by hand
@@ -70,37 +71,58 @@ impl<'de: 'a, 'a> Deserialize<'de> for WireTimestamp<'a> {
     }
 }
 
-/// Borrowed from the body where the JSON needs no unescaping: no allocation per field.
-#[derive(Debug, Deserialize)]
+/// An impression as an ad server sends it. Borrowed from the body where the JSON needs no
+/// unescaping: no allocation per field. Unknown fields are ignored.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = Impression)]
 pub struct ImpressionWire<'a> {
+    /// Chosen by the ad server; it also goes into the click URL.
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     impression_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     advertiser_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     campaign_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     ad_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     user_id: Option<Cow<'a, str>>,
+    /// RFC 3339, or an integer of epoch **milliseconds**: when the ad was served.
     #[serde(borrow)]
+    #[schema(value_type = String, example = "2026-11-26T12:00:00.000Z")]
     timestamp: Option<WireTimestamp<'a>>,
+    /// IPv4 or IPv6; default: the client address.
     #[serde(borrow)]
+    #[schema(value_type = Option<String>)]
     user_ip: Option<Cow<'a, str>>,
+    /// At most 64 entries; key ≤ 64 bytes, value ≤ 1024 bytes.
     user_data: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A click as an ad server sends it: the impression clicked and when.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = Click)]
 pub struct ClickWire<'a> {
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     impression_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     advertiser_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     campaign_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    #[schema(value_type = uuid::Uuid)]
     ad_id: Option<Cow<'a, str>>,
+    /// RFC 3339, or an integer of epoch **milliseconds**: when the ad was clicked.
     #[serde(borrow)]
+    #[schema(value_type = String, example = "2026-11-26T12:00:05.000Z")]
     timestamp: Option<WireTimestamp<'a>>,
 }
 

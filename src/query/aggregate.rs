@@ -4,7 +4,7 @@
 //! (exact in every zone whose offset is a multiple of 15 minutes, which is every zone) and
 //! unions of day or hour sketches.
 //!
-//! Counting rules (DESIGN.md): an impression counts once per UTC day, at its earliest
+//! Counting rules (docs/DESIGN.md, "Counting rules"): an impression counts once per UTC day, at its earliest
 //! timestamp; a click counts once per impression, at that impression's first click ever (the
 //! click index answers it); a billable impression counts once per user and window
 //! (`floor(epoch_seconds / window) × window`), at the time and for the ad of the window's
@@ -17,7 +17,8 @@ use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
 use crate::query::clicks::first_clicks;
 use crate::store::{
-    ClickRow, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice, Store, StoreError,
+    ClickRow, EventStore, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice,
+    StoreError,
 };
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
@@ -212,20 +213,33 @@ impl DayAggregate {
     }
 }
 
-/// Reads one UTC day's impression and click partitions (`partitions`, every bucket in force
-/// that day) and aggregates them, with users reached at `levels`.
+/// What to read of one UTC day of a campaign.
+#[derive(Debug, Clone)]
+pub struct DayRead {
+    pub campaign: CampaignKey,
+    /// Every partition of the day: each bucket of each bucket count in force that day.
+    pub partitions: Vec<EventPartition>,
+    /// The levels of users reached to count.
+    pub levels: Vec<ReachLevel>,
+}
+
+/// Reads one UTC day's impression and click partitions and aggregates them, with users
+/// reached at the levels asked for; `concurrency` partition reads at a time.
 pub async fn aggregate_day(
-    store: &dyn Store,
-    campaign: CampaignKey,
-    partitions: &[EventPartition],
+    store: &dyn EventStore,
+    read: &DayRead,
     window: BillableWindow,
     concurrency: usize,
-    levels: &[ReachLevel],
 ) -> Result<DayAggregate, StoreError> {
+    let DayRead {
+        campaign,
+        partitions,
+        levels,
+    } = read;
     let concurrency = concurrency.max(1);
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
     let mut reads = stream::iter(partitions.iter().copied())
-        .map(|partition| async move { store.read_impression_summaries(partition).await })
+        .map(|partition| async move { store.read_impression_summaries(&partition).await })
         .buffer_unordered(concurrency);
     while let Some(rows) = reads.next().await {
         for row in rows? {
@@ -271,7 +285,7 @@ pub async fn aggregate_day(
     };
     for ClickRow {
         ad_id, timestamp, ..
-    } in first_clicks(store, campaign, partitions.to_vec(), concurrency, |_| true).await?
+    } in first_clicks(store, *campaign, partitions.clone(), concurrency, |_| true).await?
     {
         if timestamp.utc_day() == utc_day {
             day.slice(timestamp, ad_id).clicks += 1;

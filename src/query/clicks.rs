@@ -5,19 +5,19 @@
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::query::FanOut;
-use crate::store::{ClickRow, Store, StoreError};
+use crate::store::{ClickRow, EventStore, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::HashSet;
 
 /// Impressions with at least one click stored in `partitions`.
 pub async fn clicked_in(
-    store: &dyn Store,
+    store: &dyn EventStore,
     partitions: Vec<EventPartition>,
     fan_out: FanOut,
 ) -> Result<HashSet<ImpressionId>, StoreError> {
     let mut reads = stream::iter(partitions)
-        .map(|partition| store.read_clicks(partition))
+        .map(|partition| async move { store.read_clicks(&partition).await })
         .buffer_unordered(fan_out.concurrency.max(1));
     let mut clicked = HashSet::new();
     while let Some(rows) = reads.next().await {
@@ -30,7 +30,7 @@ pub async fn clicked_in(
 /// that `candidate` keeps): a stored click may be a repeat, and the impression's first click
 /// may lie in another day. One lookup per candidate impression, `concurrency` at a time.
 pub async fn first_clicks(
-    store: &dyn Store,
+    store: &dyn EventStore,
     campaign: CampaignKey,
     partitions: Vec<EventPartition>,
     concurrency: usize,
@@ -38,7 +38,7 @@ pub async fn first_clicks(
 ) -> Result<Vec<ClickRow>, StoreError> {
     let concurrency = concurrency.max(1);
     let mut reads = stream::iter(partitions)
-        .map(|partition| store.read_clicks(partition))
+        .map(|partition| async move { store.read_clicks(&partition).await })
         .buffer_unordered(concurrency);
     let mut clicked = HashSet::new();
     while let Some(rows) = reads.next().await {
@@ -61,7 +61,7 @@ pub async fn first_clicks(
 /// the clicks stored in `partitions` (the range's days) narrow it down, and each candidate's
 /// first click is looked up, since an earlier click may lie before the range.
 pub async fn first_clicked_between(
-    store: &dyn Store,
+    store: &dyn EventStore,
     campaign: CampaignKey,
     partitions: Vec<EventPartition>,
     (start, end): (DateTime<Utc>, DateTime<Utc>),

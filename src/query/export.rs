@@ -3,16 +3,16 @@
 //! impressions) are read first, by fan-out over the click partitions from the range's first
 //! day to today; the impressions then come a page at a time, for the caller to stream.
 
-use super::FanOut;
+use super::Reader;
 use super::clicks::clicked_in;
 use super::impressions::ImpressionScan;
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::event::Impression;
 use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::owner::Owner;
 use crate::domain::time::Day;
-use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,14 +26,13 @@ pub struct Export {
 impl Export {
     /// Reads the clicked ids (errors here come before any byte of the answer).
     pub async fn open(
-        store: Arc<dyn Store>,
-        settings: &SettingsCache,
+        reader: &Reader,
         campaign: CampaignKey,
         range: &QueryRange,
-        fan_out: FanOut,
         now: DateTime<Utc>,
     ) -> Result<Self, StoreError> {
-        let history = settings.history(campaign).await?;
+        let settings = &reader.settings;
+        let history = settings.history(&Owner::Campaign(campaign)).await?;
         let plan = |days: Vec<Day>| {
             campaign_partitions(
                 campaign,
@@ -54,9 +53,9 @@ impl Export {
             .unwrap_or_else(|| Day::new(now.date_naive()));
         let last = Day::new(now.date_naive()).next();
         let click_days: Vec<Day> = first.through(last).collect();
-        let clicked = clicked_in(store.as_ref(), plan(click_days), fan_out).await?;
+        let clicked = clicked_in(reader.store.as_ref(), plan(click_days), reader.fan_out).await?;
         Ok(Self {
-            scan: ImpressionScan::new(store, range, impressions),
+            scan: ImpressionScan::new(Arc::clone(&reader.store), range, impressions),
             clicked,
         })
     }

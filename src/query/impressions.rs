@@ -57,7 +57,7 @@ impl ImpressionScan {
         let store = Arc::clone(&self.store);
         Box::pin(async move {
             let cursor = scan.cursor.take();
-            let page = store.read_impression_page(scan.partition, cursor).await;
+            let page = store.read_impression_page(&scan.partition, cursor).await;
             (scan, page)
         })
     }

@@ -1,5 +1,8 @@
 //! The read side: which partitions a question needs (pure planning), reading them with a
 //! bounded number in flight, and adding the rows up. Shared by every store.
+//!
+//! [`Queries`] is the service the HTTP layer asks: it owns the store, the settings cache and
+//! the fan-out limits, so a handler only names what it wants to know.
 
 pub mod aggregate;
 pub mod clicks;
@@ -9,12 +12,124 @@ pub mod plan;
 pub mod range;
 pub mod recent;
 pub mod report;
+pub mod site_day;
 pub mod summary;
 pub mod uniques;
+
+use crate::domain::beacon::SiteId;
+use crate::domain::ids::CampaignKey;
+use crate::settings::SettingsCache;
+use crate::store::{Store, StoreError};
+use aggregate::BillableWindow;
+use chrono::{DateTime, Utc};
+use range::QueryRange;
+use std::sync::Arc;
 
 /// How reads fan out.
 #[derive(Debug, Clone, Copy)]
 pub struct FanOut {
     /// Partition reads in flight at once for one query.
     pub concurrency: usize,
+}
+
+/// What every read needs: where to read, how the owners are configured, how wide to fan out.
+#[derive(Clone)]
+pub struct Reader {
+    pub store: Arc<dyn Store>,
+    pub settings: Arc<SettingsCache>,
+    pub fan_out: FanOut,
+}
+
+/// The query side's tunables.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryOptions {
+    pub fan_out: FanOut,
+    /// Billable impressions count once per user and campaign in each window this long.
+    pub billable_window: BillableWindow,
+    /// How many UTC days before today `impressions/recent` looks back.
+    pub recent_lookback_days: u32,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        Self {
+            fan_out: FanOut { concurrency: 64 },
+            billable_window: BillableWindow::DEFAULT,
+            recent_lookback_days: 7,
+        }
+    }
+}
+
+/// Answers the dashboards' questions.
+pub struct Queries {
+    reader: Reader,
+    options: QueryOptions,
+}
+
+impl Queries {
+    pub fn new(store: Arc<dyn Store>, settings: Arc<SettingsCache>, options: QueryOptions) -> Self {
+        Self {
+            reader: Reader {
+                store,
+                settings,
+                fan_out: options.fan_out,
+            },
+            options,
+        }
+    }
+
+    /// A campaign's counts over `range`, with the rows of `grouping`.
+    pub async fn summary(
+        &self,
+        campaign: CampaignKey,
+        range: &QueryRange,
+        grouping: summary::Grouping,
+    ) -> Result<summary::Summary, StoreError> {
+        let window = self.options.billable_window;
+        summary::campaign_summary(&self.reader, campaign, range, grouping, window).await
+    }
+
+    /// A campaign's impressions and clicks per value of `dimension`.
+    pub async fn report(
+        &self,
+        campaign: CampaignKey,
+        range: &QueryRange,
+        dimension: &report::Dimension,
+    ) -> Result<Vec<report::ReportRow>, StoreError> {
+        report::campaign_report(&self.reader, campaign, range, dimension).await
+    }
+
+    /// Opens a bulk export of a campaign's impressions over `range`.
+    pub async fn export(
+        &self,
+        campaign: CampaignKey,
+        range: &QueryRange,
+        now: DateTime<Utc>,
+    ) -> Result<export::Export, StoreError> {
+        export::Export::open(&self.reader, campaign, range, now).await
+    }
+
+    /// A campaign's newest `limit` impressions as of `now`.
+    pub async fn recent(
+        &self,
+        campaign: CampaignKey,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::domain::event::Impression>, StoreError> {
+        let window = recent::RecentWindow {
+            limit,
+            now,
+            lookback_days: self.options.recent_lookback_days,
+        };
+        recent::newest_impressions(&self.reader, campaign, &window).await
+    }
+
+    /// A site's visits and unique visitors.
+    pub async fn uniques(
+        &self,
+        site: &SiteId,
+        question: &uniques::UniquesQuery,
+    ) -> Result<uniques::SiteUniques, StoreError> {
+        uniques::site_uniques(&self.reader, site, question).await
+    }
 }

@@ -3,14 +3,14 @@
 //! at a time, only while fewer than `limit` were found, up to the look-back. Each partition
 //! read is a `LIMIT` on the newest-first clustering: no day is read in full.
 
-use super::FanOut;
+use super::Reader;
 use super::plan::campaign_partitions;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
+use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
-use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
+use crate::store::{EventStore, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::HashSet;
@@ -18,18 +18,29 @@ use std::collections::HashSet;
 /// At most this many impressions per answer.
 pub const MAX_LIMIT: usize = 1_000;
 
+/// How many of the newest impressions, as of when, looking how far back.
+#[derive(Debug, Clone, Copy)]
+pub struct RecentWindow {
+    pub limit: usize,
+    pub now: DateTime<Utc>,
+    /// UTC days before today's that may be read.
+    pub lookback_days: u32,
+}
+
 /// The newest `limit` impressions with a timestamp up to the end of tomorrow (UTC), newest
 /// first, looking back `lookback_days` UTC days before today.
 pub async fn newest_impressions(
-    store: &dyn Store,
-    settings: &SettingsCache,
+    reader: &Reader,
     campaign: CampaignKey,
-    limit: usize,
-    now: DateTime<Utc>,
-    lookback_days: u32,
-    fan_out: FanOut,
+    window: &RecentWindow,
 ) -> Result<Vec<Impression>, StoreError> {
-    let history = settings.history(campaign).await?;
+    let RecentWindow {
+        limit,
+        now,
+        lookback_days,
+    } = *window;
+    let (store, settings) = (reader.store.as_ref(), &reader.settings);
+    let history = settings.history(&Owner::Campaign(campaign)).await?;
     let today = Day::new(now.date_naive());
     let oldest = Day::new(now.date_naive() - chrono::Days::new(u64::from(lookback_days)));
     // Newest first: tomorrow and today together, then one earlier day at a time.
@@ -52,7 +63,7 @@ pub async fn newest_impressions(
         .collect();
         let mut reads = stream::iter(partitions)
             .map(|partition| newest_of_partition(store, partition, limit))
-            .buffer_unordered(fan_out.concurrency.max(1));
+            .buffer_unordered(reader.fan_out.concurrency.max(1));
         while let Some(rows) = reads.next().await {
             found.extend(rows?);
         }
@@ -69,13 +80,13 @@ pub async fn newest_impressions(
 /// stored twice (re-sent with another timestamp) takes two rows of a `LIMIT`, and the rows
 /// it pushed out could be newer than anything another partition or day offers.
 async fn newest_of_partition(
-    store: &dyn Store,
+    store: &dyn EventStore,
     partition: EventPartition,
     limit: usize,
 ) -> Result<Vec<Impression>, StoreError> {
     let mut asked = limit;
     loop {
-        let rows = store.read_newest_impressions(partition, asked).await?;
+        let rows = store.read_newest_impressions(&partition, asked).await?;
         let distinct = rows
             .iter()
             .map(|impression| impression.impression_id)

@@ -3,16 +3,16 @@
 //! into memory by fan-out, then its impressions are streamed partition by partition and each
 //! is counted under its value; memory holds the clicked ids and one counter per value.
 
-use super::FanOut;
+use super::Reader;
 use super::clicks::first_clicked_between;
 use super::impressions::ImpressionScan;
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
+use crate::domain::owner::Owner;
 use crate::domain::user_data::MAX_KEY_BYTES;
-use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -84,14 +84,13 @@ impl ReportRow {
 /// as in the summary (once per UTC day, at the earliest time); a row's clicks are those of its
 /// impressions whose first click falls in the range, each once.
 pub async fn campaign_report(
-    store: Arc<dyn Store>,
-    settings: &SettingsCache,
+    reader: &Reader,
     campaign: CampaignKey,
     range: &QueryRange,
     dimension: &Dimension,
-    fan_out: FanOut,
 ) -> Result<Vec<ReportRow>, StoreError> {
-    let history = settings.history(campaign).await?;
+    let settings = &reader.settings;
+    let history = settings.history(&Owner::Campaign(campaign)).await?;
     let partitions: Vec<_> = campaign_partitions(
         campaign,
         range.utc_days(),
@@ -102,15 +101,15 @@ pub async fn campaign_report(
     .flat_map(|(_, partitions)| partitions)
     .collect();
     let mut clicked = first_clicked_between(
-        store.as_ref(),
+        reader.store.as_ref(),
         campaign,
         partitions.clone(),
         (range.start(), range.end()),
-        fan_out,
+        reader.fan_out,
     )
     .await?;
     let mut counts: HashMap<Option<String>, (u64, u64)> = HashMap::new();
-    let mut scan = ImpressionScan::new(store, range, partitions);
+    let mut scan = ImpressionScan::new(Arc::clone(&reader.store), range, partitions);
     while let Some(page) = scan.next_page().await? {
         for impression in page {
             let (impressions, clicks) = counts.entry(dimension.value_of(&impression)).or_default();

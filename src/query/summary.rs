@@ -6,18 +6,18 @@
 //! done, so only the days in flight are held in memory. Additive counts are sums of slices, so
 //! days and hours in any zone are exact; users reached are unions of hourly sketches, an hour
 //! belonging to the period that holds its midpoint (exact for whole-hour zones, the nearest
-//! UTC hour for 30- and 45-minute ones, as API.md allows).
+//! UTC hour for 30- and 45-minute ones, as docs/API.md allows).
 
-use super::FanOut;
-use super::aggregate::{BillableWindow, DayAggregate, SliceCounts, aggregate_day};
+use super::Reader;
+use super::aggregate::{BillableWindow, DayAggregate, DayRead, SliceCounts, aggregate_day};
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::ids::{AdId, CampaignKey};
+use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
-use crate::settings::SettingsCache;
-use crate::store::{ReachLevel, Store, StoreError};
+use crate::store::{ReachLevel, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::HashMap;
@@ -267,15 +267,15 @@ const RAW_DAYS_IN_FLIGHT: usize = 4;
 const SEALED_DAYS_IN_FLIGHT: usize = 16;
 
 pub async fn campaign_summary(
-    store: &dyn Store,
-    settings: &SettingsCache,
+    reader: &Reader,
     campaign: CampaignKey,
     range: &QueryRange,
-    fan_out: FanOut,
-    window: BillableWindow,
     grouping: Grouping,
+    window: BillableWindow,
 ) -> Result<Summary, StoreError> {
-    let history = settings.history(campaign).await?;
+    let (store, settings, fan_out) = (reader.store.as_ref(), &reader.settings, reader.fan_out);
+    let owner = Owner::Campaign(campaign);
+    let history = settings.history(&owner).await?;
     let plan = campaign_partitions(
         campaign,
         range.utc_days(),
@@ -290,13 +290,15 @@ pub async fn campaign_summary(
         .collect();
     // Which days have a current rollup: one small read each, all at once.
     let utc_days: Vec<Day> = days.iter().map(|(day, ..)| *day).collect();
-    let current: Vec<bool> = stream::iter(utc_days)
-        .map(|day| async move {
-            Ok::<_, StoreError>(store.seal_state(campaign, day).await?.is_current())
-        })
-        .buffered(fan_out.concurrency.max(1))
-        .try_collect()
-        .await?;
+    let owner = &owner;
+    let current: Vec<bool> =
+        stream::iter(utc_days)
+            .map(|day| async move {
+                Ok::<_, StoreError>(store.seal_state(owner, day).await?.is_current())
+            })
+            .buffered(fan_out.concurrency.max(1))
+            .try_collect()
+            .await?;
     let (sealed, raw): (Vec<_>, Vec<_>) = days
         .into_iter()
         .zip(current)
@@ -304,13 +306,18 @@ pub async fn campaign_summary(
     let per_day = (fan_out.concurrency / RAW_DAYS_IN_FLIGHT).max(1);
     let aggregate_raw =
         move |day: Day, partitions: Vec<EventPartition>, levels: Vec<ReachLevel>| async move {
-            let raw = aggregate_day(store, campaign, &partitions, window, per_day, &levels).await?;
+            let read = DayRead {
+                campaign,
+                partitions,
+                levels,
+            };
+            let raw = aggregate_day(store, &read, window, per_day).await?;
             Ok::<_, StoreError>((day, raw, false))
         };
     let read_sealed = stream::iter(sealed)
         .map(|((day, partitions, levels), _)| async move {
             match DayAggregate::from_rollup(
-                store.read_rollup(campaign, day, &levels).await?,
+                store.read_campaign_rollup(campaign, day, &levels).await?,
                 &levels,
             ) {
                 Some(sealed) => Ok((day, sealed, true)),

@@ -6,16 +6,16 @@
 //! (visits, de-duplicated by the primary key) and every writer's live sketch of each hour.
 //! Visits are placed at their exact time; an hour's visitors belong to the period holding the
 //! hour's midpoint, which is exact for whole-hour zones and cuts at the nearest UTC hour for
-//! 30/45-minute ones (API.md).
+//! 30/45-minute ones (docs/API.md).
 
-use super::FanOut;
+use super::Reader;
 use super::plan::visit_partitions;
 use super::range::QueryRange;
 use crate::domain::beacon::{Features, SiteId};
+use crate::domain::owner::Owner;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
-use crate::settings::SettingsCache;
-use crate::store::{SketchPartition, Store, StoreError};
+use crate::store::{SketchPartition, StoreError};
 use chrono::{DateTime, Datelike, NaiveDate, TimeDelta, Utc};
 use futures::{StreamExt, stream};
 use std::collections::HashMap;
@@ -104,26 +104,31 @@ impl Tally {
     }
 }
 
+/// What a uniques query asks.
+#[derive(Debug, Clone)]
+pub struct UniquesQuery {
+    /// The beacons counted: those with every feature of the filter (none: all of them).
+    pub filter: Features,
+    pub range: QueryRange,
+    pub granularity: Granularity,
+}
+
 pub async fn site_uniques(
-    store: &dyn Store,
-    settings: &SettingsCache,
+    reader: &Reader,
     site: &SiteId,
-    filter: &Features,
-    range: &QueryRange,
-    granularity: Granularity,
-    fan_out: FanOut,
+    question: &UniquesQuery,
 ) -> Result<SiteUniques, StoreError> {
+    let (range, granularity) = (&question.range, question.granularity);
     let periods = Periods::new(range, granularity);
     let mut total = Tally::default();
     let mut tallies: Vec<Tally> = periods.labels.iter().map(|_| Tally::default()).collect();
     // Sealed days answer from their rollup; the others from stored beacons and live sketches.
+    let store = reader.store.as_ref();
+    let owner = &Owner::Site(site.clone());
     let days: Vec<Day> = range.utc_days().collect();
-    let mut states =
-        stream::iter(days.iter().copied())
-            .map(|day| async move {
-                Ok::<_, StoreError>((day, store.site_seal_state(site, day).await?))
-            })
-            .buffer_unordered(fan_out.concurrency.max(1));
+    let mut states = stream::iter(days.iter().copied())
+        .map(|day| async move { Ok::<_, StoreError>((day, store.seal_state(owner, day).await?)) })
+        .buffer_unordered(reader.fan_out.concurrency.max(1));
     let (mut sealed, mut open) = (Vec::new(), Vec::new());
     while let Some(state) = states.next().await {
         let (day, state) = state?;
@@ -139,18 +144,14 @@ pub async fn site_uniques(
         total: &mut total,
         rows: &mut tallies,
     };
-    merge_rollups(store, site, filter, &sealed, fan_out, &mut tallies_of).await?;
-    count_visits(
-        store,
-        settings,
+    let reads = SiteReads {
+        reader,
         site,
-        filter,
-        &open,
-        fan_out,
-        &mut tallies_of,
-    )
-    .await?;
-    merge_sketches(store, site, filter, &open, fan_out, &mut tallies_of).await?;
+        filter: &question.filter,
+    };
+    reads.merge_rollups(&sealed, &mut tallies_of).await?;
+    reads.count_visits(&open, &mut tallies_of).await?;
+    reads.merge_sketches(&open, &mut tallies_of).await?;
     let rows = if granularity == Granularity::Total {
         Vec::new()
     } else {
@@ -211,100 +212,105 @@ fn decode_sketch(site: &SiteId, hour: DateTime<Utc>, bytes: &[u8]) -> Option<Uni
         .ok()
 }
 
-/// The partitions (rollup or live sketches) of the filter's combination, one per day.
-fn combination_partitions(site: &SiteId, filter: &Features, days: &[Day]) -> Vec<SketchPartition> {
-    let combination = filter.combination_key();
-    days.iter()
-        .map(|day| SketchPartition {
-            site: site.clone(),
-            day: *day,
-            combination: combination.clone(),
-        })
-        .collect()
+/// The reads of one site's query, for its filter's combination.
+struct SiteReads<'a> {
+    reader: &'a Reader,
+    site: &'a SiteId,
+    filter: &'a Features,
 }
 
-/// Sealed days: the filter's combination's visits per slice and visitors per hour.
-async fn merge_rollups(
-    store: &dyn Store,
-    site: &SiteId,
-    filter: &Features,
-    days: &[Day],
-    fan_out: FanOut,
-    tallies: &mut Tallies<'_>,
-) -> Result<(), StoreError> {
-    let partitions = combination_partitions(site, filter, days);
-    let mut reads = stream::iter(partitions)
-        .map(|partition| async move { store.read_site_rollup(&partition).await })
-        .buffer_unordered(fan_out.concurrency.max(1));
-    while let Some(rollup) = reads.next().await {
-        let rollup = rollup?;
-        for (slice, visits) in rollup.visits {
-            if let Some(at) = DateTime::from_timestamp_millis(slice * SLICE_MILLIS) {
-                tallies.visits(at, visits);
-            }
-        }
-        for (hour, bytes) in rollup.reach {
-            let Some(at) = DateTime::from_timestamp_millis(hour * HOUR_MILLIS) else {
-                continue;
-            };
-            if let Some(sketch) = decode_sketch(site, at, &bytes) {
-                tallies.visitors(at, &sketch);
-            }
-        }
+impl SiteReads<'_> {
+    /// The partitions (rollup or live sketches) of the filter's combination, one per day.
+    fn combination_partitions(&self, days: &[Day]) -> Vec<SketchPartition> {
+        let combination = self.filter.combination_key();
+        days.iter()
+            .map(|day| SketchPartition {
+                site: self.site.clone(),
+                day: *day,
+                combination: combination.clone(),
+            })
+            .collect()
     }
-    Ok(())
-}
 
-/// Open days: visits from the stored beacons (de-duplicated by their primary key).
-async fn count_visits(
-    store: &dyn Store,
-    settings: &SettingsCache,
-    site: &SiteId,
-    filter: &Features,
-    days: &[Day],
-    fan_out: FanOut,
-    tallies: &mut Tallies<'_>,
-) -> Result<(), StoreError> {
-    let history = settings.site_history(site).await?;
-    let staleness = settings.read_staleness();
-    let partitions: Vec<_> = days
-        .iter()
-        .flat_map(|day| visit_partitions(site, *day, &history, staleness))
-        .collect();
-    let mut reads = stream::iter(partitions)
-        .map(|partition| async move { store.read_visits(&partition).await })
-        .buffer_unordered(fan_out.concurrency.max(1));
-    while let Some(rows) = reads.next().await {
-        for row in rows? {
-            if row.features.matches(filter) {
-                tallies.visits(row.timestamp.instant(), 1);
-            }
-        }
+    fn concurrency(&self) -> usize {
+        self.reader.fan_out.concurrency.max(1)
     }
-    Ok(())
-}
 
-/// Open days: every writer's live sketch of each hour of the filter's combination.
-async fn merge_sketches(
-    store: &dyn Store,
-    site: &SiteId,
-    filter: &Features,
-    days: &[Day],
-    fan_out: FanOut,
-    tallies: &mut Tallies<'_>,
-) -> Result<(), StoreError> {
-    let partitions = combination_partitions(site, filter, days);
-    let mut reads = stream::iter(partitions)
-        .map(|partition| async move { store.read_sketches(&partition).await })
-        .buffer_unordered(fan_out.concurrency.max(1));
-    while let Some(rows) = reads.next().await {
-        for row in rows? {
-            if let Some(sketch) = decode_sketch(site, row.hour, &row.sketch) {
-                tallies.visitors(row.hour, &sketch);
+    /// Sealed days: the filter's combination's visits per slice and visitors per hour.
+    async fn merge_rollups(
+        &self,
+        days: &[Day],
+        tallies: &mut Tallies<'_>,
+    ) -> Result<(), StoreError> {
+        let store = self.reader.store.as_ref();
+        let mut reads = stream::iter(self.combination_partitions(days))
+            .map(|partition| async move { store.read_site_rollup(&partition).await })
+            .buffer_unordered(self.concurrency());
+        while let Some(rollup) = reads.next().await {
+            let rollup = rollup?;
+            for (slice, visits) in rollup.visits {
+                if let Some(at) = DateTime::from_timestamp_millis(slice * SLICE_MILLIS) {
+                    tallies.visits(at, visits);
+                }
+            }
+            for (hour, bytes) in rollup.reach {
+                let Some(at) = DateTime::from_timestamp_millis(hour * HOUR_MILLIS) else {
+                    continue;
+                };
+                if let Some(sketch) = decode_sketch(self.site, at, &bytes) {
+                    tallies.visitors(at, &sketch);
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Open days: visits from the stored beacons (de-duplicated by their primary key).
+    async fn count_visits(
+        &self,
+        days: &[Day],
+        tallies: &mut Tallies<'_>,
+    ) -> Result<(), StoreError> {
+        let settings = &self.reader.settings;
+        let history = settings.history(&Owner::Site(self.site.clone())).await?;
+        let staleness = settings.read_staleness();
+        let partitions: Vec<_> = days
+            .iter()
+            .flat_map(|day| visit_partitions(self.site, *day, &history, staleness))
+            .collect();
+        let store = self.reader.store.as_ref();
+        let mut reads = stream::iter(partitions)
+            .map(|partition| async move { store.read_visits(&partition).await })
+            .buffer_unordered(self.concurrency());
+        while let Some(rows) = reads.next().await {
+            for row in rows? {
+                if row.features.matches(self.filter) {
+                    tallies.visits(row.timestamp.instant(), 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Open days: every writer's live sketch of each hour of the filter's combination.
+    async fn merge_sketches(
+        &self,
+        days: &[Day],
+        tallies: &mut Tallies<'_>,
+    ) -> Result<(), StoreError> {
+        let store = self.reader.store.as_ref();
+        let mut reads = stream::iter(self.combination_partitions(days))
+            .map(|partition| async move { store.read_sketches(&partition).await })
+            .buffer_unordered(self.concurrency());
+        while let Some(rows) = reads.next().await {
+            for row in rows? {
+                if let Some(sketch) = decode_sketch(self.site, row.hour, &row.sketch) {
+                    tallies.visitors(row.hour, &sketch);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

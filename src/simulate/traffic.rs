@@ -115,7 +115,7 @@ pub type Filter = BTreeMap<&'static str, String>;
 /// (the empty filter, each referrer, each page, each referrer and page), keyed by filter.
 pub fn exact_counts(visits: &[SimulatedVisit]) -> BTreeMap<Filter, (u64, u64)> {
     let mut guids: HashMap<Filter, (u64, HashSet<&str>)> = HashMap::new();
-    // A beacon is its guid, time and features: two identical ones are one visit (API.md).
+    // A beacon is its guid, time and features: two identical ones are one visit (docs/API.md, "Beacons").
     let distinct: HashSet<&SimulatedVisit> = visits.iter().collect();
     for visit in distinct {
         let features = visit.features();

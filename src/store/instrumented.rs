@@ -2,16 +2,19 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, SealState,
-    SiteRollup, SketchPartition, SketchRow, Store, StoreError, VisitRow,
+    ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup,
+    RollupStore, SealState, SealStore, SettingsStore, SiteRollup, SketchPartition, SketchRow,
+    Store, StoreError, VisitRow, VisitStore,
 };
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,26 +46,19 @@ async fn timed<T>(
 }
 
 #[async_trait]
-impl Store for Instrumented {
-    async fn check_ready(&self) -> Result<(), StoreError> {
-        timed("check_ready", self.inner.check_ready()).await
-    }
-
+impl EventStore for Instrumented {
     async fn write_impressions(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         impressions: &[Impression],
     ) -> Result<(), StoreError> {
-        timed(
-            "write_impressions",
-            self.inner.write_impressions(partition, impressions),
-        )
-        .await
+        let call = self.inner.write_impressions(partition, impressions);
+        timed("write_impressions", call).await
     }
 
     async fn write_clicks(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         clicks: &[Click],
     ) -> Result<(), StoreError> {
         timed("write_clicks", self.inner.write_clicks(partition, clicks)).await
@@ -70,40 +66,31 @@ impl Store for Instrumented {
 
     async fn read_impression_summaries(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
     ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
-        timed(
-            "read_impression_summaries",
-            self.inner.read_impression_summaries(partition),
-        )
-        .await
+        let call = self.inner.read_impression_summaries(partition);
+        timed("read_impression_summaries", call).await
     }
 
     async fn read_impression_page(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         cursor: Option<PageCursor>,
     ) -> Result<ImpressionPage, StoreError> {
-        timed(
-            "read_impression_page",
-            self.inner.read_impression_page(partition, cursor),
-        )
-        .await
+        let call = self.inner.read_impression_page(partition, cursor);
+        timed("read_impression_page", call).await
     }
 
     async fn read_newest_impressions(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         limit: usize,
     ) -> Result<Vec<Impression>, StoreError> {
-        timed(
-            "read_newest_impressions",
-            self.inner.read_newest_impressions(partition, limit),
-        )
-        .await
+        let call = self.inner.read_newest_impressions(partition, limit);
+        timed("read_newest_impressions", call).await
     }
 
-    async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError> {
+    async fn read_clicks(&self, partition: &EventPartition) -> Result<Vec<ClickRow>, StoreError> {
         timed("read_clicks", self.inner.read_clicks(partition)).await
     }
 
@@ -112,32 +99,13 @@ impl Store for Instrumented {
         campaign: CampaignKey,
         impression_id: ImpressionId,
     ) -> Result<Option<ClickRow>, StoreError> {
-        timed(
-            "first_click",
-            self.inner.first_click(campaign, impression_id),
-        )
-        .await
+        let call = self.inner.first_click(campaign, impression_id);
+        timed("first_click", call).await
     }
+}
 
-    async fn campaign_settings(
-        &self,
-        campaign: CampaignKey,
-    ) -> Result<SettingsHistory, StoreError> {
-        timed("campaign_settings", self.inner.campaign_settings(campaign)).await
-    }
-
-    async fn put_campaign_settings(
-        &self,
-        campaign: CampaignKey,
-        settings: &CampaignSettings,
-    ) -> Result<(), StoreError> {
-        timed(
-            "put_campaign_settings",
-            self.inner.put_campaign_settings(campaign, settings),
-        )
-        .await
-    }
-
+#[async_trait]
+impl VisitStore for Instrumented {
     async fn write_visits(
         &self,
         partition: &VisitPartition,
@@ -148,22 +116,6 @@ impl Store for Instrumented {
 
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
         timed("read_visits", self.inner.read_visits(partition)).await
-    }
-
-    async fn site_settings(&self, site: &SiteId) -> Result<SettingsHistory, StoreError> {
-        timed("site_settings", self.inner.site_settings(site)).await
-    }
-
-    async fn put_site_settings(
-        &self,
-        site: &SiteId,
-        settings: &CampaignSettings,
-    ) -> Result<(), StoreError> {
-        timed(
-            "put_site_settings",
-            self.inner.put_site_settings(site, settings),
-        )
-        .await
     }
 
     async fn write_sketches(
@@ -180,74 +132,70 @@ impl Store for Instrumented {
     ) -> Result<Vec<SketchRow>, StoreError> {
         timed("read_sketches", self.inner.read_sketches(partition)).await
     }
+}
 
-    async fn mark_site_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError> {
-        timed("mark_site_day", self.inner.mark_site_day(day, site)).await
+#[async_trait]
+impl SettingsStore for Instrumented {
+    async fn settings(&self, owner: &Owner) -> Result<SettingsHistory, StoreError> {
+        timed("settings", self.inner.settings(owner)).await
     }
 
-    async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError> {
-        timed("sites_of_day", self.inner.sites_of_day(day)).await
+    async fn put_settings(
+        &self,
+        owner: &Owner,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        timed("put_settings", self.inner.put_settings(owner, settings)).await
+    }
+}
+
+#[async_trait]
+impl SealStore for Instrumented {
+    async fn mark_day(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
+        timed("mark_day", self.inner.mark_day(owner, day)).await
     }
 
-    async fn mark_campaign_day(&self, day: Day, campaign: CampaignKey) -> Result<(), StoreError> {
-        timed(
-            "mark_campaign_day",
-            self.inner.mark_campaign_day(day, campaign),
-        )
-        .await
-    }
-
-    async fn campaigns_of_day(&self, day: Day) -> Result<Vec<CampaignKey>, StoreError> {
-        timed("campaigns_of_day", self.inner.campaigns_of_day(day)).await
+    async fn owners_of_day(&self, kind: OwnerKind, day: Day) -> Result<Vec<Owner>, StoreError> {
+        timed("owners_of_day", self.inner.owners_of_day(kind, day)).await
     }
 
     async fn mark_late(
         &self,
-        campaign: CampaignKey,
+        owner: &Owner,
         day: Day,
-        at: chrono::DateTime<chrono::Utc>,
+        at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        timed("mark_late", self.inner.mark_late(campaign, day, at)).await
+        timed("mark_late", self.inner.mark_late(owner, day, at)).await
     }
 
-    async fn seal_state(&self, campaign: CampaignKey, day: Day) -> Result<SealState, StoreError> {
-        timed("seal_state", self.inner.seal_state(campaign, day)).await
+    async fn seal_state(&self, owner: &Owner, day: Day) -> Result<SealState, StoreError> {
+        timed("seal_state", self.inner.seal_state(owner, day)).await
     }
+}
 
-    async fn write_rollup(
+#[async_trait]
+impl RollupStore for Instrumented {
+    async fn write_campaign_rollup(
         &self,
         campaign: CampaignKey,
         day: Day,
         rollup: &Rollup,
-        read_started: chrono::DateTime<chrono::Utc>,
+        read_started: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        timed(
-            "write_rollup",
-            self.inner.write_rollup(campaign, day, rollup, read_started),
-        )
-        .await
+        let call = self
+            .inner
+            .write_campaign_rollup(campaign, day, rollup, read_started);
+        timed("write_campaign_rollup", call).await
     }
 
-    async fn read_rollup(
+    async fn read_campaign_rollup(
         &self,
         campaign: CampaignKey,
         day: Day,
         reach: &[ReachLevel],
     ) -> Result<Rollup, StoreError> {
-        timed("read_rollup", self.inner.read_rollup(campaign, day, reach)).await
-    }
-
-    async fn mark_site_late(
-        &self,
-        site: &SiteId,
-        day: Day,
-        at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
-        timed("mark_site_late", self.inner.mark_site_late(site, day, at)).await
-    }
-
-    async fn site_seal_state(&self, site: &SiteId, day: Day) -> Result<SealState, StoreError> {
-        timed("site_seal_state", self.inner.site_seal_state(site, day)).await
+        let call = self.inner.read_campaign_rollup(campaign, day, reach);
+        timed("read_campaign_rollup", call).await
     }
 
     async fn write_site_rollup(
@@ -255,14 +203,12 @@ impl Store for Instrumented {
         site: &SiteId,
         day: Day,
         combinations: &[(String, SiteRollup)],
-        read_started: chrono::DateTime<chrono::Utc>,
+        read_started: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        timed(
-            "write_site_rollup",
-            self.inner
-                .write_site_rollup(site, day, combinations, read_started),
-        )
-        .await
+        let call = self
+            .inner
+            .write_site_rollup(site, day, combinations, read_started);
+        timed("write_site_rollup", call).await
     }
 
     async fn read_site_rollup(
@@ -270,5 +216,12 @@ impl Store for Instrumented {
         partition: &SketchPartition,
     ) -> Result<SiteRollup, StoreError> {
         timed("read_site_rollup", self.inner.read_site_rollup(partition)).await
+    }
+}
+
+#[async_trait]
+impl Store for Instrumented {
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        timed("check_ready", self.inner.check_ready()).await
     }
 }

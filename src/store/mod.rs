@@ -6,6 +6,12 @@
 //! Which partitions, how many at once, and what the rows add up to is decided above it, once,
 //! for every store. The store decides which of its failures are worth a retry
 //! ([`StoreError::is_retryable`]).
+//!
+//! It is split by subsystem, so each consumer can ask for only the part it uses:
+//! [`EventStore`] (impressions and clicks), [`VisitStore`] (beacons and live sketches),
+//! [`SettingsStore`], [`SealStore`] (the day index and seal states) and [`RollupStore`]
+//! (sealed days). Campaigns and sites share one method wherever they follow the same rule,
+//! keyed by [`Owner`]. [`Store`] is their sum.
 
 pub mod cassandra;
 pub mod embedded;
@@ -13,32 +19,31 @@ mod error;
 pub mod instrumented;
 mod rows;
 
+pub use crate::domain::sealing::SealState;
 pub use error::StoreError;
 pub use rows::{
     ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, RollupReach,
-    RollupSlice, SealState, SiteRollup, SketchPartition, SketchRow, VisitRow,
+    RollupSlice, SiteRollup, SketchPartition, SketchRow, VisitRow,
 };
 
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
-/// A place events are kept.
+/// Impressions and clicks: the raw event tables, their thin copies and the click index.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Succeeds when the store answers requests and its schema is the one this build expects:
-    /// what `/readyz` reports to a load balancer.
-    async fn check_ready(&self) -> Result<(), StoreError>;
-
+pub trait EventStore: Send + Sync {
     /// Writes impressions that all belong to `partition`: the full row and the thin summary
     /// row of each. Idempotent: writing the same impression again overwrites it.
     async fn write_impressions(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         impressions: &[Impression],
     ) -> Result<(), StoreError>;
 
@@ -46,33 +51,33 @@ pub trait Store: Send + Sync + 'static {
     /// index. Idempotent.
     async fn write_clicks(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         clicks: &[Click],
     ) -> Result<(), StoreError>;
 
     /// Every impression of one partition, thin form, in no promised order.
     async fn read_impression_summaries(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
     ) -> Result<Vec<ImpressionSummaryRow>, StoreError>;
 
     /// One page (a few thousand rows) of a partition's full impressions, oldest first.
     /// `cursor` is the previous page's `next`, `None` for the first page.
     async fn read_impression_page(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         cursor: Option<PageCursor>,
     ) -> Result<ImpressionPage, StoreError>;
 
     /// The newest `limit` full impressions of one partition, newest first.
     async fn read_newest_impressions(
         &self,
-        partition: EventPartition,
+        partition: &EventPartition,
         limit: usize,
     ) -> Result<Vec<Impression>, StoreError>;
 
     /// Every click of one partition, in no promised order.
-    async fn read_clicks(&self, partition: EventPartition) -> Result<Vec<ClickRow>, StoreError>;
+    async fn read_clicks(&self, partition: &EventPartition) -> Result<Vec<ClickRow>, StoreError>;
 
     /// The earliest click ever stored for an impression.
     async fn first_click(
@@ -80,19 +85,11 @@ pub trait Store: Send + Sync + 'static {
         campaign: CampaignKey,
         impression_id: ImpressionId,
     ) -> Result<Option<ClickRow>, StoreError>;
+}
 
-    /// Every configuration the campaign ever had (empty when never configured).
-    async fn campaign_settings(&self, campaign: CampaignKey)
-    -> Result<SettingsHistory, StoreError>;
-
-    /// Records a configuration taking effect at `settings.effective_from`; one at the same
-    /// instant is replaced.
-    async fn put_campaign_settings(
-        &self,
-        campaign: CampaignKey,
-        settings: &CampaignSettings,
-    ) -> Result<(), StoreError>;
-
+/// Beacons and the live unique-visitor sketches counted from them.
+#[async_trait]
+pub trait VisitStore: Send + Sync {
     /// Writes beacons that all belong to `partition`. Idempotent: a beacon is its site, guid,
     /// timestamp and features, and re-writing one overwrites it.
     async fn write_visits(
@@ -103,16 +100,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every beacon of one partition, in no promised order.
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError>;
-
-    /// Every configuration the site ever had (empty when never configured).
-    async fn site_settings(&self, site: &SiteId) -> Result<SettingsHistory, StoreError>;
-
-    /// Records a site configuration (only `buckets` and `effective_from` apply to sites).
-    async fn put_site_settings(
-        &self,
-        site: &SiteId,
-        settings: &CampaignSettings,
-    ) -> Result<(), StoreError>;
 
     /// Writes writers' absolute sketch states into one sketch partition.
     async fn write_sketches(
@@ -126,70 +113,85 @@ pub trait Store: Send + Sync + 'static {
         &self,
         partition: &SketchPartition,
     ) -> Result<Vec<SketchRow>, StoreError>;
+}
 
-    /// Records that `site` received beacons for UTC `day` (the day index). Idempotent.
-    async fn mark_site_day(&self, day: Day, site: &SiteId) -> Result<(), StoreError>;
+/// Campaign and site configuration over time.
+#[async_trait]
+pub trait SettingsStore: Send + Sync {
+    /// Every configuration the owner ever had (empty when never configured).
+    async fn settings(&self, owner: &Owner) -> Result<SettingsHistory, StoreError>;
 
-    /// The sites that received beacons for UTC `day`.
-    async fn sites_of_day(&self, day: Day) -> Result<Vec<SiteId>, StoreError>;
-
-    /// Records that `campaign` received events for UTC `day` (the day index). Idempotent.
-    async fn mark_campaign_day(&self, day: Day, campaign: CampaignKey) -> Result<(), StoreError>;
-
-    /// The campaigns that received events for UTC `day`.
-    async fn campaigns_of_day(&self, day: Day) -> Result<Vec<CampaignKey>, StoreError>;
-
-    /// Records that an event older than the grace period arrived `at` for a campaign-day, so
-    /// its rollup stops answering until the day is sealed again.
-    async fn mark_late(
+    /// Records a configuration taking effect at `settings.effective_from`; one at the same
+    /// instant is replaced. A site keeps only `buckets` and `effective_from`.
+    async fn put_settings(
         &self,
-        campaign: CampaignKey,
-        day: Day,
-        at: chrono::DateTime<chrono::Utc>,
+        owner: &Owner,
+        settings: &CampaignSettings,
     ) -> Result<(), StoreError>;
+}
 
-    async fn seal_state(&self, campaign: CampaignKey, day: Day) -> Result<SealState, StoreError>;
+/// Which owners received events on which UTC day, and whether each owner-day's rollup may
+/// answer for it (see [`SealState`]).
+#[async_trait]
+pub trait SealStore: Send + Sync {
+    /// Records that `owner` received events for UTC `day` (the day index). Idempotent.
+    async fn mark_day(&self, owner: &Owner, day: Day) -> Result<(), StoreError>;
 
-    /// Stores a campaign-day's rollup, then marks it sealed from `read_started` (the rollup
-    /// rows first, so a half-written rollup is never taken for a sealed one). Idempotent.
-    async fn write_rollup(
+    /// The owners of one kind that received events for UTC `day`.
+    async fn owners_of_day(&self, kind: OwnerKind, day: Day) -> Result<Vec<Owner>, StoreError>;
+
+    /// Records that an event older than the grace period arrived `at` for an owner-day, so
+    /// its rollup stops answering until the day is sealed again.
+    async fn mark_late(&self, owner: &Owner, day: Day, at: DateTime<Utc>)
+    -> Result<(), StoreError>;
+
+    /// The owner-day's seal and late mark.
+    async fn seal_state(&self, owner: &Owner, day: Day) -> Result<SealState, StoreError>;
+}
+
+/// Sealed days: what a campaign-day or a site-day adds up to, written once by the sealer.
+/// Each write stores its rows first and then marks the day sealed from `read_started`, so a
+/// half-written rollup is never taken for a sealed one; each is idempotent.
+#[async_trait]
+pub trait RollupStore: Send + Sync {
+    /// Stores a campaign-day's rollup, replacing any earlier one.
+    async fn write_campaign_rollup(
         &self,
         campaign: CampaignKey,
         day: Day,
         rollup: &Rollup,
-        read_started: chrono::DateTime<chrono::Utc>,
+        read_started: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
     /// A sealed campaign-day's slices and its users sketches of the `reach` levels.
-    async fn read_rollup(
+    async fn read_campaign_rollup(
         &self,
         campaign: CampaignKey,
         day: Day,
         reach: &[ReachLevel],
     ) -> Result<Rollup, StoreError>;
 
-    /// As [`mark_late`](Self::mark_late), for a site-day.
-    async fn mark_site_late(
-        &self,
-        site: &SiteId,
-        day: Day,
-        at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError>;
-
-    async fn site_seal_state(&self, site: &SiteId, day: Day) -> Result<SealState, StoreError>;
-
-    /// Stores a site-day's rollup, one entry per feature combination, then marks it sealed
-    /// from `read_started`. Idempotent.
+    /// Stores a site-day's rollup, one entry per feature combination.
     async fn write_site_rollup(
         &self,
         site: &SiteId,
         day: Day,
         combinations: &[(String, SiteRollup)],
-        read_started: chrono::DateTime<chrono::Utc>,
+        read_started: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
     /// One feature combination of a sealed site-day (`partition` names site, day and
     /// combination).
     async fn read_site_rollup(&self, partition: &SketchPartition)
     -> Result<SiteRollup, StoreError>;
+}
+
+/// A place events are kept: every subsystem, and whether the whole answers.
+#[async_trait]
+pub trait Store:
+    EventStore + VisitStore + SettingsStore + SealStore + RollupStore + 'static
+{
+    /// Succeeds when the store answers requests and its schema is the one this build expects:
+    /// what `/readyz` reports to a load balancer.
+    async fn check_ready(&self) -> Result<(), StoreError>;
 }

@@ -127,31 +127,6 @@ pub struct Rollup {
     pub reach: Vec<RollupReach>,
 }
 
-/// Whether a campaign-day's rollup may answer for it (see `migrations/0003_rollups.cql`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SealState {
-    /// When the read behind the stored rollup started.
-    pub sealed_from: Option<DateTime<Utc>>,
-    /// When the latest late event for the day arrived.
-    pub late_at: Option<DateTime<Utc>>,
-}
-
-impl SealState {
-    /// How much earlier than the seal's read a late event's mark must be for the read to have
-    /// surely seen the event. Marks are written after their events, so this only covers
-    /// clock differences between the servers that write marks and seals.
-    pub const MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
-
-    /// Whether the stored rollup holds every event of the day.
-    pub fn is_current(&self) -> bool {
-        match (self.sealed_from, self.late_at) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(sealed_from), Some(late_at)) => late_at + Self::MARGIN < sealed_from,
-        }
-    }
-}
-
 /// One feature combination's part of a sealed site-day.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SiteRollup {

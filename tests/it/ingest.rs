@@ -270,7 +270,10 @@ async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions(backend: B
         daily_cap: None,
     };
     store
-        .put_campaign_settings(campaign.key(), &four)
+        .put_settings(
+            &adevents::domain::owner::Owner::Campaign(campaign.key()),
+            &four,
+        )
         .await
         .expect("arranged");
     let server = backend.server().await;
@@ -297,7 +300,7 @@ async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions(backend: B
         };
         per_bucket.push(
             store
-                .read_impression_summaries(partition)
+                .read_impression_summaries(&partition)
                 .await
                 .expect("read")
                 .len(),

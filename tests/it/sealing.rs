@@ -6,7 +6,7 @@ use crate::common::events::{Campaign, at, post_all, summary};
 use crate::common::process::{ServerProcess, adevents, run_to_end};
 use crate::common::{Backend, cassandra_nodes, eventually, http, migrated_store, shared_keyspace};
 use adevents::domain::time::Day;
-use adevents::rollup::{SealingOptions, seal_campaign_day, seal_site_day};
+use adevents::sealer::{Sealer, SealerOptions};
 use adevents::settings::SettingsCache;
 use adevents::simulate::traffic::SimulatedVisit;
 use adevents::store::Store;
@@ -76,21 +76,22 @@ fn sealed_days(answers: &[Value]) -> Vec<u64> {
         .collect()
 }
 
+/// A sealer with the defaults, as `adevents rollup` builds one.
+fn sealer(store: &Arc<dyn Store>) -> Sealer {
+    let settings = SettingsCache::new(store.clone(), std::time::Duration::from_secs(10));
+    Sealer::new(store.clone(), Arc::new(settings), SealerOptions::default())
+}
+
 async fn seal_all(store: &Arc<dyn Store>, campaign: &Campaign) {
     // The events just posted marked their (long closed) days late; a seal is taken as current
     // once its read started more than the clock margin after the latest mark.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let settings = SettingsCache::new(Arc::clone(store), std::time::Duration::from_secs(10));
+    let sealer = sealer(store);
     for day in days() {
-        seal_campaign_day(
-            store.as_ref(),
-            &settings,
-            campaign.key(),
-            day,
-            &SealingOptions::default(),
-        )
-        .await
-        .expect("sealed");
+        sealer
+            .seal_campaign_day(campaign.key(), day)
+            .await
+            .expect("sealed");
     }
 }
 
@@ -258,19 +259,11 @@ async fn uniques_answers(base: &str, site: &str) -> Vec<Value> {
 
 async fn seal_site(store: &Arc<dyn Store>, site: &str) {
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let settings = SettingsCache::new(Arc::clone(store), std::time::Duration::from_secs(10));
+    let sealer = sealer(store);
     let site = adevents::domain::beacon::SiteId::parse(site).expect("valid site");
     let first = Day::new("2018-09-30".parse().expect("date"));
     for day in first.through(Day::new("2018-11-01".parse().expect("date"))) {
-        seal_site_day(
-            store.as_ref(),
-            &settings,
-            &site,
-            day,
-            &SealingOptions::default(),
-        )
-        .await
-        .expect("sealed");
+        sealer.seal_site_day(&site, day).await.expect("sealed");
     }
 }
 

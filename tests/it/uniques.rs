@@ -43,7 +43,7 @@ fn filters_of(visit: &SimulatedVisit) -> Vec<Filter> {
         .collect()
 }
 
-/// The label of the UTC period holding `timestamp`, as API.md writes it.
+/// The label of the UTC period holding `timestamp`, as docs/API.md writes it.
 fn period(granularity: &str, timestamp: i64) -> String {
     let day = DateTime::from_timestamp(timestamp, 0)
         .expect("valid time")
@@ -323,7 +323,7 @@ async fn sketches_lost_in_a_crash_are_rebuilt_from_the_stored_beacons(backend: B
     };
     let before = total().await;
 
-    let settings = SettingsCache::new(std::sync::Arc::clone(&store), Duration::from_secs(10));
+    let settings = SettingsCache::new(store.clone(), Duration::from_secs(10));
     let site_id = SiteId::parse(&site).expect("valid site");
     let mut rebuilt = 0;
     for day in ["2018-10-01", "2018-10-02"] {

@@ -106,16 +106,17 @@ pub async fn applied_migrations(
         .map_err(|error| execution_error("reading schema_migrations", error))?;
     let rows = result
         .into_rows_result()
-        .map_err(|error| StoreError::Internal(format!("reading schema_migrations: {error}")))?;
+        .map_err(|error| StoreError::internal("reading schema_migrations", error))?;
     let mut applied = BTreeMap::new();
     for row in rows
         .rows::<(i32, String, String)>()
-        .map_err(|error| StoreError::Internal(format!("reading schema_migrations: {error}")))?
+        .map_err(|error| StoreError::internal("reading schema_migrations", error))?
     {
-        let (version, file_name, checksum) = row
-            .map_err(|error| StoreError::Internal(format!("reading schema_migrations: {error}")))?;
-        let version = u32::try_from(version)
-            .map_err(|_| StoreError::Internal(format!("negative migration version {version}")))?;
+        let (version, file_name, checksum) =
+            row.map_err(|error| StoreError::internal("reading schema_migrations", error))?;
+        let version = u32::try_from(version).map_err(|_| {
+            StoreError::internal_message(format!("negative migration version {version}"))
+        })?;
         applied.insert(
             version,
             AppliedMigration {
@@ -166,7 +167,7 @@ async fn apply_pending(
     session
         .use_keyspace(keyspace.as_str(), false)
         .await
-        .map_err(|error| StoreError::Unavailable(format!("USE {keyspace}: {error}")))?;
+        .map_err(|error| StoreError::unavailable(format!("USE {keyspace}"), error))?;
     let mut report = MigrationReport {
         applied: Vec::new(),
         already_applied: applied.len(),
@@ -206,7 +207,7 @@ async fn record_applied(
         "INSERT INTO {keyspace}.schema_migrations (version, file_name, checksum, applied_at) VALUES (?, ?, ?, ?)"
     );
     let version = i32::try_from(migration.version()).map_err(|_| {
-        StoreError::Internal(format!(
+        StoreError::internal_message(format!(
             "migration version {} too large",
             migration.version()
         ))
@@ -231,7 +232,7 @@ async fn await_schema_agreement(session: &Session) -> Result<(), StoreError> {
         .await_schema_agreement()
         .await
         .map(|_| ())
-        .map_err(|error| StoreError::Unavailable(format!("schema agreement: {error}")))
+        .map_err(|error| StoreError::unavailable("schema agreement", error))
 }
 
 async fn ensure_keyspace(
@@ -247,7 +248,7 @@ async fn ensure_keyspace(
         .await
         .map_err(|error| execution_error("looking up the keyspace", error))?
         .into_rows_result()
-        .map_err(|error| StoreError::Internal(format!("looking up the keyspace: {error}")))?
+        .map_err(|error| StoreError::internal("looking up the keyspace", error))?
         .rows_num()
         > 0;
     if exists {
@@ -293,7 +294,7 @@ async fn ensure_bookkeeping_tables(
             .await
             .map_err(|error| execution_error("looking up bookkeeping tables", error))?
             .into_rows_result()
-            .map_err(|error| StoreError::Internal(format!("looking up bookkeeping tables: {error}")))?
+            .map_err(|error| StoreError::internal("looking up bookkeeping tables", error))?
             .rows_num()
             > 0;
         if !exists {
@@ -310,7 +311,7 @@ async fn await_keyspace_live(session: &Session, keyspace: &KeyspaceName) -> Resu
         match session.use_keyspace(keyspace.as_str(), false).await {
             Ok(()) => return Ok(()),
             Err(error) if started.elapsed() >= TABLE_LIVE_WAIT => {
-                return Err(StoreError::SchemaNotCurrent(format!(
+                return Err(StoreError::schema_message(format!(
                     "USE {keyspace}: {error}"
                 )));
             }
@@ -400,14 +401,11 @@ impl MigrationLock {
                 .query_unpaged(cql.as_str(), (owner, Utc::now()))
                 .await
                 .map_err(|error| execution_error("taking the migration lock", error))?;
-            let lock_error = |error: &dyn std::fmt::Display| {
-                StoreError::Internal(format!("taking the migration lock: {error}"))
-            };
             let row: Row = result
                 .into_rows_result()
-                .map_err(|error| lock_error(&error))?
+                .map_err(|error| StoreError::internal("taking the migration lock", error))?
                 .first_row::<Row>()
-                .map_err(|error| lock_error(&error))?;
+                .map_err(|error| StoreError::internal("taking the migration lock", error))?;
             let applied = row
                 .columns
                 .first()

@@ -1,17 +1,29 @@
-//! Rollups of sealed campaign-days on Cassandra: the day index, the seal state, and the
-//! slice and reach rows. Rollup rows and `sealed_from` are written `USING TIMESTAMP` of the
-//! seal's read start, so of two seals of one day the one that read later wins, whatever order
-//! their writes land in.
+//! Sealed days on Cassandra: a campaign-day's counts per 15-minute slice and ad and its users
+//! by level (`campaign_rollup`, `campaign_reach_level`); a site-day's visits per slice and
+//! visitors per hour of each feature combination (`site_visits`, `site_reach`).
+//!
+//! Every row is written `USING TIMESTAMP` of the seal's read start and the day is marked
+//! sealed last ([`super::seals::mark_sealed`]), so of two seals of one day the one that read
+//! later wins, whatever order their writes land in.
 
+use super::CassandraStore;
 use super::config::KeyspaceName;
-use super::statements::{execute_each, failed, prepare_all, read_all};
-use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
+use super::seals::mark_sealed;
+use super::statements::{execute, execute_each, prepare_all, read_all};
+use crate::domain::beacon::SiteId;
+use crate::domain::ids::{AdId, CampaignKey};
+use crate::domain::owner::Owner;
 use crate::domain::time::Day;
-use crate::store::{ReachLevel, Rollup, RollupReach, RollupSlice, SealState, StoreError};
+use crate::store::{
+    ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup, SketchPartition,
+    StoreError,
+};
+use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
+use scylla::{DeserializeRow, SerializeRow};
 use uuid::Uuid;
 
 const SLICES_PER_DAY: i64 = 96;
@@ -19,52 +31,38 @@ const HOURS_PER_DAY: i64 = 24;
 /// Rollup rows written at once.
 const ROWS_IN_FLIGHT: usize = 64;
 
+const CAMPAIGN_DAY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
+const SITE_COMBINATION: &str = "site = ? AND day = ? AND combination = ?";
+
 pub struct RollupStatements {
-    insert_campaign_day: PreparedStatement,
-    select_campaign_days: PreparedStatement,
-    update_late: PreparedStatement,
-    update_sealed: PreparedStatement,
-    select_seal: PreparedStatement,
     insert_slice: PreparedStatement,
     insert_reach: PreparedStatement,
     select_slices: PreparedStatement,
     select_reach: PreparedStatement,
     delete_slices: PreparedStatement,
     delete_reach: PreparedStatement,
+    insert_site_visits: PreparedStatement,
+    insert_site_reach: PreparedStatement,
+    select_site_visits: PreparedStatement,
+    select_site_reach: PreparedStatement,
 }
-
-const DAY_KEY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
 
 impl RollupStatements {
     pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
         let [
-            insert_campaign_day,
-            select_campaign_days,
-            update_late,
-            update_sealed,
-            select_seal,
             insert_slice,
             insert_reach,
             select_slices,
             select_reach,
             delete_slices,
             delete_reach,
+            insert_site_visits,
+            insert_site_reach,
+            select_site_visits,
+            select_site_reach,
         ] = prepare_all(
             session,
             [
-                format!(
-                    "INSERT INTO {keyspace}.campaign_day (day, advertiser_id, campaign_id) VALUES (?, ?, ?)"
-                ),
-                format!(
-                    "SELECT advertiser_id, campaign_id FROM {keyspace}.campaign_day WHERE day = ?"
-                ),
-                format!("UPDATE {keyspace}.campaign_seal SET late_at = ? WHERE {DAY_KEY}"),
-                format!(
-                    "UPDATE {keyspace}.campaign_seal USING TIMESTAMP ? SET sealed_from = ? WHERE {DAY_KEY}"
-                ),
-                format!(
-                    "SELECT sealed_from, late_at FROM {keyspace}.campaign_seal WHERE {DAY_KEY}"
-                ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_rollup (advertiser_id, campaign_id, day, slice, ad_id, \
                      impressions, clicks, billable_impressions) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
@@ -75,35 +73,47 @@ impl RollupStatements {
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions FROM {keyspace}.campaign_rollup \
-                     WHERE {DAY_KEY}"
+                     WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
-                    "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach_level WHERE {DAY_KEY} AND level = ?"
+                    "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach_level WHERE {CAMPAIGN_DAY} AND level = ?"
                 ),
-                format!("DELETE FROM {keyspace}.campaign_rollup USING TIMESTAMP ? WHERE {DAY_KEY}"),
                 format!(
-                    "DELETE FROM {keyspace}.campaign_reach_level USING TIMESTAMP ? WHERE {DAY_KEY}"
+                    "DELETE FROM {keyspace}.campaign_rollup USING TIMESTAMP ? WHERE {CAMPAIGN_DAY}"
                 ),
+                format!(
+                    "DELETE FROM {keyspace}.campaign_reach_level USING TIMESTAMP ? WHERE {CAMPAIGN_DAY}"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.site_visits (site, day, combination, slice, visits) \
+                     VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.site_reach (site, day, combination, hour, sketch) \
+                     VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                ),
+                format!("SELECT slice, visits FROM {keyspace}.site_visits WHERE {SITE_COMBINATION}"),
+                format!("SELECT hour, sketch FROM {keyspace}.site_reach WHERE {SITE_COMBINATION}"),
             ],
         )
         .await?;
         Ok(Self {
-            insert_campaign_day,
-            select_campaign_days,
-            update_late,
-            update_sealed,
-            select_seal,
             insert_slice,
             insert_reach,
             select_slices,
             select_reach,
             delete_slices,
             delete_reach,
+            insert_site_visits,
+            insert_site_reach,
+            select_site_visits,
+            select_site_reach,
         })
     }
 }
 
-fn day_key(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
+/// A campaign-day's partition key.
+fn campaign_day(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
     (
         campaign.advertiser_id.as_uuid(),
         campaign.campaign_id.as_uuid(),
@@ -111,206 +121,286 @@ fn day_key(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
     )
 }
 
-pub async fn mark_campaign_day(
-    session: &Session,
-    statements: &RollupStatements,
-    day: Day,
-    campaign: CampaignKey,
-) -> Result<(), StoreError> {
-    let values = (
-        day.date(),
-        campaign.advertiser_id.as_uuid(),
-        campaign.campaign_id.as_uuid(),
-    );
-    session
-        .execute_unpaged(&statements.insert_campaign_day, values)
-        .await
-        .map_err(failed("writing the day index"))?;
-    Ok(())
+/// A count as stored (bigint).
+fn stored_count(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-pub async fn campaigns_of_day(
-    session: &Session,
-    statements: &RollupStatements,
-    day: Day,
-) -> Result<Vec<CampaignKey>, StoreError> {
-    let rows: Vec<(Uuid, Uuid)> = read_all(
-        session,
-        &statements.select_campaign_days,
-        (day.date(),),
-        "reading the day index",
-    )
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(advertiser, campaign)| CampaignKey {
-            advertiser_id: AdvertiserId::new(advertiser),
-            campaign_id: CampaignId::new(campaign),
-        })
-        .collect())
+fn read_count(count: i64) -> u64 {
+    u64::try_from(count).unwrap_or_default()
 }
 
-pub async fn mark_late(
-    session: &Session,
-    statements: &RollupStatements,
-    campaign: CampaignKey,
-    day: Day,
-    at: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    let (advertiser, campaign_id, date) = day_key(campaign, day);
-    session
-        .execute_unpaged(&statements.update_late, (at, advertiser, campaign_id, date))
-        .await
-        .map_err(failed("marking a late event"))?;
-    Ok(())
+/// The bound values of a `campaign_rollup` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SliceValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    /// Within 0..96 for a slice of this day.
+    slice: i32,
+    ad_id: Uuid,
+    impressions: i64,
+    clicks: i64,
+    billable_impressions: i64,
+    written_at: i64,
 }
 
-pub async fn seal_state(
-    session: &Session,
-    statements: &RollupStatements,
-    campaign: CampaignKey,
-    day: Day,
-) -> Result<SealState, StoreError> {
-    type SealRow = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
-    let rows: Vec<SealRow> = read_all(
-        session,
-        &statements.select_seal,
-        day_key(campaign, day),
-        "reading a seal",
-    )
-    .await?;
-    Ok(rows
-        .into_iter()
-        .next()
-        .map(|(sealed_from, late_at)| SealState {
-            sealed_from,
-            late_at,
-        })
-        .unwrap_or_default())
+#[derive(DeserializeRow)]
+struct StoredSlice {
+    slice: i32,
+    ad_id: Uuid,
+    impressions: i64,
+    clicks: i64,
+    billable_impressions: i64,
 }
 
-pub async fn write_rollup(
-    session: &Session,
-    statements: &RollupStatements,
-    campaign: CampaignKey,
-    day: Day,
-    rollup: &Rollup,
-    read_started: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    let (advertiser, campaign_id, date) = day_key(campaign, day);
-    let timestamp = read_started.timestamp_micros();
-    let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
-    // Rows of an earlier seal that this one has no more (a click that moved to another day as
-    // a late, earlier first click arrived) must not linger: a partition deletion just before
-    // this seal's timestamp removes every older row and none of this seal's.
-    for delete in [&statements.delete_slices, &statements.delete_reach] {
-        session
-            .execute_unpaged(delete, (timestamp - 1, advertiser, campaign_id, date))
-            .await
-            .map_err(failed("replacing a rollup"))?;
-    }
-    execute_each(
-        session,
-        &statements.insert_slice,
-        &rollup.slices,
-        ROWS_IN_FLIGHT,
-        |row| {
-            (
-                advertiser,
+/// The bound values of a `campaign_reach_level` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct ReachValues<'a> {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    level: i32,
+    /// Within 0..24 for an hour of this day.
+    hour: i32,
+    /// Nil for the campaign-wide levels.
+    ad_id: Uuid,
+    sketch: &'a [u8],
+    written_at: i64,
+}
+
+#[derive(DeserializeRow)]
+struct StoredReach {
+    hour: i32,
+    ad_id: Uuid,
+    sketch: Vec<u8>,
+}
+
+/// The bound values of a `site_visits` or `site_reach` insert: the combination's row of one
+/// slice or hour.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SiteUnitValues<'a, V: scylla::serialize::value::SerializeValue> {
+    site: &'a str,
+    day: NaiveDate,
+    combination: &'a str,
+    unit: i32,
+    value: V,
+    written_at: i64,
+}
+
+#[async_trait]
+impl RollupStore for CassandraStore {
+    async fn write_campaign_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        rollup: &Rollup,
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "writing a rollup";
+        let statements = &self.prepared().await?.rollups;
+        let (advertiser_id, campaign_id, date) = campaign_day(campaign, day);
+        let written_at = read_started.timestamp_micros();
+        let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
+        // Rows of an earlier seal that this one has no more (a click that moved to another
+        // day as a late, earlier first click arrived) must not linger: a partition deletion
+        // just before this seal's timestamp removes every older row and none of this seal's.
+        for delete in [&statements.delete_slices, &statements.delete_reach] {
+            let values = (written_at - 1, advertiser_id, campaign_id, date);
+            execute(&self.session, delete, values, "replacing a rollup").await?;
+        }
+        execute_each(
+            &self.session,
+            &statements.insert_slice,
+            &rollup.slices,
+            ROWS_IN_FLIGHT,
+            |row| SliceValues {
+                advertiser_id,
                 campaign_id,
-                date,
-                // Within 0..96 for a row of this day.
-                (row.slice - slice_base) as i32,
-                row.ad_id.as_uuid(),
-                i64::try_from(row.impressions).unwrap_or(i64::MAX),
-                i64::try_from(row.clicks).unwrap_or(i64::MAX),
-                i64::try_from(row.billable_impressions).unwrap_or(i64::MAX),
-                timestamp,
-            )
-        },
-        "writing a rollup",
-    )
-    .await?;
-    execute_each(
-        session,
-        &statements.insert_reach,
-        &rollup.reach,
-        ROWS_IN_FLIGHT,
-        |row| {
-            (
-                advertiser,
-                campaign_id,
-                date,
-                i32::from(row.level.code()),
-                // Within 0..24 for a row of this day.
-                (row.hour - hour_base) as i32,
-                row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default(),
-                row.sketch.as_slice(),
-                timestamp,
-            )
-        },
-        "writing a rollup",
-    )
-    .await?;
-    session
-        .execute_unpaged(
-            &statements.update_sealed,
-            (timestamp, read_started, advertiser, campaign_id, date),
+                day: date,
+                slice: (row.slice - slice_base) as i32,
+                ad_id: row.ad_id.as_uuid(),
+                impressions: stored_count(row.impressions),
+                clicks: stored_count(row.clicks),
+                billable_impressions: stored_count(row.billable_impressions),
+                written_at,
+            },
+            CONTEXT,
         )
-        .await
-        .map_err(failed("sealing a day"))?;
-    Ok(())
-}
+        .await?;
+        execute_each(
+            &self.session,
+            &statements.insert_reach,
+            &rollup.reach,
+            ROWS_IN_FLIGHT,
+            |row| ReachValues {
+                advertiser_id,
+                campaign_id,
+                day: date,
+                level: i32::from(row.level.code()),
+                hour: (row.hour - hour_base) as i32,
+                ad_id: row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default(),
+                sketch: row.sketch.as_slice(),
+                written_at,
+            },
+            CONTEXT,
+        )
+        .await?;
+        mark_sealed(self, &Owner::Campaign(campaign), day, read_started).await
+    }
 
-pub async fn read_rollup(
-    session: &Session,
-    statements: &RollupStatements,
-    campaign: CampaignKey,
-    day: Day,
-    levels: &[ReachLevel],
-) -> Result<Rollup, StoreError> {
-    const CONTEXT: &str = "reading a rollup";
-    let key = day_key(campaign, day);
-    let (advertiser, campaign_id, date) = key;
-    let (slices, reach) = futures::try_join!(
-        read_all::<(i32, Uuid, i64, i64, i64)>(session, &statements.select_slices, key, CONTEXT),
-        try_join_all(levels.iter().map(|level| async move {
-            let rows = read_all::<(i32, Uuid, Vec<u8>)>(
-                session,
-                &statements.select_reach,
-                (advertiser, campaign_id, date, i32::from(level.code())),
-                CONTEXT,
-            )
-            .await?;
-            Ok::<_, StoreError>((*level, rows))
-        })),
-    )?;
-    let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
-    let count = |value: i64| u64::try_from(value).unwrap_or_default();
-    Ok(Rollup {
-        slices: slices
-            .into_iter()
-            .filter(|(slice, ..)| (0..SLICES_PER_DAY).contains(&i64::from(*slice)))
-            .map(|(slice, ad, impressions, clicks, billable)| RollupSlice {
-                slice: slice_base + i64::from(slice),
-                ad_id: AdId::new(ad),
-                impressions: count(impressions),
-                clicks: count(clicks),
-                billable_impressions: count(billable),
+    async fn read_campaign_rollup(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        levels: &[ReachLevel],
+    ) -> Result<Rollup, StoreError> {
+        const CONTEXT: &str = "reading a rollup";
+        let statements = &self.prepared().await?.rollups;
+        let key = campaign_day(campaign, day);
+        let (advertiser_id, campaign_id, date) = key;
+        let (slices, reach) = futures::try_join!(
+            read_all::<StoredSlice>(&self.session, &statements.select_slices, key, CONTEXT),
+            try_join_all(levels.iter().map(|level| async move {
+                let rows = read_all::<StoredReach>(
+                    &self.session,
+                    &statements.select_reach,
+                    (advertiser_id, campaign_id, date, i32::from(level.code())),
+                    CONTEXT,
+                )
+                .await?;
+                Ok::<_, StoreError>((*level, rows))
+            })),
+        )?;
+        let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
+        Ok(Rollup {
+            slices: slices
+                .into_iter()
+                .filter(|row| (0..SLICES_PER_DAY).contains(&i64::from(row.slice)))
+                .map(|row| RollupSlice {
+                    slice: slice_base + i64::from(row.slice),
+                    ad_id: AdId::new(row.ad_id),
+                    impressions: read_count(row.impressions),
+                    clicks: read_count(row.clicks),
+                    billable_impressions: read_count(row.billable_impressions),
+                })
+                .collect(),
+            reach: reach
+                .into_iter()
+                .flat_map(|(level, rows)| {
+                    rows.into_iter()
+                        .filter(|row| (0..HOURS_PER_DAY).contains(&i64::from(row.hour)))
+                        .map(move |row| RollupReach {
+                            level,
+                            hour: hour_base + i64::from(row.hour),
+                            ad_id: level.per_ad().then_some(AdId::new(row.ad_id)),
+                            sketch: row.sketch,
+                        })
+                })
+                .collect(),
+        })
+    }
+
+    async fn write_site_rollup(
+        &self,
+        site: &SiteId,
+        day: Day,
+        combinations: &[(String, SiteRollup)],
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "writing a site rollup";
+        let statements = &self.prepared().await?.rollups;
+        let written_at = read_started.timestamp_micros();
+        let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
+        let date = day.date();
+        // (combination, slice or hour within the day, value) of every row.
+        let visits: Vec<(&str, i32, i64)> = combinations
+            .iter()
+            .flat_map(|(combination, rollup)| {
+                rollup.visits.iter().map(move |(slice, visits)| {
+                    (
+                        combination.as_str(),
+                        (slice - slice_base) as i32,
+                        stored_count(*visits),
+                    )
+                })
             })
-            .collect(),
-        reach: reach
-            .into_iter()
-            .flat_map(|(level, rows)| {
-                rows.into_iter()
-                    .filter(|(hour, ..)| (0..HOURS_PER_DAY).contains(&i64::from(*hour)))
-                    .map(move |(hour, ad, sketch)| RollupReach {
-                        level,
-                        hour: hour_base + i64::from(hour),
-                        ad_id: level.per_ad().then_some(AdId::new(ad)),
-                        sketch,
-                    })
+            .collect();
+        execute_each(
+            &self.session,
+            &statements.insert_site_visits,
+            &visits,
+            ROWS_IN_FLIGHT,
+            |(combination, slice, visits)| SiteUnitValues {
+                site: site.as_str(),
+                day: date,
+                combination,
+                unit: *slice,
+                value: *visits,
+                written_at,
+            },
+            CONTEXT,
+        )
+        .await?;
+        let reach: Vec<(&str, i32, &[u8])> = combinations
+            .iter()
+            .flat_map(|(combination, rollup)| {
+                rollup.reach.iter().map(move |(hour, sketch)| {
+                    (
+                        combination.as_str(),
+                        (hour - hour_base) as i32,
+                        sketch.as_slice(),
+                    )
+                })
             })
-            .collect(),
-    })
+            .collect();
+        execute_each(
+            &self.session,
+            &statements.insert_site_reach,
+            &reach,
+            ROWS_IN_FLIGHT,
+            |(combination, hour, sketch)| SiteUnitValues {
+                site: site.as_str(),
+                day: date,
+                combination,
+                unit: *hour,
+                value: *sketch,
+                written_at,
+            },
+            CONTEXT,
+        )
+        .await?;
+        mark_sealed(self, &Owner::Site(site.clone()), day, read_started).await
+    }
+
+    async fn read_site_rollup(
+        &self,
+        partition: &SketchPartition,
+    ) -> Result<SiteRollup, StoreError> {
+        const CONTEXT: &str = "reading a site rollup";
+        let statements = &self.prepared().await?.rollups;
+        let key = (
+            partition.site.as_str(),
+            partition.day.date(),
+            partition.combination.as_str(),
+        );
+        let (visits, reach) = futures::try_join!(
+            read_all::<(i32, i64)>(&self.session, &statements.select_site_visits, key, CONTEXT),
+            read_all::<(i32, Vec<u8>)>(&self.session, &statements.select_site_reach, key, CONTEXT),
+        )?;
+        let (slice_base, hour_base) = (partition.day.first_slice(), partition.day.first_hour());
+        Ok(SiteRollup {
+            visits: visits
+                .into_iter()
+                .map(|(slice, visits)| (slice_base + i64::from(slice), read_count(visits)))
+                .collect(),
+            reach: reach
+                .into_iter()
+                .map(|(hour, sketch)| (hour_base + i64::from(hour), sketch))
+                .collect(),
+        })
+    }
 }

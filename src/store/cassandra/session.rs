@@ -31,10 +31,10 @@ pub async fn connect(config: &CassandraConfig) -> Result<Session, StoreError> {
         builder = builder.user(&credentials.username, &credentials.password);
     }
     builder.build().await.map_err(|error| {
-        StoreError::Unavailable(format!(
-            "cannot connect to Cassandra at {}: {error}",
-            config.nodes.join(",")
-        ))
+        StoreError::unavailable(
+            format!("cannot connect to Cassandra at {}", config.nodes.join(",")),
+            error,
+        )
     })
 }
 

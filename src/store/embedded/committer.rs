@@ -3,7 +3,7 @@
 //! fsync between them instead of one each. Each call's rows stay in one atomic batch, and a
 //! call returns only once that batch is durable per the fsync policy.
 
-use super::{Table, Tables, engine_error};
+use super::engine::{Table, Tables, engine_failure};
 use crate::store::StoreError;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -39,9 +39,7 @@ impl Committer {
         let thread = std::thread::Builder::new()
             .name("adevents-commit".into())
             .spawn(move || run(&tables, &pending))
-            .map_err(|error| {
-                StoreError::Internal(format!("cannot start the commit thread: {error}"))
-            })?;
+            .map_err(|error| StoreError::internal("cannot start the commit thread", error))?;
         Ok(Self { queue, thread })
     }
 
@@ -63,7 +61,8 @@ impl Committer {
         rows: Rows,
     ) -> Result<(), StoreError> {
         let (done, committed) = oneshot::channel();
-        let stopped = || StoreError::Internal(format!("{context}: the commit thread stopped"));
+        let stopped =
+            || StoreError::internal_message(format!("{context}: the commit thread stopped"));
         self.queue
             .try_send(Pending {
                 context,
@@ -72,7 +71,7 @@ impl Committer {
                 done,
             })
             .map_err(|error| match error {
-                mpsc::TrySendError::Full(_) => StoreError::Unavailable(format!(
+                mpsc::TrySendError::Full(_) => StoreError::unavailable_message(format!(
                     "{context}: {MAX_WAITING_CALLS} writes are already waiting for the disk"
                 )),
                 mpsc::TrySendError::Disconnected(_) => stopped(),
@@ -120,11 +119,17 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>) {
             }
             batch.commit()
         }));
+        // One failure, shared by every call of the group.
+        let outcome = match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(Some(Arc::new(error))),
+            Err(_) => Err(None),
+        };
         for (context, done) in waiting {
             let result = match &outcome {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(engine_error(context, error)),
-                Err(_) => Err(StoreError::Internal(format!(
+                Ok(()) => Ok(()),
+                Err(Some(error)) => Err(engine_failure(context, Arc::clone(error))),
+                Err(None) => Err(StoreError::internal_message(format!(
                     "{context}: the storage engine panicked while committing"
                 ))),
             };

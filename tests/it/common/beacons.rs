@@ -1,5 +1,5 @@
 //! Sending beacons the way script tags send them, asking for unique visitors the way a
-//! dashboard asks, and the accuracy rule of API.md.
+//! dashboard asks, and the accuracy rule of docs/API.md.
 
 use adevents::simulate::traffic::{SimulatedVisit, TrafficSpec, generate};
 use futures::{StreamExt, stream};
@@ -61,7 +61,7 @@ pub async fn uniques(base_url: &str, site: &str, query: &[(String, String)]) -> 
     response.json().await.expect("JSON answer")
 }
 
-/// API.md: exact or within ±1 below 1,000, within 2 % above.
+/// docs/API.md: exact or within ±1 below 1,000, within 2 % above.
 pub fn within_accuracy(served: u64, exact: u64) -> bool {
     if exact < 1000 {
         served.abs_diff(exact) <= 1

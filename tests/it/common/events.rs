@@ -118,7 +118,10 @@ pub async fn configure_buckets(backend: Backend, campaign: &Campaign, buckets: u
     backend
         .store()
         .await
-        .put_campaign_settings(campaign.key(), &settings)
+        .put_settings(
+            &adevents::domain::owner::Owner::Campaign(campaign.key()),
+            &settings,
+        )
         .await
         .expect("arranged");
 }

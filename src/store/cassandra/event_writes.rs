@@ -3,12 +3,14 @@
 //! key, so both go into the same batch: one mutation per chunk.
 
 use super::config::WriteMode;
-use super::statements::{PartitionValues, Statements, failed, partition_values};
+use super::events::EventStatements;
+use super::statements::{PartitionValues, failed, partition_values};
 use crate::domain::event::{Click, Impression};
 use crate::domain::partition::EventPartition;
 use crate::store::StoreError;
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 use futures::future::try_join_all;
+use scylla::SerializeRow;
 use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::value::MaybeUnset;
@@ -26,6 +28,15 @@ const USER_DATA_BYTES_PER_BATCH: usize = 1 << 20;
 /// pipeline without one large request starving the others.
 const ROWS_IN_FLIGHT: usize = 128;
 
+/// What a write of one partition's events needs: where, with which statements, how.
+pub struct EventWriter<'a> {
+    pub session: &'a Session,
+    pub statements: &'a EventStatements,
+    pub mode: WriteMode,
+    /// Seconds for `USING TTL` (0: never expire).
+    pub ttl: i32,
+}
+
 /// Runs `insert` for every item, [`ROWS_IN_FLIGHT`] at a time, stopping at the first failure.
 async fn bounded<'a, T, F>(items: &'a [T], insert: impl Fn(&'a T) -> F) -> Result<(), StoreError>
 where
@@ -37,92 +48,119 @@ where
     Ok(())
 }
 
-type ImpressionValues<'a> = (
-    Uuid,
-    Uuid,
-    NaiveDate,
-    i16,
-    chrono::DateTime<chrono::Utc>,
-    Uuid,
-    Uuid,
-    Uuid,
-    MaybeUnset<IpAddr>,
-    MaybeUnset<&'a BTreeMap<String, String>>,
-    i32,
-);
-
-fn impression_values(key: PartitionValues, event: &Impression, ttl: i32) -> ImpressionValues<'_> {
-    let (advertiser, campaign, day, bucket) = key;
-    (
-        advertiser,
-        campaign,
-        day,
-        bucket,
-        event.timestamp.instant(),
-        event.impression_id.as_uuid(),
-        event.ad_id.as_uuid(),
-        event.user_id.as_uuid(),
-        // Unset, not null: a null would write a tombstone.
-        event.user_ip.map_or(MaybeUnset::Unset, MaybeUnset::Set),
-        if event.user_data.is_empty() {
-            MaybeUnset::Unset
-        } else {
-            MaybeUnset::Set(event.user_data.entries())
-        },
-        ttl,
-    )
+/// The bound values of an `impression` insert, in the statement's order.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct ImpressionValues<'a> {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    bucket_id: i16,
+    timestamp: DateTime<Utc>,
+    impression_id: Uuid,
+    ad_id: Uuid,
+    user_id: Uuid,
+    // Unset, not null: a null would write a tombstone.
+    user_ip: MaybeUnset<IpAddr>,
+    user_data: MaybeUnset<&'a BTreeMap<String, String>>,
+    ttl: i32,
 }
 
-type SummaryValues = (
-    Uuid,
-    Uuid,
-    NaiveDate,
-    i16,
-    chrono::DateTime<chrono::Utc>,
-    Uuid,
-    Uuid,
-    Uuid,
-    i32,
-);
-
-fn summary_values(key: PartitionValues, event: &Impression, ttl: i32) -> SummaryValues {
-    let (advertiser, campaign, day, bucket) = key;
-    (
-        advertiser,
-        campaign,
-        day,
-        bucket,
-        event.timestamp.instant(),
-        event.impression_id.as_uuid(),
-        event.ad_id.as_uuid(),
-        event.user_id.as_uuid(),
-        ttl,
-    )
+impl<'a> ImpressionValues<'a> {
+    fn new(key: PartitionValues, event: &'a Impression, ttl: i32) -> Self {
+        let (advertiser_id, campaign_id, day, bucket_id) = key;
+        Self {
+            advertiser_id,
+            campaign_id,
+            day,
+            bucket_id,
+            timestamp: event.timestamp.instant(),
+            impression_id: event.impression_id.as_uuid(),
+            ad_id: event.ad_id.as_uuid(),
+            user_id: event.user_id.as_uuid(),
+            user_ip: event.user_ip.map_or(MaybeUnset::Unset, MaybeUnset::Set),
+            user_data: if event.user_data.is_empty() {
+                MaybeUnset::Unset
+            } else {
+                MaybeUnset::Set(event.user_data.entries())
+            },
+            ttl,
+        }
+    }
 }
 
-type ClickValues = (
-    Uuid,
-    Uuid,
-    NaiveDate,
-    i16,
-    chrono::DateTime<chrono::Utc>,
-    Uuid,
-    Uuid,
-    i32,
-);
+/// The bound values of an `impression_summary` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SummaryValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    bucket_id: i16,
+    timestamp: DateTime<Utc>,
+    impression_id: Uuid,
+    ad_id: Uuid,
+    user_id: Uuid,
+    ttl: i32,
+}
 
-fn click_values(key: PartitionValues, click: &Click, ttl: i32) -> ClickValues {
-    let (advertiser, campaign, day, bucket) = key;
-    (
-        advertiser,
-        campaign,
-        day,
-        bucket,
-        click.timestamp.instant(),
-        click.impression_id.as_uuid(),
-        click.ad_id.as_uuid(),
-        ttl,
-    )
+impl SummaryValues {
+    fn new(key: PartitionValues, event: &Impression, ttl: i32) -> Self {
+        let (advertiser_id, campaign_id, day, bucket_id) = key;
+        Self {
+            advertiser_id,
+            campaign_id,
+            day,
+            bucket_id,
+            timestamp: event.timestamp.instant(),
+            impression_id: event.impression_id.as_uuid(),
+            ad_id: event.ad_id.as_uuid(),
+            user_id: event.user_id.as_uuid(),
+            ttl,
+        }
+    }
+}
+
+/// The bound values of a `click` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct ClickValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    bucket_id: i16,
+    timestamp: DateTime<Utc>,
+    impression_id: Uuid,
+    ad_id: Uuid,
+    ttl: i32,
+}
+
+impl ClickValues {
+    fn new(key: PartitionValues, click: &Click, ttl: i32) -> Self {
+        let (advertiser_id, campaign_id, day, bucket_id) = key;
+        Self {
+            advertiser_id,
+            campaign_id,
+            day,
+            bucket_id,
+            timestamp: click.timestamp.instant(),
+            impression_id: click.impression_id.as_uuid(),
+            ad_id: click.ad_id.as_uuid(),
+            ttl,
+        }
+    }
+}
+
+/// The bound values of a `click_by_impression` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct ClickIndexValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    impression_id: Uuid,
+    timestamp: DateTime<Utc>,
+    ad_id: Uuid,
+    ttl: i32,
 }
 
 /// Splits a partition's impressions into batches bounded by count and user_data bytes.
@@ -151,13 +189,16 @@ fn impression_chunks(impressions: &[Impression]) -> Vec<&[Impression]> {
 }
 
 pub async fn write_impressions(
-    session: &Session,
-    statements: &Statements,
-    mode: WriteMode,
-    ttl: i32,
+    writer: &EventWriter<'_>,
     partition: &EventPartition,
     impressions: &[Impression],
 ) -> Result<(), StoreError> {
+    let EventWriter {
+        session,
+        statements,
+        mode,
+        ttl,
+    } = *writer;
     let key = partition_values(partition);
     match mode {
         WriteMode::Batch => {
@@ -171,9 +212,9 @@ pub async fn write_impressions(
                     > = Vec::with_capacity(chunk.len() * 2);
                     for event in chunk {
                         batch.append_statement(statements.insert_impression.clone());
-                        values.push(Box::new(impression_values(key, event, ttl)));
+                        values.push(Box::new(ImpressionValues::new(key, event, ttl)));
                         batch.append_statement(statements.insert_impression_summary.clone());
-                        values.push(Box::new(summary_values(key, event, ttl)));
+                        values.push(Box::new(SummaryValues::new(key, event, ttl)));
                     }
                     session
                         .batch(&batch, values)
@@ -186,11 +227,11 @@ pub async fn write_impressions(
             bounded(impressions, |event| async move {
                 let full = session.execute_unpaged(
                     &statements.insert_impression,
-                    impression_values(key, event, ttl),
+                    ImpressionValues::new(key, event, ttl),
                 );
                 let thin = session.execute_unpaged(
                     &statements.insert_impression_summary,
-                    summary_values(key, event, ttl),
+                    SummaryValues::new(key, event, ttl),
                 );
                 futures::try_join!(full, thin)
                     .map(|_| ())
@@ -203,13 +244,16 @@ pub async fn write_impressions(
 }
 
 pub async fn write_clicks(
-    session: &Session,
-    statements: &Statements,
-    mode: WriteMode,
-    ttl: i32,
+    writer: &EventWriter<'_>,
     partition: &EventPartition,
     clicks: &[Click],
 ) -> Result<(), StoreError> {
+    let EventWriter {
+        session,
+        statements,
+        mode,
+        ttl,
+    } = *writer;
     let key = partition_values(partition);
     let click_rows = async {
         match mode {
@@ -220,7 +264,7 @@ pub async fn write_clicks(
                     let mut values = Vec::with_capacity(chunk.len());
                     for click in chunk {
                         batch.append_statement(statements.insert_click.clone());
-                        values.push(click_values(key, click, ttl));
+                        values.push(ClickValues::new(key, click, ttl));
                     }
                     session
                         .batch(&batch, values)
@@ -232,7 +276,10 @@ pub async fn write_clicks(
             WriteMode::Rows => {
                 bounded(clicks, |click| async move {
                     session
-                        .execute_unpaged(&statements.insert_click, click_values(key, click, ttl))
+                        .execute_unpaged(
+                            &statements.insert_click,
+                            ClickValues::new(key, click, ttl),
+                        )
                         .await
                         .map(|_| ())
                         .map_err(failed("writing clicks"))
@@ -243,14 +290,14 @@ pub async fn write_clicks(
     };
     // Each index row is its own partition (one per impression): single-row inserts.
     let index_rows = bounded(clicks, |click| async move {
-        let values = (
-            key.0,
-            key.1,
-            click.impression_id.as_uuid(),
-            click.timestamp.instant(),
-            click.ad_id.as_uuid(),
+        let values = ClickIndexValues {
+            advertiser_id: key.0,
+            campaign_id: key.1,
+            impression_id: click.impression_id.as_uuid(),
+            timestamp: click.timestamp.instant(),
+            ad_id: click.ad_id.as_uuid(),
             ttl,
-        );
+        };
         session
             .execute_unpaged(&statements.insert_click_index, values)
             .await

@@ -1,42 +1,34 @@
-//! Campaign and site settings as requests see them: read from the store and cached in the process for a
-//! short lifetime. A change is scheduled at least that lifetime ahead (API.md), so every server
-//! process has seen it before it applies; readers also widen their bucket coverage by the same
-//! lifetime (`SettingsHistory::buckets_to_read`).
+//! Campaign and site settings as requests see them: read from the store and cached in the
+//! process for a short lifetime. A change is scheduled at least that lifetime ahead
+//! ([`super::change`]), so every server process has seen it before it applies; readers also
+//! widen their bucket coverage by the same lifetime (`SettingsHistory::buckets_to_read`).
 
-use crate::domain::beacon::SiteId;
 use crate::domain::campaign::SettingsHistory;
-use crate::domain::ids::CampaignKey;
+use crate::domain::owner::Owner;
 use crate::domain::time::MAX_FUTURE_SKEW;
-use crate::store::{Store, StoreError};
+use crate::store::{SettingsStore, StoreError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Whose settings: campaigns and sites share the cache and its rules.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum SettingsOwner {
-    Campaign(CampaignKey),
-    Site(SiteId),
-}
-
-/// Past this many cached campaigns, expired entries are dropped on the next insert.
+/// Past this many cached owners, expired entries are dropped on the next insert.
 const PRUNE_ABOVE: usize = 100_000;
 
 pub struct SettingsCache {
-    store: Arc<dyn Store>,
+    store: Arc<dyn SettingsStore>,
     lifetime: Duration,
     entries: Mutex<Entries>,
 }
 
 struct Entries {
-    map: HashMap<SettingsOwner, (Instant, Arc<SettingsHistory>)>,
+    map: HashMap<Owner, (Instant, Arc<SettingsHistory>)>,
     /// Size at which expired entries are next swept; doubles when a sweep frees little, so
     /// sweeping stays amortised O(1) per insert however many campaigns are live.
     sweep_at: usize,
 }
 
 impl SettingsCache {
-    pub fn new(store: Arc<dyn Store>, lifetime: Duration) -> Self {
+    pub fn new(store: Arc<dyn SettingsStore>, lifetime: Duration) -> Self {
         Self {
             store,
             lifetime,
@@ -60,22 +52,12 @@ impl SettingsCache {
             + MAX_FUTURE_SKEW
     }
 
-    pub async fn history(&self, campaign: CampaignKey) -> Result<Arc<SettingsHistory>, StoreError> {
-        self.get(SettingsOwner::Campaign(campaign)).await
-    }
-
-    pub async fn site_history(&self, site: &SiteId) -> Result<Arc<SettingsHistory>, StoreError> {
-        self.get(SettingsOwner::Site(site.clone())).await
-    }
-
-    async fn get(&self, owner: SettingsOwner) -> Result<Arc<SettingsHistory>, StoreError> {
-        if let Some(history) = self.cached(&owner) {
+    /// The owner's settings history, from the cache while it is fresh.
+    pub async fn history(&self, owner: &Owner) -> Result<Arc<SettingsHistory>, StoreError> {
+        if let Some(history) = self.cached(owner) {
             return Ok(history);
         }
-        let history = Arc::new(match &owner {
-            SettingsOwner::Campaign(campaign) => self.store.campaign_settings(*campaign).await?,
-            SettingsOwner::Site(site) => self.store.site_settings(site).await?,
-        });
+        let history = Arc::new(self.store.settings(owner).await?);
         let mut entries = self.lock();
         if entries.map.len() >= entries.sweep_at {
             let lifetime = self.lifetime;
@@ -86,16 +68,16 @@ impl SettingsCache {
         }
         entries
             .map
-            .insert(owner, (Instant::now(), Arc::clone(&history)));
+            .insert(owner.clone(), (Instant::now(), Arc::clone(&history)));
         Ok(history)
     }
 
     /// Drops an entry, after this process changed those settings.
-    pub fn forget(&self, owner: &SettingsOwner) {
+    pub fn forget(&self, owner: &Owner) {
         self.lock().map.remove(owner);
     }
 
-    fn cached(&self, owner: &SettingsOwner) -> Option<Arc<SettingsHistory>> {
+    fn cached(&self, owner: &Owner) -> Option<Arc<SettingsHistory>> {
         let entries = self.lock();
         let (fetched, history) = entries.map.get(owner)?;
         (fetched.elapsed() < self.lifetime).then(|| Arc::clone(history))

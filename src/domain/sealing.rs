@@ -1,0 +1,106 @@
+//! The sealing rule (docs/DESIGN.md, "Sealing closed days"): when an event is late, when a
+//! day may be sealed, and whether a stored seal still answers for its day. The write paths
+//! mark late days by this rule alone; the sealer and the queries read seals by it. Nothing
+//! here touches a store or a clock: callers pass `now`.
+
+use super::time::Day;
+use chrono::{DateTime, TimeDelta, Utc};
+use std::time::Duration;
+
+/// How long after a UTC day ends its events are still on time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealingRule {
+    grace: TimeDelta,
+}
+
+impl Default for SealingRule {
+    /// One hour: ad servers' retries and clock skew fit well inside it.
+    fn default() -> Self {
+        Self {
+            grace: TimeDelta::hours(1),
+        }
+    }
+}
+
+impl SealingRule {
+    /// A rule with `grace`; a grace beyond what a date-time can hold is taken as one hour.
+    pub fn new(grace: Duration) -> Self {
+        Self {
+            grace: TimeDelta::from_std(grace).unwrap_or(TimeDelta::hours(1)),
+        }
+    }
+
+    pub fn grace(&self) -> TimeDelta {
+        self.grace
+    }
+
+    /// Whether an event for UTC `day` arriving `now` is late: its day may already be sealed,
+    /// so it must mark the day (by its age, never by reading the seal).
+    pub fn is_late(&self, day: Day, now: DateTime<Utc>) -> bool {
+        now >= day.next().start_utc() + self.grace
+    }
+
+    /// Whether `day` may be sealed `now`: past the grace period, with a margin for clock
+    /// differences between servers.
+    pub fn may_seal(&self, day: Day, now: DateTime<Utc>) -> bool {
+        now >= day.next().start_utc() + self.grace + SealState::MARGIN
+    }
+}
+
+/// Whether a day's rollup may answer for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SealState {
+    /// When the read behind the stored rollup started.
+    pub sealed_from: Option<DateTime<Utc>>,
+    /// When the latest late event for the day arrived.
+    pub late_at: Option<DateTime<Utc>>,
+}
+
+impl SealState {
+    /// How much earlier than the seal's read a late event's mark must be for the read to have
+    /// surely seen the event. Marks are written after their events, so this only covers
+    /// clock differences between the servers that write marks and seals.
+    pub const MARGIN: TimeDelta = TimeDelta::seconds(5);
+
+    /// Whether the stored rollup holds every event of the day.
+    pub fn is_current(&self) -> bool {
+        match (self.sealed_from, self.late_at) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(sealed_from), Some(late_at)) => late_at + Self::MARGIN < sealed_from,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        text.parse().expect("time")
+    }
+
+    #[test]
+    fn a_day_is_late_after_its_grace_and_sealed_after_the_margin() {
+        let rule = SealingRule::default();
+        let day = Day::new("2026-11-25".parse().expect("date"));
+        assert!(!rule.is_late(day, at("2026-11-26T00:59:59Z")));
+        assert!(rule.is_late(day, at("2026-11-26T01:00:00Z")));
+        assert!(!rule.may_seal(day, at("2026-11-26T01:00:04Z")));
+        assert!(rule.may_seal(day, at("2026-11-26T01:00:05Z")));
+    }
+
+    #[test]
+    fn a_seal_answers_until_a_late_mark_newer_than_its_read_less_the_margin() {
+        let sealed = at("2026-11-26T02:00:00Z");
+        let state = |late: Option<&str>| SealState {
+            sealed_from: Some(sealed),
+            late_at: late.map(at),
+        };
+        assert!(!SealState::default().is_current());
+        assert!(state(None).is_current());
+        assert!(state(Some("2026-11-26T01:59:54Z")).is_current());
+        assert!(!state(Some("2026-11-26T01:59:55Z")).is_current());
+        assert!(!state(Some("2026-11-26T03:00:00Z")).is_current());
+    }
+}

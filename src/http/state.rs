@@ -1,0 +1,153 @@
+//! What the handlers share: the services they call (ingestion, beacons, queries, settings) and
+//! the service's tunables. The store itself stays private to this module: a handler asks a
+//! service, never the store.
+
+use super::body::BodyLimits;
+use crate::beacons::BeaconIngestor;
+use crate::beacons::live::{Flushed, LiveSketches, spawn_flusher};
+use crate::beacons::rebuild::rebuild_days;
+use crate::domain::beacon::BeaconRules;
+use crate::domain::time::Day;
+use crate::ingest::Ingestor;
+use crate::query::{Queries, QueryOptions};
+use crate::sealer::{Sealer, SealerOptions};
+use crate::settings::{Settings, SettingsCache};
+use crate::store::instrumented::Instrumented;
+use crate::store::{Store, StoreError};
+use axum::http::HeaderValue;
+use ipnet::IpNet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Tunables of the HTTP service, with the defaults docs/API.md documents.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    pub body_limits: BodyLimits,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Partitions written at once for one ingestion request.
+    pub write_concurrency: usize,
+    /// How long campaign and site settings are cached in the process.
+    pub settings_lifetime: Duration,
+    /// Browser origins (dashboards) allowed to call the query endpoints; none by default.
+    pub cors_origins: Vec<HeaderValue>,
+    /// What a `/track` beacon may carry.
+    pub beacon_rules: BeaconRules,
+    /// How often live unique-visitor sketches are stored.
+    pub sketch_flush_interval: Duration,
+    /// Fan-out, billable window and look-backs of the read side.
+    pub queries: QueryOptions,
+    /// When closed days are sealed into rollups (the grace for late events, ...).
+    pub sealer: SealerOptions,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self {
+            body_limits: BodyLimits {
+                max_bytes: 5 * 1024 * 1024,
+                max_events: 10_000,
+            },
+            trusted_proxies: Vec::new(),
+            write_concurrency: 32,
+            settings_lifetime: Duration::from_secs(10),
+            cors_origins: Vec::new(),
+            beacon_rules: BeaconRules::default(),
+            sketch_flush_interval: Duration::from_secs(1),
+            queries: QueryOptions::default(),
+            sealer: SealerOptions::default(),
+        }
+    }
+}
+
+/// What every handler may use.
+#[derive(Clone)]
+pub struct AppState {
+    store: Arc<dyn Store>,
+    settings_cache: Arc<SettingsCache>,
+    live_sketches: Arc<LiveSketches>,
+    pub ingestor: Arc<Ingestor>,
+    pub beacons: Arc<BeaconIngestor>,
+    pub queries: Arc<Queries>,
+    pub settings: Arc<Settings>,
+    pub options: Arc<ServiceOptions>,
+}
+
+impl AppState {
+    /// Wires the services over `store`, timing every store call for `/metrics`.
+    pub fn new(store: Arc<dyn Store>, options: ServiceOptions) -> Self {
+        let store: Arc<dyn Store> = Arc::new(Instrumented::new(store));
+        let settings_cache = Arc::new(SettingsCache::new(
+            Arc::clone(&store) as Arc<dyn crate::store::SettingsStore>,
+            options.settings_lifetime,
+        ));
+        let rule = options.sealer.rule;
+        let ingestor = Arc::new(Ingestor::new(
+            Arc::clone(&store),
+            Arc::clone(&settings_cache),
+            options.write_concurrency,
+            rule,
+        ));
+        let live_sketches = Arc::new(LiveSketches::new());
+        let beacons = Arc::new(BeaconIngestor::new(
+            Arc::clone(&store),
+            Arc::clone(&settings_cache),
+            Arc::clone(&live_sketches),
+            rule,
+        ));
+        let queries = Arc::new(Queries::new(
+            Arc::clone(&store),
+            Arc::clone(&settings_cache),
+            options.queries,
+        ));
+        let settings = Arc::new(Settings::new(
+            Arc::clone(&store) as Arc<dyn crate::store::SettingsStore>,
+            Arc::clone(&settings_cache),
+        ));
+        Self {
+            store,
+            settings_cache,
+            live_sketches,
+            ingestor,
+            beacons,
+            queries,
+            settings,
+            options: Arc::new(options),
+        }
+    }
+
+    /// Whether the store answers and its schema is current (`/readyz`).
+    pub async fn check_ready(&self) -> Result<(), StoreError> {
+        self.store.check_ready().await
+    }
+
+    /// The sealer of closed days, over this state's store and settings.
+    pub fn sealer(&self) -> Sealer {
+        Sealer::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.settings_cache),
+            self.options.sealer,
+        )
+    }
+
+    /// Starts storing this process's live sketches every `sketch_flush_interval`.
+    pub fn spawn_sketch_flusher(&self) -> tokio::task::JoinHandle<()> {
+        spawn_flusher(
+            Arc::clone(&self.live_sketches),
+            Arc::clone(&self.store) as Arc<dyn crate::store::VisitStore>,
+            self.options.sketch_flush_interval,
+        )
+    }
+
+    /// Stores every answered beacon's sketches (before the process goes).
+    pub async fn flush_sketches(&self) -> Result<Flushed, StoreError> {
+        self.live_sketches.flush(self.store.as_ref()).await
+    }
+
+    /// Rebuilds the unique-visitor sketches of every site's `days` from its stored beacons;
+    /// returns how many beacons were read.
+    pub async fn rebuild_sketches(&self, days: &[Day]) -> Result<usize, StoreError> {
+        let fan_out = self.options.queries.fan_out;
+        rebuild_days(self.store.as_ref(), &self.settings_cache, days, fan_out).await
+    }
+}

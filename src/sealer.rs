@@ -1,0 +1,191 @@
+//! Sealing closed days (docs/DESIGN.md, "Sealing closed days"): once a UTC day is past the
+//! grace period for late events, each campaign's and site's day is aggregated once from the
+//! raw tables into a rollup, and summaries and unique-visitor queries read that small rollup
+//! from then on. A late event for a sealed day marks it (the write paths mark by the event's
+//! age, [`SealingRule::is_late`], never by reading the seal), which makes queries read the raw
+//! partitions again until the next seal: answers stay exact throughout.
+//!
+//! Safe with several server processes: a seal writes absolute rows, the same from the same
+//! raw data, and its `sealed_from` (the start of its read) decides with `late_at` whether the
+//! rollup may answer; two seals of one day at once only repeat each other's work.
+
+use crate::domain::beacon::SiteId;
+use crate::domain::ids::CampaignKey;
+use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::sealing::SealingRule;
+use crate::domain::time::Day;
+use crate::query::FanOut;
+use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
+use crate::query::plan::campaign_partitions;
+use crate::query::site_day::aggregate_site_day;
+use crate::settings::SettingsCache;
+use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
+use chrono::{DateTime, TimeDelta, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When and how far back the sealer works.
+#[derive(Debug, Clone, Copy)]
+pub struct SealerOptions {
+    /// When an event is late and a day may be sealed.
+    pub rule: SealingRule,
+    /// How many days back the background sealer looks for days to (re-)seal. Older days with
+    /// late events stay exact (read raw) until `adevents rollup` seals them.
+    pub lookback_days: u32,
+    /// How often the background sealer looks.
+    pub interval: Duration,
+    pub window: BillableWindow,
+    pub fan_out: FanOut,
+}
+
+impl Default for SealerOptions {
+    fn default() -> Self {
+        Self {
+            rule: SealingRule::default(),
+            lookback_days: 7,
+            interval: Duration::from_secs(60),
+            window: BillableWindow::DEFAULT,
+            fan_out: FanOut { concurrency: 64 },
+        }
+    }
+}
+
+/// Seals days: what the background task and `adevents rollup` share.
+pub struct Sealer {
+    store: Arc<dyn Store>,
+    settings: Arc<SettingsCache>,
+    options: SealerOptions,
+}
+
+impl Sealer {
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings: Arc<SettingsCache>,
+        options: SealerOptions,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            options,
+        }
+    }
+
+    pub fn rule(&self) -> SealingRule {
+        self.options.rule
+    }
+
+    /// Aggregates one campaign-day from its raw partitions and stores the rollup.
+    pub async fn seal_campaign_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<(), StoreError> {
+        let read_started = Utc::now();
+        let settings = &self.settings;
+        let history = settings.history(&Owner::Campaign(campaign)).await?;
+        let plan = campaign_partitions(
+            campaign,
+            std::iter::once(day),
+            &history,
+            settings.read_staleness(),
+        );
+        let read = DayRead {
+            campaign,
+            partitions: plan
+                .into_iter()
+                .flat_map(|(_, partitions)| partitions)
+                .collect(),
+            levels: ReachLevel::ALL.to_vec(),
+        };
+        let store = self.store.as_ref();
+        let concurrency = self.options.fan_out.concurrency;
+        let aggregate = aggregate_day(store, &read, self.options.window, concurrency).await?;
+        store
+            .write_campaign_rollup(campaign, day, &aggregate.to_rollup(day), read_started)
+            .await
+    }
+
+    /// Aggregates one site-day from its stored beacons and stores the rollup: exact visits per
+    /// 15-minute slice and one merged sketch per hour, for every feature combination. Returns
+    /// how many beacons were read.
+    pub async fn seal_site_day(&self, site: &SiteId, day: Day) -> Result<usize, StoreError> {
+        let read_started = Utc::now();
+        let store = self.store.as_ref();
+        let aggregate =
+            aggregate_site_day(store, &self.settings, site, day, self.options.fan_out).await?;
+        let combinations: Vec<(String, SiteRollup)> = aggregate
+            .combinations
+            .into_iter()
+            .map(|(combination, combination_day)| {
+                let rollup = SiteRollup {
+                    visits: combination_day.slices.into_iter().collect(),
+                    reach: combination_day
+                        .hours
+                        .into_iter()
+                        .map(|(hour, sketch)| (hour, sketch.to_bytes()))
+                        .collect(),
+                };
+                (combination, rollup)
+            })
+            .collect();
+        store
+            .write_site_rollup(site, day, &combinations, read_started)
+            .await?;
+        Ok(aggregate.beacons)
+    }
+
+    /// Seals one owner-day.
+    async fn seal(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
+        match owner {
+            Owner::Campaign(campaign) => self.seal_campaign_day(*campaign, day).await,
+            Owner::Site(site) => self.seal_site_day(site, day).await.map(|_| ()),
+        }
+    }
+
+    /// Seals every campaign-day and site-day of the look-back window that is due and not
+    /// current; returns how many were sealed.
+    pub async fn seal_due(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let today = Day::new(now.date_naive());
+        let store = self.store.as_ref();
+        let mut sealed = 0;
+        for back in (1..=i64::from(self.options.lookback_days)).rev() {
+            let day = Day::new(today.date() - TimeDelta::days(back));
+            if !self.options.rule.may_seal(day, now) {
+                continue;
+            }
+            for kind in [OwnerKind::Campaign, OwnerKind::Site] {
+                for owner in store.owners_of_day(kind, day).await? {
+                    if !store.seal_state(&owner, day).await?.is_current() {
+                        self.seal(&owner, day).await?;
+                        sealed += 1;
+                    }
+                }
+            }
+        }
+        Ok(sealed)
+    }
+
+    /// Seals due days every `interval` until the task is aborted.
+    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let interval = self.options.interval;
+            // The first pass waits like every other: start-up and readiness probes go first.
+            let first = tokio::time::Instant::now() + interval.min(Duration::from_secs(15));
+            let mut ticks = tokio::time::interval_at(first, interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                match self.seal_due(Utc::now()).await {
+                    Ok(0) => {}
+                    Ok(sealed) => {
+                        tracing::info!(sealed, "sealed closed campaign- and site-days into rollups")
+                    }
+                    Err(error) => tracing::warn!(
+                        error = %error.chain(),
+                        "sealing closed days failed; retrying at the next pass"
+                    ),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! Reading impressions and clicks: a partition whole (the thin rows that counting reads), a
+//! page at a time oldest first (the driver's paging state is the cursor, so nothing above the
+//! store holds more than a page), a partition's newest rows (`LIMIT` on its `timestamp DESC`
+//! clustering), and one impression's first click.
+
+use super::errors::decode_error;
+use super::events::EventStatements;
+use super::statements::{failed, partition_values, read_all, read_one};
+use crate::domain::event::Impression;
+use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
+use crate::domain::partition::EventPartition;
+use crate::domain::time::EventTime;
+use crate::domain::user_data::UserData;
+use crate::store::{ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, StoreError};
+use chrono::{DateTime, Utc};
+use scylla::DeserializeRow;
+use scylla::client::session::Session;
+use scylla::response::{PagingState, PagingStateResponse};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use uuid::Uuid;
+
+/// A row of `impression_summary`.
+#[derive(DeserializeRow)]
+struct SummaryRow {
+    impression_id: Uuid,
+    ad_id: Uuid,
+    user_id: Uuid,
+    timestamp: DateTime<Utc>,
+}
+
+/// A row of `click` or `click_by_impression`.
+#[derive(DeserializeRow)]
+struct StoredClick {
+    impression_id: Uuid,
+    ad_id: Uuid,
+    timestamp: DateTime<Utc>,
+}
+
+impl From<StoredClick> for ClickRow {
+    fn from(row: StoredClick) -> Self {
+        ClickRow {
+            impression_id: ImpressionId::new(row.impression_id),
+            ad_id: AdId::new(row.ad_id),
+            timestamp: EventTime::from_stored(row.timestamp),
+        }
+    }
+}
+
+/// A full row of `impression`, without its partition key.
+#[derive(DeserializeRow)]
+pub struct FullImpressionRow {
+    timestamp: DateTime<Utc>,
+    impression_id: Uuid,
+    ad_id: Uuid,
+    user_id: Uuid,
+    user_ip: Option<IpAddr>,
+    user_data: Option<BTreeMap<String, String>>,
+}
+
+impl FullImpressionRow {
+    fn into_impression(self, partition: &EventPartition) -> Impression {
+        Impression {
+            impression_id: ImpressionId::new(self.impression_id),
+            campaign: partition.campaign,
+            ad_id: AdId::new(self.ad_id),
+            user_id: UserId::new(self.user_id),
+            timestamp: EventTime::from_stored(self.timestamp),
+            user_ip: self.user_ip,
+            user_data: UserData::from_stored(self.user_data.unwrap_or_default()),
+        }
+    }
+}
+
+pub async fn impression_summaries(
+    session: &Session,
+    statements: &EventStatements,
+    partition: &EventPartition,
+) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+    let rows: Vec<SummaryRow> = read_all(
+        session,
+        &statements.select_impression_summaries,
+        partition_values(partition),
+        "reading impressions",
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| ImpressionSummaryRow {
+            impression_id: ImpressionId::new(row.impression_id),
+            ad_id: AdId::new(row.ad_id),
+            user_id: UserId::new(row.user_id),
+            timestamp: EventTime::from_stored(row.timestamp),
+        })
+        .collect())
+}
+
+pub async fn clicks(
+    session: &Session,
+    statements: &EventStatements,
+    partition: &EventPartition,
+) -> Result<Vec<ClickRow>, StoreError> {
+    let rows: Vec<StoredClick> = read_all(
+        session,
+        &statements.select_clicks,
+        partition_values(partition),
+        "reading clicks",
+    )
+    .await?;
+    Ok(rows.into_iter().map(ClickRow::from).collect())
+}
+
+pub async fn first_click(
+    session: &Session,
+    statements: &EventStatements,
+    campaign: CampaignKey,
+    impression_id: ImpressionId,
+) -> Result<Option<ClickRow>, StoreError> {
+    let values = (
+        campaign.advertiser_id.as_uuid(),
+        campaign.campaign_id.as_uuid(),
+        impression_id.as_uuid(),
+    );
+    let row: Option<StoredClick> = read_one(
+        session,
+        &statements.select_first_click,
+        values,
+        "reading the click index",
+    )
+    .await?;
+    Ok(row.map(ClickRow::from))
+}
+
+fn decode_impressions(
+    partition: &EventPartition,
+    result: scylla::response::query_result::QueryResult,
+    context: &'static str,
+) -> Result<Vec<Impression>, StoreError> {
+    let rows = result
+        .into_rows_result()
+        .map_err(|error| decode_error(context, error))?;
+    rows.rows::<FullImpressionRow>()
+        .map_err(|error| decode_error(context, error))?
+        .map(|row| {
+            row.map(|row| row.into_impression(partition))
+                .map_err(|error| decode_error(context, error))
+        })
+        .collect()
+}
+
+pub async fn impression_page(
+    session: &Session,
+    statements: &EventStatements,
+    partition: &EventPartition,
+    cursor: Option<PageCursor>,
+) -> Result<ImpressionPage, StoreError> {
+    const CONTEXT: &str = "reading impressions";
+    let paging = match cursor {
+        None => PagingState::start(),
+        Some(cursor) => PagingState::new_from_raw_bytes(cursor.bytes()),
+    };
+    let (result, paging) = session
+        .execute_single_page(&statements.select_page, partition_values(partition), paging)
+        .await
+        .map_err(failed(CONTEXT))?;
+    let impressions = decode_impressions(partition, result, CONTEXT)?;
+    let next = match paging {
+        PagingStateResponse::HasMorePages { state } => state
+            .as_bytes_slice()
+            .map(|bytes| PageCursor::new(bytes.to_vec())),
+        PagingStateResponse::NoMorePages => None,
+    };
+    Ok(ImpressionPage { impressions, next })
+}
+
+pub async fn newest_impressions(
+    session: &Session,
+    statements: &EventStatements,
+    partition: &EventPartition,
+    limit: usize,
+) -> Result<Vec<Impression>, StoreError> {
+    const CONTEXT: &str = "reading the newest impressions";
+    let (advertiser, campaign, day, bucket) = partition_values(partition);
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let result = session
+        .execute_unpaged(
+            &statements.select_newest,
+            (advertiser, campaign, day, bucket, limit),
+        )
+        .await
+        .map_err(failed(CONTEXT))?;
+    decode_impressions(partition, result, CONTEXT)
+}

@@ -1,0 +1,161 @@
+//! Campaign and site configuration on Cassandra: `campaign_config` and `site_config`, one row
+//! per `effective_from`.
+
+use super::CassandraStore;
+use super::config::KeyspaceName;
+use super::errors::decode_error;
+use super::statements::{execute, prepare_all, read_all};
+use crate::domain::bucket::BucketCount;
+use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::owner::Owner;
+use crate::store::error::Message;
+use crate::store::{SettingsStore, StoreError};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use scylla::DeserializeRow;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+pub struct SettingsStatements {
+    select_campaign: PreparedStatement,
+    insert_campaign: PreparedStatement,
+    select_site: PreparedStatement,
+    insert_site: PreparedStatement,
+}
+
+impl SettingsStatements {
+    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+        let [select_campaign, insert_campaign, select_site, insert_site] = prepare_all(
+            session,
+            [
+                format!(
+                    "SELECT effective_from, buckets, daily_cap FROM {keyspace}.campaign_config \
+                     WHERE advertiser_id = ? AND campaign_id = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.campaign_config (advertiser_id, campaign_id, effective_from, buckets, \
+                     daily_cap, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                format!(
+                    "SELECT effective_from, buckets FROM {keyspace}.site_config WHERE site = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.site_config (site, effective_from, buckets, updated_at) \
+                     VALUES (?, ?, ?, ?)"
+                ),
+            ],
+        )
+        .await?;
+        Ok(Self {
+            select_campaign,
+            insert_campaign,
+            select_site,
+            insert_site,
+        })
+    }
+}
+
+/// A row of `campaign_config`, or of `site_config` without a cap.
+#[derive(DeserializeRow)]
+struct StoredSettings {
+    effective_from: DateTime<Utc>,
+    buckets: i16,
+    daily_cap: Option<i64>,
+}
+
+/// A row of `site_config`.
+#[derive(DeserializeRow)]
+struct StoredSiteSettings {
+    effective_from: DateTime<Utc>,
+    buckets: i16,
+}
+
+impl StoredSettings {
+    fn into_settings(self) -> Result<CampaignSettings, StoreError> {
+        let buckets = u16::try_from(self.buckets)
+            .ok()
+            .and_then(|count| BucketCount::new(count).ok())
+            .ok_or_else(|| {
+                decode_error(
+                    "reading settings",
+                    Message(format!("stored bucket count {} is invalid", self.buckets)),
+                )
+            })?;
+        Ok(CampaignSettings {
+            buckets,
+            effective_from: self.effective_from,
+            daily_cap: self.daily_cap.and_then(|cap| u64::try_from(cap).ok()),
+        })
+    }
+}
+
+#[async_trait]
+impl SettingsStore for CassandraStore {
+    async fn settings(&self, owner: &Owner) -> Result<SettingsHistory, StoreError> {
+        const CONTEXT: &str = "reading settings";
+        let statements = &self.prepared().await?.settings;
+        let rows: Vec<StoredSettings> = match owner {
+            Owner::Campaign(campaign) => {
+                read_all(
+                    &self.session,
+                    &statements.select_campaign,
+                    (
+                        campaign.advertiser_id.as_uuid(),
+                        campaign.campaign_id.as_uuid(),
+                    ),
+                    CONTEXT,
+                )
+                .await?
+            }
+            Owner::Site(site) => {
+                let rows: Vec<StoredSiteSettings> = read_all(
+                    &self.session,
+                    &statements.select_site,
+                    (site.as_str(),),
+                    CONTEXT,
+                )
+                .await?;
+                rows.into_iter()
+                    .map(|row| StoredSettings {
+                        effective_from: row.effective_from,
+                        buckets: row.buckets,
+                        daily_cap: None,
+                    })
+                    .collect()
+            }
+        };
+        let entries = rows
+            .into_iter()
+            .map(StoredSettings::into_settings)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SettingsHistory::new(entries))
+    }
+
+    async fn put_settings(
+        &self,
+        owner: &Owner,
+        settings: &CampaignSettings,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "writing settings";
+        let statements = &self.prepared().await?.settings;
+        // At most 256.
+        let buckets = settings.buckets.get() as i16;
+        match owner {
+            Owner::Campaign(campaign) => {
+                let values = (
+                    campaign.advertiser_id.as_uuid(),
+                    campaign.campaign_id.as_uuid(),
+                    settings.effective_from,
+                    buckets,
+                    settings.daily_cap.and_then(|cap| i64::try_from(cap).ok()),
+                    Utc::now(),
+                );
+                execute(&self.session, &statements.insert_campaign, values, CONTEXT).await
+            }
+            Owner::Site(site) => {
+                let values = (site.as_str(), settings.effective_from, buckets, Utc::now());
+                execute(&self.session, &statements.insert_site, values, CONTEXT).await
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The embedded store's tables and the two ways work reaches them: reads on the blocking pool
+//! (a bounded number at once) and writes through the group committer.
+
+use super::EmbeddedStore;
+use super::committer::Rows;
+use crate::store::StoreError;
+use crate::store::error::Message;
+use fjall::{Database, Keyspace, PersistMode};
+use std::sync::Arc;
+
+/// Engine calls (reads, mostly) run at once. A query's fan-out of 64 partition reads would
+/// otherwise start 64 blocking threads, each keeping its own allocator pages: hundreds of MB
+/// of memory for no speed on a few cores (the engine reads from the page cache, CPU-bound).
+pub const ENGINE_CALLS_IN_FLIGHT: usize = 8;
+
+/// One fjall keyspace per table of the Cassandra schema.
+pub struct Tables {
+    pub db: Database,
+    pub impression: Keyspace,
+    pub impression_summary: Keyspace,
+    pub click: Keyspace,
+    pub click_by_impression: Keyspace,
+    pub campaign_config: Keyspace,
+    pub visit: Keyspace,
+    pub site_config: Keyspace,
+    pub visit_sketch: Keyspace,
+    pub site_day: Keyspace,
+    pub campaign_day: Keyspace,
+    pub campaign_rollup: Keyspace,
+    pub campaign_reach: Keyspace,
+    pub campaign_seal: Keyspace,
+    pub site_visits: Keyspace,
+    pub site_reach: Keyspace,
+    pub site_seal: Keyspace,
+    pub persist: PersistMode,
+}
+
+/// A table, named for the write batches that list their rows.
+#[derive(Debug, Clone, Copy)]
+pub enum Table {
+    Impression,
+    ImpressionSummary,
+    Click,
+    ClickByImpression,
+    CampaignConfig,
+    Visit,
+    SiteConfig,
+    VisitSketch,
+    SiteDay,
+    CampaignDay,
+    CampaignRollup,
+    CampaignReach,
+    CampaignSeal,
+    SiteVisits,
+    SiteReach,
+    SiteSeal,
+}
+
+impl Tables {
+    pub fn get(&self, table: Table) -> &Keyspace {
+        match table {
+            Table::Impression => &self.impression,
+            Table::ImpressionSummary => &self.impression_summary,
+            Table::Click => &self.click,
+            Table::ClickByImpression => &self.click_by_impression,
+            Table::CampaignConfig => &self.campaign_config,
+            Table::Visit => &self.visit,
+            Table::SiteConfig => &self.site_config,
+            Table::VisitSketch => &self.visit_sketch,
+            Table::SiteDay => &self.site_day,
+            Table::CampaignDay => &self.campaign_day,
+            Table::CampaignRollup => &self.campaign_rollup,
+            Table::CampaignReach => &self.campaign_reach,
+            Table::CampaignSeal => &self.campaign_seal,
+            Table::SiteVisits => &self.site_visits,
+            Table::SiteReach => &self.site_reach,
+            Table::SiteSeal => &self.site_seal,
+        }
+    }
+}
+
+/// Sorts an engine failure: a folder that failed a write earlier stays failed until restart
+/// (not worth a retry); anything else (I/O pressure) may pass.
+pub fn engine_failure(context: &str, error: Arc<fjall::Error>) -> StoreError {
+    match error.as_ref() {
+        fjall::Error::Poisoned | fjall::Error::Unrecoverable => StoreError::Internal {
+            context: format!(
+                "{context}: the data folder failed a write earlier; restart the server"
+            ),
+            source: Some(error),
+        },
+        _ => StoreError::Unavailable {
+            context: context.to_owned(),
+            source: Some(error),
+        },
+    }
+}
+
+pub fn engine_error(context: &str, error: fjall::Error) -> StoreError {
+    engine_failure(context, Arc::new(error))
+}
+
+/// A stored row that does not decode: a bug or a damaged folder, never worth a retry.
+pub fn corrupt(context: &str) -> StoreError {
+    StoreError::internal(context, Message("a stored row does not decode".into()))
+}
+
+/// Every (key, value) a scan returns, in key order.
+pub type KeyValues = Vec<(fjall::Slice, fjall::Slice)>;
+
+impl EmbeddedStore {
+    /// Runs engine work off the async threads, at most [`ENGINE_CALLS_IN_FLIGHT`] at once.
+    pub(super) async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tables) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let tables = Arc::clone(&self.tables);
+        // The slot goes with the work, not with this future: a caller that is slow to poll
+        // the result (an export waiting on its client) must not hold an engine slot.
+        let slot = Arc::clone(&self.engine_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::internal_message("the store is closing"))?;
+        tokio::task::spawn_blocking(move || {
+            let result = work(&tables);
+            drop(slot);
+            result
+        })
+        .await
+        .map_err(|error| StoreError::internal("a store task failed", error))?
+    }
+
+    /// Applies `rows` (table, key, value) as one atomic batch, durable per the fsync policy;
+    /// concurrent calls share a commit ([`super::committer`]).
+    pub(super) async fn write(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
+        self.committer.commit(context, rows).await
+    }
+
+    /// Every (key, value) under `prefix` in one table, in key order, at most `limit`.
+    pub(super) async fn scan(
+        &self,
+        table: Table,
+        prefix: Vec<u8>,
+        limit: Option<usize>,
+        context: &'static str,
+    ) -> Result<KeyValues, StoreError> {
+        self.blocking(move |tables| {
+            tables
+                .get(table)
+                .prefix(prefix)
+                .take(limit.unwrap_or(usize::MAX))
+                .map(|guard| {
+                    guard
+                        .into_inner()
+                        .map_err(|error| engine_error(context, error))
+                })
+                .collect()
+        })
+        .await
+    }
+}
