@@ -2,7 +2,9 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
+# The manifest names the benches as targets: cargo reads them even to build the binary.
 COPY src ./src
+COPY benches ./benches
 COPY migrations ./migrations
 RUN cargo build --release --locked --bin adevents
 

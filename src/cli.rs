@@ -268,13 +268,9 @@ pub struct SimulateArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
-    /// Where the generated visits are written as CSV.
-    #[arg(
-        long,
-        env = "ADEVENTS_SIMULATE_CSV",
-        default_value = "simulated-visits.csv"
-    )]
-    pub csv: std::path::PathBuf,
+    /// Also write the generated visits as CSV to this file (none by default).
+    #[arg(long, env = "ADEVENTS_SIMULATE_CSV")]
+    pub csv: Option<std::path::PathBuf>,
     /// How long to wait after sending before querying: the server stores its live sketches
     /// about every second.
     #[arg(long, env = "ADEVENTS_SIMULATE_SETTLE", default_value = "2s", value_parser = humantime::parse_duration)]

@@ -1,10 +1,10 @@
-//! `adevents simulate`: generate a site's traffic, write it as CSV, send it to a running
-//! server, then print the server's unique-visitor table beside the exact counts.
+//! `adevents simulate`: generate a site's traffic (written as CSV when asked), send it to a
+//! running server, then print the server's unique-visitor table beside the exact counts.
 
 use super::CommandError;
 use crate::cli::SimulateArgs;
 use crate::query::range::MAX_DAYS;
-use crate::simulate::report::{compare, table};
+use crate::simulate::report::{compare, existing_visits, table};
 use crate::simulate::send::send_all;
 use crate::simulate::traffic::{
     PAGE_FEATURE, REFERER_FEATURE, SimulatedVisit, TrafficSpec, exact_counts, generate,
@@ -31,19 +31,33 @@ pub async fn simulate(args: SimulateArgs) -> Result<(), CommandError> {
         )));
     }
     let visits = generate(&spec).map_err(|error| CommandError::Simulate(error.to_string()))?;
-    write_csv(&args.csv, &visits)?;
     println!(
-        "generated {} visits by {} guids from {} to {} (exclusive); written to {}",
+        "generated {} visits by {} guids from {} to {} (exclusive)",
         visits.len(),
         args.guids,
         args.from,
         args.to,
-        args.csv.display()
     );
+    if let Some(path) = &args.csv {
+        write_csv(path, &visits)?;
+        println!("written to {}", path.display());
+    }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
         .map_err(|error| CommandError::Simulate(error.to_string()))?;
+    let last_day = args.to.pred_opt().unwrap_or(args.to);
+    let earlier = existing_visits(&client, &args.server, &args.site, args.from, last_day)
+        .await
+        .map_err(|error| CommandError::Simulate(error.to_string()))?;
+    if earlier > 0 {
+        eprintln!(
+            "warning: {} already has {earlier} visits from {} to {last_day}: the server's counts \
+             below include them and may not match this run's exact counts (the same --seed \
+             sends the same beacons, which count once); use a new --site for a clean comparison",
+            args.site, args.from
+        );
+    }
     let started = std::time::Instant::now();
     send_all(
         &client,
@@ -62,7 +76,6 @@ pub async fn simulate(args: SimulateArgs) -> Result<(), CommandError> {
         visits.len() as f64 / elapsed.max(f64::EPSILON)
     );
     tokio::time::sleep(args.settle).await;
-    let last_day = args.to.pred_opt().unwrap_or(args.to);
     let rows = compare(
         &client,
         &args.server,
@@ -78,6 +91,11 @@ pub async fn simulate(args: SimulateArgs) -> Result<(), CommandError> {
         args.site, args.from
     );
     print!("{}", table(&rows, &[REFERER_FEATURE, PAGE_FEATURE]));
+    if earlier > 0 {
+        println!(
+            "\n(the server's counts include {earlier} visits that were there before this run)"
+        );
+    }
     Ok(())
 }
 

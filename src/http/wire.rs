@@ -6,7 +6,7 @@ use super::body::{BodyFormat, RawItem, check_count, scan, split_items};
 use super::error::{ApiError, FieldError};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
-use crate::domain::time::EventTime;
+use crate::domain::time::{EventTime, EventTimeError};
 use crate::domain::user_data::UserData;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -157,6 +157,10 @@ impl Item<'_> {
     }
 
     fn timestamp(&mut self, value: Option<WireTimestamp>, now: DateTime<Utc>) -> Option<EventTime> {
+        let value_millis = match &value {
+            Some(WireTimestamp::Millis(millis)) => Some(*millis),
+            _ => None,
+        };
         let parsed = match value {
             None => return self.fail("timestamp", "is required"),
             Some(WireTimestamp::Millis(millis)) => EventTime::from_epoch_millis(millis, now),
@@ -170,9 +174,21 @@ impl Item<'_> {
         };
         match parsed {
             Ok(timestamp) => Some(timestamp),
+            Err(EventTimeError::TooOld) if looks_like_seconds(&value_millis) => self.fail(
+                "timestamp",
+                "is before 2000-01-01 as epoch milliseconds; it looks like epoch seconds \
+                 (impressions and clicks take milliseconds, only /track beacons take seconds)",
+            ),
             Err(error) => self.fail("timestamp", error.to_string()),
         }
     }
+}
+
+/// Whether an integer timestamp refused as too old would be a time since 2000 in seconds: the
+/// usual mistake of a client that sends beacons too.
+fn looks_like_seconds(millis: &Option<i64>) -> bool {
+    const YEAR_2000_SECONDS: i64 = 946_684_800;
+    millis.is_some_and(|value| (YEAR_2000_SECONDS..100_000_000_000).contains(&value))
 }
 
 /// Conversion of one wire item into its domain event.
@@ -443,6 +459,25 @@ mod tests {
                 (Some(2), Some("impression_id"))
             ]
         );
+    }
+
+    #[test]
+    fn an_integer_timestamp_in_seconds_is_refused_with_a_hint() {
+        let body = impression(ID, "1764158400");
+        let Err(ApiError::InvalidRequest { errors, .. }) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context())
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errors[0].field.as_deref(), Some("timestamp"));
+        assert!(errors[0].message.contains("epoch seconds"), "{errors:?}");
+        let ancient = impression(ID, "5000");
+        let Err(ApiError::InvalidRequest { errors, .. }) =
+            parse_body::<ImpressionWire>(ancient.as_bytes(), BodyFormat::Json, 10, &context())
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errors[0].message, "is before 2000-01-01");
     }
 
     #[test]

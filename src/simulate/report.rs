@@ -34,6 +34,64 @@ pub struct QueryError {
     reason: String,
 }
 
+/// The total visits and unique visitors the server answers for `site` over the inclusive
+/// local (UTC) days `from..=to`, for the beacons with every feature of `filter`.
+async fn served_totals(
+    client: &reqwest::Client,
+    server: &str,
+    site: &str,
+    (from, to): (NaiveDate, NaiveDate),
+    filter: &Filter,
+) -> Result<(u64, u64), QueryError> {
+    let mut params = vec![
+        ("from".to_owned(), from.to_string()),
+        ("to".to_owned(), to.to_string()),
+    ];
+    params.extend(
+        filter
+            .iter()
+            .map(|(name, value)| (format!("feature.{name}"), value.clone())),
+    );
+    let query = serde_urlencoded::to_string(&params).unwrap_or_default();
+    let url = format!(
+        "{}/v1/sites/{site}/uniques?{query}",
+        server.trim_end_matches('/')
+    );
+    let failed = |reason: String| QueryError {
+        url: url.clone(),
+        reason,
+    };
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|error| failed(error.to_string()))?;
+    if !response.status().is_success() {
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        return Err(failed(format!("status {status}: {body}")));
+    }
+    let answer: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|error| failed(error.to_string()))?;
+    let count = |name: &str| answer["total"][name].as_u64().unwrap_or_default();
+    Ok((count("visits"), count("unique_visitors")))
+}
+
+/// How many visits the server already holds for `site` over `from..=to`: traffic of an
+/// earlier run that the comparison would otherwise take for this run's.
+pub async fn existing_visits(
+    client: &reqwest::Client,
+    server: &str,
+    site: &str,
+    from: NaiveDate,
+    to: NaiveDate,
+) -> Result<u64, QueryError> {
+    let (visits, _) = served_totals(client, server, site, (from, to), &Filter::new()).await?;
+    Ok(visits)
+}
+
 /// Asks the server for the total visits and unique visitors of each filter over the inclusive
 /// local (UTC) days `from..=to`.
 pub async fn compare(
@@ -46,45 +104,14 @@ pub async fn compare(
 ) -> Result<Vec<ComparedRow>, QueryError> {
     let mut rows = Vec::with_capacity(exact.len());
     for (filter, (exact_visits, exact_uniques)) in exact {
-        let mut params = vec![
-            ("from".to_owned(), from.to_string()),
-            ("to".to_owned(), to.to_string()),
-        ];
-        params.extend(
-            filter
-                .iter()
-                .map(|(name, value)| (format!("feature.{name}"), value.clone())),
-        );
-        let query = serde_urlencoded::to_string(&params).unwrap_or_default();
-        let url = format!(
-            "{}/v1/sites/{site}/uniques?{query}",
-            server.trim_end_matches('/')
-        );
-        let failed = |reason: String| QueryError {
-            url: url.clone(),
-            reason,
-        };
-        let response = client
-            .get(&url)
-            .send()
-            .await
-            .map_err(|error| failed(error.to_string()))?;
-        if !response.status().is_success() {
-            let status = response.status();
-            let body = response.text().await.unwrap_or_default();
-            return Err(failed(format!("status {status}: {body}")));
-        }
-        let answer: serde_json::Value = response
-            .json()
-            .await
-            .map_err(|error| failed(error.to_string()))?;
-        let count = |name: &str| answer["total"][name].as_u64().unwrap_or_default();
+        let (served_visits, served_uniques) =
+            served_totals(client, server, site, (from, to), filter).await?;
         rows.push(ComparedRow {
             filter: filter.clone(),
             exact_visits: *exact_visits,
             exact_uniques: *exact_uniques,
-            served_visits: count("visits"),
-            served_uniques: count("unique_visitors"),
+            served_visits,
+            served_uniques,
         });
     }
     Ok(rows)
