@@ -1,6 +1,7 @@
 //! The command line. Every option is a flag with an `ADEVENTS_*` environment fallback (the flag
 //! name in upper snake case) and a default shown in `--help`; with no subcommand, `serve` runs.
 
+use crate::access::{AccessOptions, AuthMode, OperatorKey};
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
 use crate::http::{BodyLimits, ServiceOptions};
@@ -49,6 +50,9 @@ pub enum Command {
     /// Send realistic mock beacon traffic to a running server, then print its unique-visitor
     /// counts for every feature combination beside the exact ones.
     Simulate(SimulateArgs),
+    /// Manage API keys directly in the store (`keys create-admin`: a deployment's first admin
+    /// key, printed once).
+    Keys(KeysArgs),
 }
 
 impl Command {
@@ -58,6 +62,7 @@ impl Command {
             Self::Migrate(args) => &args.log,
             Self::Simulate(args) => &args.log,
             Self::Rollup(args) => &args.log,
+            Self::Keys(args) => &args.log,
         }
     }
 }
@@ -124,10 +129,26 @@ pub struct ServeArgs {
     /// impressions.
     #[arg(long, env = "ADEVENTS_RECENT_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=366))]
     pub recent_lookback_days: u32,
+    /// `keys`: every request needs a key (`Authorization: Bearer`), beacons need a registered
+    /// site; `off`: everything is let through (a private network, a local trial).
+    #[arg(long, env = "ADEVENTS_AUTH", value_enum, default_value_t = AuthMode::Keys)]
+    pub auth: AuthMode,
+    /// `/metrics` answers without a key (by default it needs an admin or metrics key).
+    #[arg(long, env = "ADEVENTS_METRICS_PUBLIC", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub metrics_public: bool,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+/// The operator's admin key, `ADEVENTS_ADMIN_KEY`: read from the environment only (a flag
+/// would show in the process list), at least 32 characters, never stored.
+pub fn operator_key() -> Result<Option<OperatorKey>, String> {
+    match std::env::var("ADEVENTS_ADMIN_KEY") {
+        Ok(secret) if !secret.is_empty() => OperatorKey::new(&secret).map(Some),
+        _ => Ok(None),
+    }
 }
 
 fn parse_billable_window(text: &str) -> Result<BillableWindow, String> {
@@ -136,7 +157,8 @@ fn parse_billable_window(text: &str) -> Result<BillableWindow, String> {
 }
 
 impl ServeArgs {
-    pub fn service_options(&self) -> ServiceOptions {
+    /// The service's options; `operator_key` is `ADEVENTS_ADMIN_KEY` ([`operator_key`]).
+    pub fn service_options(&self, operator_key: Option<OperatorKey>) -> ServiceOptions {
         let fan_out = FanOut {
             concurrency: usize::from(self.fanout_concurrency),
         };
@@ -165,6 +187,12 @@ impl ServeArgs {
                 window: self.billable_window,
                 fan_out,
             },
+            access: AccessOptions {
+                mode: self.auth,
+                operator_key,
+                refresh: self.settings_cache_ttl,
+            },
+            metrics_public: self.metrics_public,
         }
     }
 }
@@ -268,6 +296,11 @@ pub struct SimulateArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
+    /// The key the simulation calls with: an admin key registers the site and reads its
+    /// counts (a read key of the site only reads them, for a site registered already). Not
+    /// needed by a server with --auth off.
+    #[arg(long, env = "ADEVENTS_SIMULATE_KEY", hide_env_values = true)]
+    pub key: Option<String>,
     /// Also write the generated visits as CSV to this file (none by default).
     #[arg(long, env = "ADEVENTS_SIMULATE_CSV")]
     pub csv: Option<std::path::PathBuf>,
@@ -280,6 +313,27 @@ pub struct SimulateArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    #[command(subcommand)]
+    pub command: KeysCommand,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create an admin key and print it once on standard output (never into the logs): the
+    /// first key of a Cassandra deployment, or a replacement after a rotation.
+    CreateAdmin {
+        /// A label for people.
+        #[arg(long, env = "ADEVENTS_KEYS_NAME", default_value = "admin")]
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@
 //! [`cli`], [`commands`] and [`server`] wire them into the `adevents` binary; [`migrations`]
 //! holds the schema files this build carries; [`simulate`] is a client of the HTTP API.
 
+pub mod access;
 pub mod beacons;
 pub mod cli;
 pub mod commands;

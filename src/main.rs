@@ -1,7 +1,8 @@
 //! The `adevents` binary: parse flags, set up logging, run the chosen command.
 
 use adevents::cli::{Cli, Command};
-use adevents::{commands, telemetry};
+use adevents::commands;
+use adevents::telemetry::{self, LogTo};
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -32,12 +33,18 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let command = Cli::parse().into_command();
-    telemetry::init(command.log());
+    // A command whose output is its answer logs to standard error.
+    let log_to = match command {
+        Command::Keys(_) => LogTo::Stderr,
+        _ => LogTo::Stdout,
+    };
+    telemetry::init(command.log(), log_to);
     let outcome = match command {
         Command::Serve(args) => commands::serve(args).await,
         Command::Migrate(args) => commands::migrate(args).await,
         Command::Simulate(args) => commands::simulate(args).await,
         Command::Rollup(args) => commands::rollup(args).await,
+        Command::Keys(args) => commands::keys(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

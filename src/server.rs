@@ -12,6 +12,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let flusher = AbortOnDrop(state.spawn_sketch_flusher());
+    // Keys and sites read now (a process that cannot is not ready until it can), then again
+    // every settings cache lifetime.
+    if let Err(error) = state.access.refresh().await {
+        tracing::warn!(error = %error.chain(), "cannot read keys and sites yet; retrying");
+    }
+    let _access_refresh = AbortOnDrop(std::sync::Arc::clone(&state.access).spawn_refresh());
     let last_flush = state.clone();
     // Connect info gives handlers the peer address (the default `user_ip`).
     let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();

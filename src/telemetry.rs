@@ -3,9 +3,18 @@
 use crate::cli::{LogArgs, LogFormat};
 use tracing_subscriber::EnvFilter;
 
+/// Where log lines go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTo {
+    Stdout,
+    /// For commands whose standard output is their answer (`keys create-admin` prints a key
+    /// that scripts capture).
+    Stderr,
+}
+
 /// Installs the global subscriber. An invalid `--log-level` falls back to `info` with a
 /// warning instead of silencing the process.
-pub fn init(args: &LogArgs) {
+pub fn init(args: &LogArgs, to: LogTo) {
     // The embedded engine logs every recovery step at info; keep it to warnings unless asked.
     let directives = if args.log_level.contains("fjall") || args.log_level.contains("lsm_tree") {
         args.log_level.clone()
@@ -16,9 +25,16 @@ pub fn init(args: &LogArgs) {
         Ok(filter) => (filter, None),
         Err(error) => (EnvFilter::new("info"), Some(error)),
     };
+    let writer =
+        tracing_subscriber::fmt::writer::BoxMakeWriter::new(move || -> Box<dyn std::io::Write> {
+            match to {
+                LogTo::Stdout => Box::new(std::io::stdout()),
+                LogTo::Stderr => Box::new(std::io::stderr()),
+            }
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stdout);
+        .with_writer(writer);
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder

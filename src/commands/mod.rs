@@ -1,10 +1,12 @@
 //! What each subcommand does, given its parsed arguments. `main` only picks one.
 
+mod keys;
 mod migrate;
 mod rollup;
 mod serve;
 mod simulate;
 
+pub use keys::keys;
 pub use migrate::migrate;
 pub use rollup::rollup;
 pub use serve::serve;
@@ -38,6 +40,8 @@ pub enum CommandError {
     Simulate(String),
     #[error("rollup failed: {0}")]
     Rollup(String),
+    #[error("{0}")]
+    Access(String),
 }
 
 /// A store opened for a command, with the concrete type kept for store-specific work.

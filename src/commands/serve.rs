@@ -2,7 +2,9 @@
 //! let in-flight requests finish within the shutdown timeout.
 
 use super::{CommandError, OpenedStore, embedded_migrations};
-use crate::cli::ServeArgs;
+use crate::access::AuthMode;
+use crate::access::bootstrap::ensure_folder_admin;
+use crate::cli::{ServeArgs, StoreKind, operator_key};
 use crate::domain::time::Day;
 use crate::http::AppState;
 use crate::server;
@@ -19,7 +21,16 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         store.migrate(&migrations).await?;
     }
     store.prepare().await;
-    let state = AppState::new(store.into_store(), args.service_options());
+    let operator_key = operator_key().map_err(CommandError::Access)?;
+    let has_operator_key = operator_key.is_some();
+    let state = AppState::new(store.into_store(), args.service_options(operator_key));
+    if args.auth == AuthMode::Off {
+        tracing::warn!(
+            "--auth off: every request is let through and beacons count for any site; use it only on a private network"
+        );
+    } else {
+        first_admin_key(&state, &args, has_operator_key).await?;
+    }
     spawn_open_day_rebuild(&state);
     let _sealer = state.sealer().spawn();
     let last_flush = state.clone();
@@ -61,6 +72,44 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         }
     }
     Ok(())
+}
+
+/// Makes sure someone can administer this deployment. The embedded store makes its folder's
+/// admin key at the first start (once per folder, written to `<data-dir>/admin.key`) unless
+/// the operator gives `ADEVENTS_ADMIN_KEY`; on Cassandra an admin key must exist already
+/// (`adevents keys create-admin`), or the environment must give one.
+async fn first_admin_key(
+    state: &AppState,
+    args: &ServeArgs,
+    has_operator_key: bool,
+) -> Result<(), CommandError> {
+    if has_operator_key {
+        return Ok(());
+    }
+    match args.store.kind {
+        StoreKind::Embedded => {
+            let store = state.access_store();
+            let made = ensure_folder_admin(&state.access, store.as_ref(), &args.store.data_dir)
+                .await
+                .map_err(|error| CommandError::Access(error.to_string()))?;
+            if let Some(path) = made {
+                tracing::info!(file = %path.display(), "made this data folder's admin key; read it from the file");
+            }
+            Ok(())
+        }
+        StoreKind::Cassandra => {
+            if state.access.has_admin().await? {
+                Ok(())
+            } else {
+                Err(CommandError::Access(
+                    "--auth keys needs an admin key: set ADEVENTS_ADMIN_KEY (at least 32 \
+                     characters), or create one with `adevents keys create-admin` (same store \
+                     flags); --auth off serves without keys"
+                        .into(),
+                ))
+            }
+        }
+    }
 }
 
 /// How long after start-up the open days' sketches are rebuilt.

@@ -2,6 +2,7 @@
 //! over partitions. Values here are valid by construction; raw input becomes them at the
 //! HTTP edge, so inner code never holds an invalid event.
 
+pub mod access;
 pub mod beacon;
 pub mod bucket;
 pub mod campaign;

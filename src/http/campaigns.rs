@@ -4,7 +4,7 @@
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::campaign_key;
-use super::settings_wire::{SettingsAnswer, SettingsWire};
+use super::settings_wire::{CampaignSettingsAnswer, CampaignSettingsWire};
 use crate::domain::owner::Owner;
 use axum::Json;
 use axum::body::Bytes;
@@ -15,16 +15,18 @@ use chrono::Utc;
     put,
     path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}",
     tag = "settings",
-    summary = "Schedule a bucket-count (and daily cap) change.",
-    description = "The change applies to events whose timestamp is at or after `effective_from` \
-        (default and earliest: now plus the settings cache lifetime plus 10 minutes).",
+    summary = "Change a campaign's settings: a bucket count (scheduled) or its daily cap (at once).",
+    description = "The body merges: absent fields keep their value. A new bucket count applies to \
+        events whose timestamp is at or after `effective_from` (default and earliest: now plus \
+        the settings cache lifetime plus 10 minutes); the same count as now schedules nothing.",
     params(
         ("advertiser_id" = uuid::Uuid, Path),
         ("campaign_id" = uuid::Uuid, Path),
     ),
-    request_body = SettingsWire,
+    request_body = CampaignSettingsWire,
+    security(("bearer" = ["admin"])),
     responses(
-        (status = 200, description = "The change as recorded", body = SettingsAnswer),
+        (status = 200, description = "The settings after the change", body = CampaignSettingsAnswer),
         (status = 400, description = "A field is invalid", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
@@ -33,11 +35,11 @@ pub async fn put_settings(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     body: Bytes,
-) -> Result<Json<SettingsAnswer>, ApiError> {
+) -> Result<Json<CampaignSettingsAnswer>, ApiError> {
     let owner = Owner::Campaign(campaign_key(&advertiser_id, &campaign_id)?);
-    let change = SettingsWire::parse(&body)?.into_change()?;
-    let settings = state.settings.change(&owner, change, Utc::now()).await?;
-    Ok(Json(SettingsAnswer::campaign(&settings, None)))
+    let change = CampaignSettingsWire::parse(&body)?.into_change()?;
+    let current = state.settings.change(&owner, change, Utc::now()).await?;
+    Ok(Json(CampaignSettingsAnswer::from(&current)))
 }
 
 #[utoipa::path(
@@ -49,20 +51,20 @@ pub async fn put_settings(
         ("advertiser_id" = uuid::Uuid, Path),
         ("campaign_id" = uuid::Uuid, Path),
     ),
+    security(("bearer" = ["read"])),
     responses(
-        (status = 200, description = "OK", body = SettingsAnswer),
+        (status = 200, description = "OK", body = CampaignSettingsAnswer),
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+        (status = 403, description = "Not the advertiser's read key, nor admin", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub async fn get_settings(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
-) -> Result<Json<SettingsAnswer>, ApiError> {
+) -> Result<Json<CampaignSettingsAnswer>, ApiError> {
     let owner = Owner::Campaign(campaign_key(&advertiser_id, &campaign_id)?);
     let current = state.settings.current(&owner, Utc::now()).await?;
-    Ok(Json(SettingsAnswer::campaign(
-        &current.latest,
-        Some(current.in_force),
-    )))
+    Ok(Json(CampaignSettingsAnswer::from(&current)))
 }

@@ -63,6 +63,22 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("no such resource: {0}")]
     NotFound(String),
+    /// 401: no key, an unknown or revoked one, or not the Bearer scheme.
+    #[error("a valid key is required")]
+    Unauthorized,
+    /// 403: a valid key without the scope or the owner the request needs.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 403 for some items of a request (an ingestion batch with another advertiser's events);
+    /// nothing was stored.
+    #[error("{message}")]
+    ForbiddenItems {
+        message: String,
+        errors: Vec<FieldError>,
+    },
+    /// 503: this process has not read the keys yet, so it cannot judge one.
+    #[error("keys are not loaded yet")]
+    AccessNotLoaded,
     /// The store cannot serve requests; for `/readyz` every store error means "not ready".
     #[error("not ready: {0}")]
     NotReady(StoreError),
@@ -92,8 +108,8 @@ pub struct ErrorAnswer {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// `invalid_request`, `payload_too_large`, `unsupported_media_type`, `not_found`,
-    /// `method_not_allowed`, `storage_unavailable`, `internal`, ...
+    /// `invalid_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
+    /// `payload_too_large`, `unsupported_media_type`, `storage_unavailable`, `internal`, ...
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// A human sentence.
@@ -134,6 +150,21 @@ impl IntoResponse for ApiError {
                 "unsupported_media_type",
                 message.clone(),
             ),
+            Self::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid key is required: send Authorization: Bearer <key>".to_owned(),
+            ),
+            Self::Forbidden(message) => (StatusCode::FORBIDDEN, "forbidden", message.clone()),
+            Self::ForbiddenItems { message, errors } => {
+                listed = Some(&errors[..errors.len().min(MAX_LISTED_ERRORS)]);
+                (StatusCode::FORBIDDEN, "forbidden", message.clone())
+            }
+            Self::AccessNotLoaded => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "keys are not loaded yet; retry later".to_owned(),
+            ),
             Self::NotFound(path) => (
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -170,6 +201,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()

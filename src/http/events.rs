@@ -5,6 +5,8 @@ use super::body::{body_format, read_body, scan};
 use super::client_ip::client_ip;
 use super::error::{ApiError, ErrorAnswer};
 use super::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
+use crate::access::Caller;
+use crate::domain::access::Grant;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
@@ -23,6 +25,7 @@ pub struct Accepted {
     path = "/v1/impressions",
     tag = "ingestion",
     summary = "Ingest impressions. An impression is its impression_id: re-sending never changes a count.",
+    security(("bearer" = ["ingest"])),
     description = "One JSON object, a JSON array of objects, or NDJSON \
         (`Content-Type: application/x-ndjson`); `Content-Encoding: gzip` accepted. A request \
         with any invalid event stores nothing.",
@@ -30,6 +33,7 @@ pub struct Accepted {
     responses(
         (status = 200, description = "Every event is durable", body = Accepted),
         (status = 400, description = "Nothing stored; `errors` lists every problem by index and field", body = ErrorAnswer),
+        (status = 403, description = "An event of another advertiser than the ingest key's; nothing stored, `errors` lists their indexes", body = ErrorAnswer),
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
         (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
@@ -40,8 +44,10 @@ pub async fn post_impressions(
     request: Request,
 ) -> Result<Json<Accepted>, ApiError> {
     let (parts, bytes) = read_request(&state, request, "impression").await?;
-    let (events, accepted) = rejected_counted(
+    let (events, accepted) = events_rejected_counted(
         "impression",
+        &parts,
+        &bytes,
         parse::<ImpressionWire>(&state, &parts, &bytes),
     )?;
     state.ingestor.impressions(events).await?;
@@ -53,6 +59,7 @@ pub async fn post_impressions(
     path = "/v1/clicks",
     tag = "ingestion",
     summary = "Ingest clicks. A click counts once per impression, at the impression's first click.",
+    security(("bearer" = ["ingest"])),
     description = "Same body forms as impressions.",
     request_body(content = Vec<ClickWire>, content_type = "application/json"),
     responses(
@@ -101,9 +108,14 @@ fn parse<'de, W: IntoEvent<'de>>(
     bytes: &'de [u8],
 ) -> Result<(Vec<W::Event>, usize), ApiError> {
     let format = body_format(&parts.headers)?;
+    let advertiser = match parts.extensions.get::<Caller>().map(|caller| &caller.grant) {
+        Some(Grant::Ingest(advertiser)) => Some(*advertiser),
+        _ => None,
+    };
     let context = Context {
         now: chrono::Utc::now(),
         client_ip: client_ip(parts, &state.options.trusted_proxies),
+        advertiser,
     };
     parse_body::<W>(
         bytes,

@@ -122,6 +122,7 @@ fn csv_header() -> Bytes {
     get,
     path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/impressions",
     tag = "queries",
+    security(("bearer" = ["read"])),
     summary = "Every impression of the range, each id once, streamed as NDJSON or CSV.",
     description = "One record per impression (its earliest copy of the UTC day) with every stored \
         field and `clicked` (clicked at any time up to the export). No order is promised. The body \
@@ -245,6 +246,7 @@ pub struct RecentAnswer<'a> {
     get,
     path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/impressions/recent",
     tag = "queries",
+    security(("bearer" = ["read"])),
     summary = "The newest impressions, newest first.",
     description = "Looks back at most --recent-lookback-days (7) UTC days before today, and at \
         tomorrow for clocks a little ahead.",

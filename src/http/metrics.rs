@@ -56,6 +56,7 @@ pub async fn track_requests(request: Request, next: Next) -> Response {
     get,
     path = "/metrics",
     tag = "operations",
+    security(("bearer" = ["metrics"])),
     summary = "Prometheus metrics: requests by route and status, events accepted, requests rejected, store call latencies.",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
 )]

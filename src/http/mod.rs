@@ -2,6 +2,7 @@
 //! into domain values, ask a service (ingestion, beacons, queries, settings) and turn the
 //! answer into a typed, documented response; they never reach the store.
 
+mod auth;
 mod beacon_params;
 mod body;
 mod campaigns;
@@ -11,6 +12,7 @@ mod events;
 mod export;
 mod health;
 mod json_errors;
+mod keys;
 pub mod metrics;
 mod openapi;
 mod params;
@@ -56,7 +58,7 @@ fn queries(state: &AppState) -> OpenApiRouter<AppState> {
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(state.options.cors_origins.clone()))
             .allow_methods([Method::GET])
-            .allow_headers([header::CONTENT_TYPE])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION])
             .max_age(Duration::from_secs(3600)),
     )
 }
@@ -90,11 +92,19 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(openapi::get_openapi))
         .routes(routes!(events::post_impressions))
         .routes(routes!(events::post_clicks))
+        .routes(routes!(keys::create_key, keys::list_keys))
+        .routes(routes!(keys::delete_key))
+        .routes(routes!(keys::key_self))
         .merge(queries(&state))
         .merge(beacons())
         .split_for_parts();
-    openapi::publish(&document);
+    openapi::publish(document);
     routes
+        // After routing (it needs the route template), before any handler reads a body.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .fallback(error::not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn(error::log_server_errors))

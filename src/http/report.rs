@@ -36,6 +36,7 @@ pub struct ReportAnswer {
     get,
     path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/report",
     tag = "queries",
+    security(("bearer" = ["read"])),
     summary = "Impressions, clicks and CTR per value of ad_id or of one user_data key.",
     description = "Clicks are the first clicks, in the range, of impressions shown in the range. \
         Rows: most impressions first, then by value; null (impressions without the key) last.",

@@ -1,57 +1,106 @@
-//! Campaign and site settings as clients send and read them.
+//! Campaign and site settings as clients send and read them. A `PUT` merges: fields absent
+//! from its body keep their value.
 
 use super::error::ApiError;
+use crate::domain::access::{OriginPattern, SiteProfile};
 use crate::domain::bucket::BucketCount;
-use crate::domain::campaign::CampaignSettings;
-use crate::settings::SettingsChange;
+use crate::settings::{CurrentSettings, SettingsChange};
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// A settings change (`PUT`). Sites take only `buckets` and `effective_from`.
+/// Keeps "present but null" apart from "absent" (`None`): `"daily_cap": null` removes a cap.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+/// A campaign settings change (`PUT`).
 #[derive(Debug, Deserialize, ToSchema)]
-pub struct SettingsWire {
-    /// Partitions per day the events are spread over, 1 to 256.
-    #[schema(value_type = u16, minimum = 1, maximum = 256)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignSettingsWire {
+    /// Partitions per day the events are spread over, 1 to 256; the same count as now
+    /// schedules nothing.
+    #[schema(value_type = Option<u16>, minimum = 1, maximum = 256)]
     buckets: Option<Value>,
-    /// RFC 3339; default and earliest: now plus the settings cache lifetime plus 10 minutes.
+    /// When a new bucket count takes effect, RFC 3339; default and earliest: now plus the
+    /// settings cache lifetime plus 10 minutes.
     #[schema(value_type = Option<String>, format = DateTime)]
     effective_from: Option<String>,
-    /// Campaigns: billable impressions per day, or null for none.
+    /// Billable impressions per day, or null for none; takes effect at once.
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u64>)]
     daily_cap: Option<Value>,
 }
 
-impl SettingsWire {
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        serde_json::from_slice(body).map_err(|error| {
-            ApiError::invalid("body", format!("is not a JSON object of settings: {error}"))
+/// A site settings change (`PUT`): also registers the site for beacons.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SiteSettingsWire {
+    #[schema(value_type = Option<u16>, minimum = 1, maximum = 256)]
+    buckets: Option<Value>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    effective_from: Option<String>,
+    /// Origins whose pages may send the site's beacons (`https://shop.example`,
+    /// `https://*.example.com`); empty: any.
+    allowed_origins: Option<Vec<String>>,
+    /// Whether a beacon must come from a page (Origin or Referer): refuses server-side senders.
+    require_origin: Option<bool>,
+}
+
+/// The most origins one site may list.
+const MAX_ALLOWED_ORIGINS: usize = 100;
+
+fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return serde_json::from_slice(b"{}")
+            .map_err(|error| ApiError::invalid("body", error.to_string()));
+    }
+    serde_json::from_slice(body).map_err(|error| {
+        ApiError::invalid("body", format!("is not a JSON object of settings: {error}"))
+    })
+}
+
+fn parse_effective_from(text: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
+    text.map(|text| {
+        DateTime::parse_from_rfc3339(&text)
+            .map(|instant| instant.with_timezone(&Utc))
+            .map_err(|_| ApiError::invalid("effective_from", "must be an RFC 3339 date-time"))
+    })
+    .transpose()
+}
+
+fn parse_buckets(value: Option<Value>) -> Result<Option<BucketCount>, ApiError> {
+    value
+        .map(|value| {
+            value
+                .as_u64()
+                .and_then(|count| u16::try_from(count).ok())
+                .and_then(|count| BucketCount::new(count).ok())
+                .ok_or_else(|| ApiError::invalid("buckets", "must be a whole number from 1 to 256"))
         })
+        .transpose()
+}
+
+impl CampaignSettingsWire {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        parse_json(body)
     }
 
     /// The change asked for; `effective_from` is checked against the clock when it is made.
     pub fn into_change(self) -> Result<SettingsChange, ApiError> {
-        let effective_from = self
-            .effective_from
-            .map(|text| {
-                DateTime::parse_from_rfc3339(&text)
-                    .map(|instant| instant.with_timezone(&Utc))
-                    .map_err(|_| {
-                        ApiError::invalid("effective_from", "must be an RFC 3339 date-time")
-                    })
-            })
-            .transpose()?;
+        let effective_from = parse_effective_from(self.effective_from)?;
         let daily_cap = match self.daily_cap {
-            None | Some(Value::Null) => None,
-            Some(value) => Some(
+            None => None,
+            Some(Value::Null) => Some(None),
+            Some(value) => Some(Some(
                 value
                     .as_u64()
                     .filter(|cap| i64::try_from(*cap).is_ok())
                     .ok_or_else(|| {
                         ApiError::invalid("daily_cap", "must be null or a whole number below 2^63")
                     })?,
-            ),
+            )),
         };
         Ok(SettingsChange {
             buckets: parse_buckets(self.buckets)?,
@@ -61,45 +110,105 @@ impl SettingsWire {
     }
 }
 
-fn parse_buckets(value: Option<Value>) -> Result<BucketCount, ApiError> {
-    let value = value.ok_or_else(|| ApiError::invalid("buckets", "is required"))?;
-    value
-        .as_u64()
-        .and_then(|count| u16::try_from(count).ok())
-        .and_then(|count| BucketCount::new(count).ok())
-        .ok_or_else(|| ApiError::invalid("buckets", "must be a whole number from 1 to 256"))
+/// What a site `PUT` asks for: a settings change and the site's registration.
+pub struct SiteChange {
+    pub settings: SettingsChange,
+    pub allowed_origins: Option<Vec<OriginPattern>>,
+    pub require_origin: Option<bool>,
 }
 
-/// Settings as recorded or read back.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SettingsAnswer {
-    pub buckets: u16,
-    /// RFC 3339, UTC, milliseconds.
-    pub effective_from: String,
-    /// Campaigns only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub daily_cap: Option<Option<u64>>,
-    /// `GET` only: the bucket count in force now (`buckets` may be scheduled for later).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub in_force: Option<u16>,
-}
-
-impl SettingsAnswer {
-    pub fn campaign(settings: &CampaignSettings, in_force: Option<BucketCount>) -> Self {
-        Self {
-            daily_cap: Some(settings.daily_cap),
-            ..Self::site(settings, in_force)
-        }
+impl SiteSettingsWire {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        parse_json(body)
     }
 
-    pub fn site(settings: &CampaignSettings, in_force: Option<BucketCount>) -> Self {
+    pub fn into_change(self) -> Result<SiteChange, ApiError> {
+        let allowed_origins = self
+            .allowed_origins
+            .map(|origins| {
+                if origins.len() > MAX_ALLOWED_ORIGINS {
+                    return Err(ApiError::invalid(
+                        "allowed_origins",
+                        format!("lists more than {MAX_ALLOWED_ORIGINS} origins"),
+                    ));
+                }
+                origins
+                    .iter()
+                    .map(|origin| {
+                        OriginPattern::parse(origin)
+                            .map_err(|message| ApiError::invalid("allowed_origins", message))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(SiteChange {
+            settings: SettingsChange {
+                buckets: parse_buckets(self.buckets)?,
+                effective_from: parse_effective_from(self.effective_from)?,
+                daily_cap: None,
+            },
+            allowed_origins,
+            require_origin: self.require_origin,
+        })
+    }
+}
+
+fn rfc3339(instant: DateTime<Utc>) -> String {
+    instant.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A campaign's settings as stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CampaignSettingsAnswer {
+    /// The newest bucket count (possibly scheduled for later).
+    pub buckets: u16,
+    /// When `buckets` takes effect, RFC 3339, UTC, milliseconds.
+    pub effective_from: String,
+    pub daily_cap: Option<u64>,
+    /// The bucket count in force now.
+    pub in_force: u16,
+}
+
+impl From<&CurrentSettings> for CampaignSettingsAnswer {
+    fn from(current: &CurrentSettings) -> Self {
         Self {
-            buckets: settings.buckets.get(),
-            effective_from: settings
-                .effective_from
-                .to_rfc3339_opts(SecondsFormat::Millis, true),
-            daily_cap: None,
-            in_force: in_force.map(|count| count.get()),
+            buckets: current.latest.buckets.get(),
+            effective_from: rfc3339(current.latest.effective_from),
+            daily_cap: current.latest.daily_cap,
+            in_force: current.in_force.get(),
+        }
+    }
+}
+
+/// A site's settings and registration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SiteSettingsAnswer {
+    pub buckets: u16,
+    pub effective_from: String,
+    pub in_force: u16,
+    /// Whether the site takes beacons while keys are on (a `PUT` registers it).
+    pub registered: bool,
+    pub allowed_origins: Vec<String>,
+    pub require_origin: bool,
+}
+
+impl SiteSettingsAnswer {
+    pub fn new(current: &CurrentSettings, profile: Option<&SiteProfile>) -> Self {
+        Self {
+            buckets: current.latest.buckets.get(),
+            effective_from: rfc3339(current.latest.effective_from),
+            in_force: current.in_force.get(),
+            registered: profile.is_some(),
+            allowed_origins: profile
+                .map(|profile| {
+                    profile
+                        .allowed_origins
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            require_origin: profile.is_some_and(|profile| profile.require_origin),
         }
     }
 }

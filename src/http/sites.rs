@@ -3,7 +3,8 @@
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, site_id};
-use super::settings_wire::{SettingsAnswer, SettingsWire};
+use super::settings_wire::{SiteSettingsAnswer, SiteSettingsWire};
+use crate::domain::access::SiteProfile;
 use crate::domain::owner::Owner;
 use crate::query::uniques::{Granularity, UniquesQuery, VisitCounts};
 use axum::Json;
@@ -18,12 +19,15 @@ use utoipa::ToSchema;
     put,
     path = "/v1/sites/{site}",
     tag = "settings",
-    summary = "Schedule a bucket-count change for the site's beacons.",
+    summary = "Register a site for beacons, set its allowed origins, or change its bucket count.",
+    description = "The body merges: absent fields keep their value; `{}` registers the site as it is. \
+        While keys are on, beacons are accepted only for registered sites.",
     params(("site" = String, Path, description = "1–128 characters of A-Z a-z 0-9 . _ : -")),
-    request_body = SettingsWire,
+    request_body = SiteSettingsWire,
+    security(("bearer" = ["admin"])),
     responses(
-        (status = 200, description = "OK", body = SettingsAnswer),
-        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 200, description = "The site after the change", body = SiteSettingsAnswer),
+        (status = 400, description = "Invalid input: the error names the field; nothing was stored", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
@@ -31,35 +35,54 @@ pub async fn put_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
     body: Bytes,
-) -> Result<Json<SettingsAnswer>, ApiError> {
-    let owner = Owner::Site(site_id(&site)?);
-    let change = SettingsWire::parse(&body)?.into_change()?;
-    let settings = state.settings.change(&owner, change, Utc::now()).await?;
-    Ok(Json(SettingsAnswer::site(&settings, None)))
+) -> Result<Json<SiteSettingsAnswer>, ApiError> {
+    let site = site_id(&site)?;
+    let change = SiteSettingsWire::parse(&body)?.into_change()?;
+    let now = Utc::now();
+    // The settings first: a refused effective_from registers nothing.
+    let owner = Owner::Site(site.clone());
+    let current = state.settings.change(&owner, change.settings, now).await?;
+    let stored = state.access.stored_site(&site).await?;
+    let profile = SiteProfile {
+        allowed_origins: change
+            .allowed_origins
+            .or_else(|| stored.as_ref().map(|p| p.allowed_origins.clone()))
+            .unwrap_or_default(),
+        require_origin: change
+            .require_origin
+            .or(stored.as_ref().map(|p| p.require_origin))
+            .unwrap_or(false),
+        created_at: stored.as_ref().map_or(now, |p| p.created_at),
+        site,
+    };
+    state.access.register_site(profile.clone()).await?;
+    Ok(Json(SiteSettingsAnswer::new(&current, Some(&profile))))
 }
 
 #[utoipa::path(
     get,
     path = "/v1/sites/{site}",
     tag = "settings",
-    summary = "The site's newest settings (a never-configured site has 1 bucket).",
+    summary = "The site's settings and registration (a never-configured site has 1 bucket).",
     params(("site" = String, Path)),
+    security(("bearer" = ["read"])),
     responses(
-        (status = 200, description = "OK", body = SettingsAnswer),
-        (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 200, description = "OK", body = SiteSettingsAnswer),
+        (status = 400, description = "Invalid input: the error names the parameter", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub async fn get_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
-) -> Result<Json<SettingsAnswer>, ApiError> {
-    let owner = Owner::Site(site_id(&site)?);
-    let current = state.settings.current(&owner, Utc::now()).await?;
-    Ok(Json(SettingsAnswer::site(
-        &current.latest,
-        Some(current.in_force),
-    )))
+) -> Result<Json<SiteSettingsAnswer>, ApiError> {
+    let site = site_id(&site)?;
+    let current = state
+        .settings
+        .current(&Owner::Site(site.clone()), Utc::now())
+        .await?;
+    let profile = state.access.stored_site(&site).await?;
+    Ok(Json(SiteSettingsAnswer::new(&current, profile.as_ref())))
 }
 
 /// Visits (exact) and unique visitors (HyperLogLog++) of a period or of the whole range.
@@ -108,6 +131,7 @@ pub struct UniquesAnswer {
     path = "/v1/sites/{site}/uniques",
     tag = "queries",
     summary = "Visits and unique visitors of a site over a range, for the beacons matching a feature filter.",
+    security(("bearer" = ["read"])),
     description = "A feature filter is given as `feature.<name>=<value>` parameters (any subset of \
         a beacon's features; none = every visit of the site).",
     params(

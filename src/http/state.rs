@@ -3,6 +3,7 @@
 //! service, never the store.
 
 use super::body::BodyLimits;
+use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
 use crate::beacons::live::{Flushed, LiveSketches, spawn_flusher};
 use crate::beacons::rebuild::rebuild_days;
@@ -39,6 +40,10 @@ pub struct ServiceOptions {
     pub queries: QueryOptions,
     /// When closed days are sealed into rollups (the grace for late events, ...).
     pub sealer: SealerOptions,
+    /// Keys on or off, and the operator's environment admin key.
+    pub access: AccessOptions,
+    /// Whether `/metrics` answers without a key.
+    pub metrics_public: bool,
 }
 
 impl Default for ServiceOptions {
@@ -56,6 +61,8 @@ impl Default for ServiceOptions {
             sketch_flush_interval: Duration::from_secs(1),
             queries: QueryOptions::default(),
             sealer: SealerOptions::default(),
+            access: AccessOptions::default(),
+            metrics_public: false,
         }
     }
 }
@@ -70,6 +77,7 @@ pub struct AppState {
     pub beacons: Arc<BeaconIngestor>,
     pub queries: Arc<Queries>,
     pub settings: Arc<Settings>,
+    pub access: Arc<Access>,
     pub options: Arc<ServiceOptions>,
 }
 
@@ -104,6 +112,14 @@ impl AppState {
             Arc::clone(&store) as Arc<dyn crate::store::SettingsStore>,
             Arc::clone(&settings_cache),
         ));
+        let access_options = AccessOptions {
+            refresh: options.settings_lifetime,
+            ..options.access.clone()
+        };
+        let access = Arc::new(Access::new(
+            Arc::clone(&store) as Arc<dyn crate::store::AccessStore>,
+            access_options,
+        ));
         Self {
             store,
             settings_cache,
@@ -112,13 +128,24 @@ impl AppState {
             beacons,
             queries,
             settings,
+            access,
             options: Arc::new(options),
         }
     }
 
-    /// Whether the store answers and its schema is current (`/readyz`).
+    /// The store as the access subsystem sees it (bootstrap of the first admin key).
+    pub fn access_store(&self) -> Arc<dyn crate::store::AccessStore> {
+        Arc::clone(&self.store) as Arc<dyn crate::store::AccessStore>
+    }
+
+    /// Whether the store answers, its schema is current and the keys are loaded (`/readyz`).
     pub async fn check_ready(&self) -> Result<(), StoreError> {
-        self.store.check_ready().await
+        self.store.check_ready().await?;
+        if !self.access.is_ready() {
+            // The first read may have met a store that was not ready yet: try it now.
+            self.access.refresh().await?;
+        }
+        Ok(())
     }
 
     /// The sealer of closed days, over this state's store and settings.

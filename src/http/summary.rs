@@ -79,6 +79,7 @@ fn row(counts: &Counts) -> SummaryRow {
     get,
     path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary",
     tag = "queries",
+    security(("bearer" = ["read"])),
     summary = "Impressions, clicks, CTR, unique users and billable impressions per local day, clock hour or ad, and in total.",
     params(
         ("advertiser_id" = uuid::Uuid, Path),

@@ -36,6 +36,7 @@ const PIXEL: &[u8] = &[
     responses(
         (status = 204, description = "Stored"),
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 403, description = "The site is not registered, or refuses the page's origin; nothing was stored", body = ErrorAnswer),
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
@@ -96,6 +97,7 @@ pub async fn head_track() -> Response {
     responses(
         (status = 200, description = "A 1×1 transparent GIF", content_type = "image/gif"),
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
+        (status = 403, description = "The site is not registered, or refuses the page's origin; nothing was stored", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
@@ -147,6 +149,14 @@ async fn track(
         metrics::counter!("adevents_events_rejected_total", "kind" => "beacon").increment(1);
         invalid_beacon(errors)
     })?;
+    if let Err(refusal) = state
+        .access
+        .admit_beacon(&beacon.site, page_origin(headers).as_ref())
+    {
+        metrics::counter!("adevents_beacons_refused_total", "reason" => refusal.reason())
+            .increment(1);
+        return Err(ApiError::Forbidden(format!("the site {refusal}")));
+    }
     state.beacons.track(beacon).await?;
     metrics::counter!("adevents_events_accepted_total", "kind" => "beacon").increment(1);
     Ok(())
@@ -169,6 +179,19 @@ fn invalid_beacon(errors: Vec<BeaconError>) -> ApiError {
             })
             .collect(),
     }
+}
+
+/// The origin of the page that sent the beacon: `Origin`, else the origin of `Referer`;
+/// `Origin: null` (a sandboxed or local page) is an opaque origin, present but matching no
+/// pattern.
+fn page_origin(headers: &HeaderMap) -> Option<url::Origin> {
+    [header::ORIGIN, header::REFERER].iter().find_map(|name| {
+        let value = headers.get(name)?.to_str().ok()?.trim();
+        if value.eq_ignore_ascii_case("null") {
+            return Some(url::Url::parse("data:,").ok()?.origin());
+        }
+        Some(url::Url::parse(value).ok()?.origin())
+    })
 }
 
 /// The host of the page that sent the beacon: from `Origin`, else from `Referer`.

@@ -131,6 +131,8 @@ pub struct Context {
     pub now: DateTime<Utc>,
     /// The client's address, used when an impression names no `user_ip`.
     pub client_ip: Option<IpAddr>,
+    /// The only advertiser whose events the caller may send (an `ingest` key's); `None`: any.
+    pub advertiser: Option<AdvertiserId>,
 }
 
 /// Collects one item's field problems while converting it.
@@ -196,6 +198,7 @@ pub trait IntoEvent<'de>: Deserialize<'de> {
     type Event: Clone + PartialEq;
     fn into_event(self, item: &mut ItemContext<'_>) -> Option<Self::Event>;
     fn identity(event: &Self::Event) -> ImpressionId;
+    fn advertiser(event: &Self::Event) -> AdvertiserId;
 }
 
 /// Opaque to implementors outside this module: the item being converted and its context.
@@ -246,6 +249,10 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
     fn identity(event: &Impression) -> ImpressionId {
         event.impression_id
     }
+
+    fn advertiser(event: &Impression) -> AdvertiserId {
+        event.campaign.advertiser_id
+    }
 }
 
 impl<'de> IntoEvent<'de> for ClickWire<'de> {
@@ -271,6 +278,10 @@ impl<'de> IntoEvent<'de> for ClickWire<'de> {
 
     fn identity(event: &Click) -> ImpressionId {
         event.impression_id
+    }
+
+    fn advertiser(event: &Click) -> AdvertiserId {
+        event.campaign.advertiser_id
     }
 }
 
@@ -339,13 +350,15 @@ fn convert_items<'de, W: IntoEvent<'de>>(
 }
 
 /// Converts well-formed items into events, collecting every problem; exact repeats of one id
-/// are dropped, different ones refused.
+/// are dropped, different ones refused. With every item valid, events of an advertiser other
+/// than the caller's refuse the whole request (403, their indexes listed).
 fn convert<'de, W: IntoEvent<'de>>(
     wires: impl Iterator<Item = Result<W, FieldError>>,
     count: usize,
     context: &Context,
 ) -> Result<Vec<W::Event>, ApiError> {
     let mut errors = Vec::new();
+    let mut foreign = Vec::new();
     let mut events = Vec::with_capacity(count);
     let mut first_seen: HashMap<ImpressionId, usize> = HashMap::with_capacity(count);
     for (index, wire) in wires.enumerate() {
@@ -366,6 +379,15 @@ fn convert<'de, W: IntoEvent<'de>>(
         let Some(event) = wire.into_event(&mut cx) else {
             continue;
         };
+        if let Some(owner) = context.advertiser
+            && W::advertiser(&event) != owner
+        {
+            foreign.push(FieldError::item(
+                index,
+                "advertiser_id",
+                "belongs to another advertiser than the key's",
+            ));
+        }
         let id = W::identity(&event);
         match first_seen.get(&id) {
             None => {
@@ -384,8 +406,16 @@ fn convert<'de, W: IntoEvent<'de>>(
             }
         }
     }
-    if errors.is_empty() {
+    if errors.is_empty() && foreign.is_empty() {
         Ok(events.into_iter().map(|(_, event)| event).collect())
+    } else if errors.is_empty() {
+        Err(ApiError::ForbiddenItems {
+            message: format!(
+                "{} of {count} events belong to another advertiser than the key's; nothing was stored",
+                foreign.len()
+            ),
+            errors: foreign,
+        })
     } else {
         let invalid: std::collections::BTreeSet<_> =
             errors.iter().filter_map(|error| error.index).collect();
@@ -407,6 +437,7 @@ mod tests {
         Context {
             now: "2026-11-26T12:00:00Z".parse().expect("valid"),
             client_ip: Some("203.0.113.9".parse().expect("valid")),
+            advertiser: None,
         }
     }
 
@@ -509,6 +540,30 @@ mod tests {
             panic!("expected a 400");
         };
         assert_eq!(errors[0].message, "must be a JSON object");
+    }
+
+    #[test]
+    fn an_ingest_keys_batch_with_another_advertisers_event_is_refused_whole() {
+        let other = ID.replace("962e", "0000");
+        let foreign = impression(ID, "1764158400000").replace(
+            "00000000-0000-4000-8000-000000000001\",\"campaign_id",
+            &format!("{other}\",\"campaign_id"),
+        );
+        let body = format!(
+            "[{}, {foreign}]",
+            impression("11111111-6c08-4160-9196-f0050faffe62", "1764158400000")
+        );
+        let mut owned = context();
+        owned.advertiser = Some(AdvertiserId::new(
+            Uuid::parse_str("00000000-0000-4000-8000-000000000001").expect("uuid"),
+        ));
+        let Err(ApiError::ForbiddenItems { errors, .. }) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &owned)
+        else {
+            panic!("expected a 403");
+        };
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].index, Some(1));
     }
 
     #[test]

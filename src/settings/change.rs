@@ -13,14 +13,15 @@ use crate::store::{SettingsStore, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::Arc;
 
-/// A change as asked for, already parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A change as asked for, already parsed. Absent fields keep their value (a `PUT` merges).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SettingsChange {
-    pub buckets: BucketCount,
-    /// `None`: the earliest instant allowed.
+    /// A new bucket count; the same count as now schedules nothing.
+    pub buckets: Option<BucketCount>,
+    /// When a new bucket count takes effect; `None`: the earliest instant allowed.
     pub effective_from: Option<DateTime<Utc>>,
-    /// Campaigns only; ignored for sites.
-    pub daily_cap: Option<u64>,
+    /// Campaigns only: `Some(None)` removes the cap. It takes effect at once.
+    pub daily_cap: Option<Option<u64>>,
 }
 
 /// Why a change was refused.
@@ -79,24 +80,41 @@ impl Settings {
         }
     }
 
-    /// Records `change` for `owner` and forgets this process's cached copy.
+    /// Merges `change` into `owner`'s settings and forgets this process's cached copy; returns
+    /// the settings now in store. A new bucket count is a new entry, scheduled at its
+    /// `effective_from`; a cap alone replaces the newest entry's cap (same instant, nothing
+    /// scheduled), so it applies at once.
     pub async fn change(
         &self,
         owner: &Owner,
         change: SettingsChange,
         now: DateTime<Utc>,
-    ) -> Result<CampaignSettings, ChangeError> {
-        let settings = CampaignSettings {
-            buckets: change.buckets,
-            effective_from: self.effective_from(change.effective_from, now)?,
-            daily_cap: match owner {
-                Owner::Campaign(_) => change.daily_cap,
-                Owner::Site(_) => None,
-            },
+    ) -> Result<CurrentSettings, ChangeError> {
+        // Checked whenever given, even if the bucket count does not change: a client that
+        // sends a time in the past hears about it.
+        let effective_from = self.effective_from(change.effective_from, now)?;
+        let latest = self.store.settings(owner).await?.latest();
+        let daily_cap = match owner {
+            Owner::Campaign(_) => change.daily_cap.unwrap_or(latest.daily_cap),
+            Owner::Site(_) => None,
         };
-        self.store.put_settings(owner, &settings).await?;
-        self.cache.forget(owner);
-        Ok(settings)
+        let written = match change.buckets.filter(|buckets| *buckets != latest.buckets) {
+            Some(buckets) => Some(CampaignSettings {
+                buckets,
+                effective_from,
+                daily_cap,
+            }),
+            None if daily_cap != latest.daily_cap => Some(CampaignSettings {
+                daily_cap,
+                ..latest
+            }),
+            None => None,
+        };
+        if let Some(settings) = written {
+            self.store.put_settings(owner, &settings).await?;
+            self.cache.forget(owner);
+        }
+        Ok(self.current(owner, now).await?)
     }
 
     /// The owner's configuration as stored now (not from the cache: an operator checking a

@@ -2,10 +2,11 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup,
-    RollupStore, SealState, SealStore, SettingsStore, SiteRollup, SketchPartition, SketchRow,
-    Store, StoreError, VisitRow, VisitStore,
+    AccessStore, ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor,
+    ReachLevel, Rollup, RollupStore, SealState, SealStore, SettingsStore, SiteRollup,
+    SketchPartition, SketchRow, Store, StoreError, VisitRow, VisitStore,
 };
+use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
@@ -216,6 +217,38 @@ impl RollupStore for Instrumented {
         partition: &SketchPartition,
     ) -> Result<SiteRollup, StoreError> {
         timed("read_site_rollup", self.inner.read_site_rollup(partition)).await
+    }
+}
+
+#[async_trait]
+impl AccessStore for Instrumented {
+    async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        timed("keys", self.inner.keys()).await
+    }
+
+    async fn put_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        timed("put_key", self.inner.put_key(key)).await
+    }
+
+    async fn delete_key(&self, id: KeyId) -> Result<(), StoreError> {
+        timed("delete_key", self.inner.delete_key(id)).await
+    }
+
+    async fn sites(&self) -> Result<Vec<SiteProfile>, StoreError> {
+        timed("sites", self.inner.sites()).await
+    }
+
+    async fn put_site(&self, site: &SiteProfile) -> Result<(), StoreError> {
+        timed("put_site", self.inner.put_site(site)).await
+    }
+
+    async fn admin_bootstrapped(&self) -> Result<bool, StoreError> {
+        timed("admin_bootstrapped", self.inner.admin_bootstrapped()).await
+    }
+
+    async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError> {
+        let call = self.inner.mark_admin_bootstrapped();
+        timed("mark_admin_bootstrapped", call).await
     }
 }
 

@@ -9,9 +9,9 @@
 //!
 //! It is split by subsystem, so each consumer can ask for only the part it uses:
 //! [`EventStore`] (impressions and clicks), [`VisitStore`] (beacons and live sketches),
-//! [`SettingsStore`], [`SealStore`] (the day index and seal states) and [`RollupStore`]
-//! (sealed days). Campaigns and sites share one method wherever they follow the same rule,
-//! keyed by [`Owner`]. [`Store`] is their sum.
+//! [`SettingsStore`], [`SealStore`] (the day index and seal states), [`RollupStore`] (sealed
+//! days) and [`AccessStore`] (API keys and registered sites). Campaigns and sites share one
+//! method wherever they follow the same rule, keyed by [`Owner`]. [`Store`] is their sum.
 
 pub mod cassandra;
 pub mod embedded;
@@ -26,6 +26,7 @@ pub use rows::{
     RollupSlice, SiteRollup, SketchPartition, SketchRow, VisitRow,
 };
 
+use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::event::{Click, Impression};
@@ -186,10 +187,36 @@ pub trait RollupStore: Send + Sync {
     -> Result<SiteRollup, StoreError>;
 }
 
+/// API keys and registered sites: few rows, each read whole by every server process into its
+/// memory (an unknown key or site costs no read), refreshed within the settings cache lifetime.
+#[async_trait]
+pub trait AccessStore: Send + Sync {
+    /// Every key of the deployment (hashes, never secrets).
+    async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;
+
+    /// Records a key; one with the same id is replaced.
+    async fn put_key(&self, key: &ApiKey) -> Result<(), StoreError>;
+
+    /// Removes a key: it stops working on every process within the cache lifetime.
+    async fn delete_key(&self, id: KeyId) -> Result<(), StoreError>;
+
+    /// Every registered site.
+    async fn sites(&self) -> Result<Vec<SiteProfile>, StoreError>;
+
+    /// Registers a site, or replaces its profile.
+    async fn put_site(&self, site: &SiteProfile) -> Result<(), StoreError>;
+
+    /// Whether this store ever had its bootstrap admin key (embedded store: once per folder).
+    async fn admin_bootstrapped(&self) -> Result<bool, StoreError>;
+
+    /// Records that the bootstrap admin key was made.
+    async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
-    EventStore + VisitStore + SettingsStore + SealStore + RollupStore + 'static
+    EventStore + VisitStore + SettingsStore + SealStore + RollupStore + AccessStore + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:
     /// what `/readyz` reports to a load balancer.

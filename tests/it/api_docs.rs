@@ -41,6 +41,9 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary",
             "/v1/clicks",
             "/v1/impressions",
+            "/v1/keys",
+            "/v1/keys/self",
+            "/v1/keys/{id}",
             "/v1/sites/{site}",
             "/v1/sites/{site}/uniques",
         ]
@@ -50,7 +53,8 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
         let concrete = path
             .replace("{advertiser_id}", &campaign.advertiser_id.to_string())
             .replace("{campaign_id}", &campaign.campaign_id.to_string())
-            .replace("{site}", "example.com");
+            .replace("{site}", "example.com")
+            .replace("{id}", &uuid::Uuid::new_v4().to_string());
         for method in operations.as_object().expect("operations").keys() {
             let method = match method.as_str() {
                 "get" => Method::GET,

@@ -1,7 +1,7 @@
 //! `/track`: every form a script tag sends a beacon in is stored and counted, CORS lets any
 //! page send one, and a bad beacon is a 400 naming the field that stores nothing.
 
-use crate::common::beacons::{fresh_site, uniques};
+use crate::common::beacons::{fresh_site, registered_site, uniques};
 use crate::common::{Backend, eventually, http};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -32,7 +32,7 @@ fn day_query(extra: &[(&str, &str)]) -> Vec<(String, String)> {
 
 async fn every_beacon_form_is_counted(backend: Backend) {
     let server = backend.server().await;
-    let site = fresh_site();
+    let site = registered_site(&server.url("")).await;
     let client = http();
     let track = server.url("/track");
     let at = |minute: i64| (TEN_AM + minute * 60).to_string();
@@ -140,6 +140,7 @@ async fn the_preflight_and_every_answer_carry_cors_headers(backend: Backend) {
     let server = backend.server().await;
     let client = http();
     let origin = "https://shop.example.com";
+    let site = registered_site(&server.url("")).await;
 
     let preflight = client
         .request(reqwest::Method::OPTIONS, server.url("/track"))
@@ -152,14 +153,14 @@ async fn the_preflight_and_every_answer_carry_cors_headers(backend: Backend) {
     let accepted = client
         .post(server.url("/track"))
         .header("origin", origin)
-        .form(&[("site", fresh_site().as_str()), ("guid", "a")])
+        .form(&[("site", site.as_str()), ("guid", "a")])
         .send()
         .await
         .expect("answered");
     let refused = client
         .post(server.url("/track"))
         .header("origin", origin)
-        .form(&[("site", fresh_site().as_str())])
+        .form(&[("site", site.as_str())])
         .send()
         .await
         .expect("answered");

@@ -84,7 +84,7 @@ async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
         (json!({"buckets": 0}), "buckets"),
         (json!({"buckets": 257}), "buckets"),
         (json!({"buckets": "eight"}), "buckets"),
-        (json!({}), "buckets"),
+        (json!({"bucket": 8}), "body"),
         (
             json!({"buckets": 8, "effective_from": past}),
             "effective_from",
@@ -112,7 +112,44 @@ async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
     assert_eq!(read_back["buckets"], 1, "nothing stored");
 }
 
+/// A `PUT` merges: absent fields keep their value, the same bucket count schedules nothing,
+/// and a cap alone takes effect at once.
+async fn a_settings_change_merges_into_what_is_there(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let later = "2099-01-01T00:00:00.000Z";
+    let (status, _) = put(
+        &server,
+        &campaign,
+        json!({"buckets": 4, "effective_from": later, "daily_cap": 100}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, nothing) = put(&server, &campaign, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{nothing}");
+    let (_, same_buckets) = put(&server, &campaign, json!({"buckets": 4})).await;
+    let (_, cap_only) = put(&server, &campaign, json!({"daily_cap": 250})).await;
+    let (_, read_back) = get(&server, &campaign.path(), "").await;
+
+    for answer in [&nothing, &same_buckets] {
+        assert_eq!(answer["buckets"], 4, "{answer}");
+        assert_eq!(
+            answer["effective_from"], later,
+            "nothing rescheduled: {answer}"
+        );
+        assert_eq!(answer["daily_cap"], 100, "{answer}");
+    }
+    assert_eq!(cap_only["daily_cap"], 250, "{cap_only}");
+    assert_eq!(cap_only["effective_from"], later, "{cap_only}");
+    assert_eq!(read_back["daily_cap"], 250);
+    let (_, cleared) = put(&server, &campaign, json!({"daily_cap": null})).await;
+    assert_eq!(cleared["daily_cap"], Value::Null, "{cleared}");
+    assert_eq!(cleared["buckets"], 4, "{cleared}");
+}
+
 conformance!(
+    a_settings_change_merges_into_what_is_there,
     a_never_configured_campaign_has_one_bucket,
     a_change_scheduled_far_enough_ahead_is_stored_as_given,
     a_change_without_effective_from_waits_for_every_cache_to_expire,

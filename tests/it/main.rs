@@ -11,6 +11,8 @@ mod embedded_process;
 mod exports;
 mod health;
 mod ingest;
+mod keys;
+mod keys_process;
 mod migrations;
 mod process;
 mod reach;

@@ -212,3 +212,59 @@ async fn a_new_keyspace_is_created_and_pending_files_apply_in_order_once() {
     assert_eq!(key_of(keyspace.as_str(), "later_table").await.0, ["k"]);
     drop_keyspace(&keyspace).await;
 }
+
+/// Turning keys on keeps a deployment's traffic: the migration that adds registered sites
+/// registers every site that already received beacons or settings.
+#[tokio::test]
+async fn the_access_migration_registers_the_sites_already_stored() {
+    use adevents::store::AccessStore;
+    let keyspace = private_keyspace("registry");
+    let all = embedded_migrations();
+    let before_keys: Vec<Migration> = all
+        .iter()
+        .filter(|migration| migration.version() < 6)
+        .cloned()
+        .collect();
+    let store = store_for(config(keyspace.clone()), false).await;
+    store.migrate(&before_keys).await.expect("migrations 1-5");
+    let session = raw_session().await;
+    let ks = keyspace.as_str();
+    for (day, site) in [
+        ("2026-10-01", "beacons.example"),
+        ("2026-10-02", "more.example"),
+    ] {
+        session
+            .query_unpaged(
+                format!("INSERT INTO {ks}.site_day (day, site) VALUES ('{day}', '{site}')"),
+                (),
+            )
+            .await
+            .expect("a day index entry");
+    }
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {ks}.site_config (site, effective_from, buckets, updated_at) \
+                 VALUES ('configured.example', '2026-01-01', 4, '2026-01-01')"
+            ),
+            (),
+        )
+        .await
+        .expect("a site configuration");
+
+    store.migrate(&all).await.expect("the access migration");
+
+    let mut sites: Vec<String> = store
+        .sites()
+        .await
+        .expect("registered sites")
+        .into_iter()
+        .map(|profile| profile.site.as_str().to_owned())
+        .collect();
+    sites.sort();
+    assert_eq!(
+        sites,
+        ["beacons.example", "configured.example", "more.example"]
+    );
+    drop_keyspace(&keyspace).await;
+}

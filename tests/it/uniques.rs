@@ -213,7 +213,7 @@ async fn re_sent_beacons_and_a_second_server_never_inflate_counts(backend: Backe
 
 async fn days_are_cut_in_the_query_time_zone(backend: Backend) {
     let server = backend.server().await;
-    let site = fresh_site();
+    let site = crate::common::beacons::registered_site(&server.url("")).await;
     let client = http();
     // 2026-11-01 18:10 and 18:50 UTC: 23:40 on the 1st and 00:20 on the 2nd in Kolkata (+05:30).
     for (guid, timestamp) in [("a", "1793556600"), ("b", "1793559000")] {

@@ -187,6 +187,7 @@ async fn apply_pending(
             // The next statement may go to another node; it must already know this change.
             await_schema_agreement(session).await.map_err(failed)?;
         }
+        super::backfill::after_migration(session, keyspace, migration.version()).await?;
         record_applied(session, keyspace, migration).await?;
         info!(
             file = migration.file_name(),

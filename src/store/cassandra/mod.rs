@@ -7,6 +7,8 @@
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`]), each with its prepared
 //! statements.
 
+mod access;
+mod backfill;
 pub mod config;
 mod errors;
 mod event_reads;
@@ -22,6 +24,7 @@ mod visits;
 
 use crate::migrations::Migration;
 use crate::store::{Store, StoreError};
+use access::AccessStatements;
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
 use event_writes::EventWriter;
@@ -50,6 +53,7 @@ struct Prepared {
     settings: SettingsStatements,
     seals: SealStatements,
     rollups: RollupStatements,
+    access: AccessStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -102,12 +106,13 @@ impl CassandraStore {
         self.prepared
             .get_or_try_init(|| async {
                 let (session, keyspace) = (&self.session, &self.config.keyspace);
-                let (events, visits, settings, seals, rollups) = futures::try_join!(
+                let (events, visits, settings, seals, rollups, access) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
                     SettingsStatements::prepare(session, keyspace),
                     SealStatements::prepare(session, keyspace),
                     RollupStatements::prepare(session, keyspace),
+                    AccessStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -115,6 +120,7 @@ impl CassandraStore {
                     settings,
                     seals,
                     rollups,
+                    access,
                 })
             })
             .await

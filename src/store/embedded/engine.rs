@@ -32,6 +32,10 @@ pub struct Tables {
     pub site_visits: Keyspace,
     pub site_reach: Keyspace,
     pub site_seal: Keyspace,
+    pub api_key: Keyspace,
+    pub site_registry: Keyspace,
+    /// The folder's format version and markers kept once (the bootstrap admin key).
+    pub meta: Keyspace,
     pub persist: PersistMode,
 }
 
@@ -54,6 +58,9 @@ pub enum Table {
     SiteVisits,
     SiteReach,
     SiteSeal,
+    ApiKey,
+    SiteRegistry,
+    Meta,
 }
 
 impl Tables {
@@ -75,6 +82,9 @@ impl Tables {
             Table::SiteVisits => &self.site_visits,
             Table::SiteReach => &self.site_reach,
             Table::SiteSeal => &self.site_seal,
+            Table::ApiKey => &self.api_key,
+            Table::SiteRegistry => &self.site_registry,
+            Table::Meta => &self.meta,
         }
     }
 }

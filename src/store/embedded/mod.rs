@@ -12,6 +12,7 @@
 //! ([`engine`], [`committer`]), key and value encodings, and one file per subsystem of the
 //! contract ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`]).
 
+mod access;
 mod committer;
 mod engine;
 mod events;

@@ -2,12 +2,14 @@
 //! older release.
 
 use super::engine::{Tables, engine_error};
-use super::{EmbeddedConfig, Fsync};
+use super::{EmbeddedConfig, Fsync, access, site_keys};
+use crate::domain::access::SiteProfile;
+use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
 /// The on-disk layout this build reads and writes.
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 
 /// Opens (or creates) the tables in `config.data_dir`, refusing a folder another process
 /// holds, and brings an older layout up to [`FORMAT_VERSION`].
@@ -29,25 +31,22 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
             .map_err(|error| engine_error("opening tables", error))
     };
     let meta = open("meta")?;
-    let write_format = || {
-        meta.insert("format", FORMAT_VERSION.to_be_bytes())
-            .map_err(|error| engine_error("writing the format", error))
-    };
-    match meta
+    let stored = meta
         .get("format")
         .map_err(|error| engine_error("reading the format", error))?
-    {
-        None => write_format()?,
-        Some(version) if version.as_ref() == FORMAT_VERSION.to_be_bytes() => {}
-        Some(version) if version.as_ref() == 1u32.to_be_bytes() => {
-            upgrade_from_format_1(&db)?;
-            write_format()?;
-        }
+        .map(|bytes| <[u8; 4]>::try_from(bytes.as_ref()).map(u32::from_be_bytes));
+    let upgrade_from = match stored {
+        None => None,
+        Some(Ok(version)) if version == FORMAT_VERSION => None,
+        Some(Ok(version)) if (1..FORMAT_VERSION).contains(&version) => Some(version),
         Some(_) => {
             return Err(StoreError::schema_message(format!(
                 "the data folder {folder} was written by a newer adevents (format other than {FORMAT_VERSION})"
             )));
         }
+    };
+    if upgrade_from == Some(1) {
+        upgrade_from_format_1(&db)?;
     }
     let tables = Tables {
         impression: open("impression")?,
@@ -66,17 +65,73 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         site_visits: open("site_visits")?,
         site_reach: open("site_reach")?,
         site_seal: open("site_seal")?,
+        api_key: open("api_key")?,
+        site_registry: open("site_registry")?,
+        meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,
             Fsync::Never => PersistMode::Buffer,
         },
         db,
     };
+    if upgrade_from.is_some_and(|version| version < 3) {
+        register_stored_sites(&tables)?;
+    }
+    if stored.is_none() || upgrade_from.is_some() {
+        tables
+            .meta
+            .insert("format", FORMAT_VERSION.to_be_bytes())
+            .map_err(|error| engine_error("writing the format", error))?;
+    }
     tables
         .db
         .persist(PersistMode::SyncAll)
         .map_err(|error| engine_error("syncing the data folder", error))?;
     Ok(tables)
+}
+
+/// Format 3 accepts beacons only for registered sites (when keys are on): every site that
+/// already received beacons or has settings is registered, with no origin rule, so a
+/// deployment that turns keys on keeps its traffic.
+fn register_stored_sites(tables: &Tables) -> Result<(), StoreError> {
+    let fail = |error: fjall::Error| engine_error("registering the stored sites", error);
+    let mut sites = std::collections::BTreeSet::new();
+    for guard in tables.site_day.iter() {
+        let key = guard.key().map_err(fail)?;
+        if let Some(site) = site_keys::decode_site_day_key(&key) {
+            sites.insert(site.to_owned());
+        }
+    }
+    for guard in tables.site_config.iter() {
+        let key = guard.key().map_err(fail)?;
+        if let Some(site) = site_keys::decode_site_prefix(&key) {
+            sites.insert(site.to_owned());
+        }
+    }
+    let now = chrono::Utc::now();
+    for site in sites {
+        let Ok(site) = SiteId::parse(&site) else {
+            continue;
+        };
+        if tables
+            .site_registry
+            .get(site.as_str())
+            .map_err(fail)?
+            .is_none()
+        {
+            let profile = SiteProfile {
+                site,
+                allowed_origins: Vec::new(),
+                require_origin: false,
+                created_at: now,
+            };
+            tables
+                .site_registry
+                .insert(profile.site.as_str(), access::site_value(&profile))
+                .map_err(fail)?;
+        }
+    }
+    Ok(())
 }
 
 /// Format 1 kept users reached per ad and hour only (`campaign_reach`); format 2 keeps them
@@ -101,4 +156,41 @@ fn upgrade_from_format_1(db: &Database) -> Result<(), StoreError> {
         seals.remove(key).map_err(fail)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::time::Day;
+
+    #[test]
+    fn the_format_3_upgrade_registers_the_sites_already_stored() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let config = EmbeddedConfig {
+            data_dir: folder.path().to_owned(),
+            fsync: Fsync::Never,
+        };
+        {
+            let tables = open_tables(&config).expect("opened");
+            let site = SiteId::parse("old.example").expect("valid");
+            let day = Day::new("2026-10-01".parse().expect("date"));
+            tables
+                .site_day
+                .insert(site_keys::site_day_key(day, &site), [])
+                .expect("day index entry");
+            tables
+                .meta
+                .insert("format", 2u32.to_be_bytes())
+                .expect("an older format");
+        }
+        let tables = open_tables(&config).expect("upgraded");
+        let registered = tables
+            .site_registry
+            .get("old.example")
+            .expect("read")
+            .is_some();
+        assert!(registered, "the site of an older folder is registered");
+        let format = tables.meta.get("format").expect("read").expect("present");
+        assert_eq!(format.as_ref(), FORMAT_VERSION.to_be_bytes());
+    }
 }

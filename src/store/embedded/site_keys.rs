@@ -30,6 +30,11 @@ pub fn site_prefix(site: &SiteId) -> Vec<u8> {
     key
 }
 
+/// The site a site-settings (or any site-prefixed) key starts with.
+pub fn decode_site_prefix(key: &[u8]) -> Option<&str> {
+    read_text(key).map(|(site, _)| site)
+}
+
 /// The key prefix every beacon of `partition` starts with.
 pub fn visit_prefix(partition: &VisitPartition) -> Vec<u8> {
     let mut key = site_prefix(&partition.site);

@@ -7,9 +7,28 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
 
-/// A fresh site per test: the isolation of a shared keyspace or data folder.
+/// A fresh site per test: the isolation of a shared keyspace or data folder. Not registered:
+/// a server with keys on refuses its beacons until [`register_site`].
 pub fn fresh_site() -> String {
     format!("site-{}.test", Uuid::new_v4().simple())
+}
+
+/// Registers `site` for beacons (`PUT /v1/sites/{site}` with the admin key).
+pub async fn register_site(base_url: &str, site: &str) {
+    let response = super::http()
+        .put(format!("{base_url}/v1/sites/{site}"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .expect("registration answered");
+    assert_eq!(response.status(), StatusCode::OK, "registering {site}");
+}
+
+/// A fresh site, registered on the server at `base_url`.
+pub async fn registered_site(base_url: &str) -> String {
+    let site = fresh_site();
+    register_site(base_url, &site).await;
+    site
 }
 
 /// A month of realistic traffic (October 2018) for two features.
@@ -30,8 +49,10 @@ pub fn october(guids: usize, visits: usize, seed: u64) -> Vec<SimulatedVisit> {
     .expect("valid spec")
 }
 
-/// Form-posts every visit to `base_url`'s `/track`, 32 at a time, asserting each is a 204.
+/// Registers `site` and form-posts every visit to `base_url`'s `/track`, 32 at a time,
+/// asserting each is a 204.
 pub async fn send_visits(base_url: &str, site: &str, visits: &[SimulatedVisit]) {
+    register_site(base_url, site).await;
     let client = super::http();
     let url = format!("{base_url}/track");
     let mut sends = stream::iter(visits)

@@ -10,6 +10,7 @@ pub mod events;
 pub mod process;
 pub mod proxy;
 
+use adevents::access::OperatorKey;
 use adevents::http::{AppState, ServiceOptions};
 use adevents::migrations::{self, Migration};
 use adevents::server;
@@ -24,6 +25,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+/// The operator's admin key every test server accepts (`ADEVENTS_ADMIN_KEY`); [`http`]'s client
+/// sends it unless a test asks otherwise, so tests about something else are not about keys.
+pub const ADMIN_KEY: &str = "adevents-test-admin-key-0123456789abcdef";
 
 /// Contact points of the cluster under test.
 pub fn cassandra_nodes() -> Vec<String> {
@@ -175,10 +180,18 @@ impl TestServer {
         Self::with_options(store, ServiceOptions::default()).await
     }
 
-    pub async fn with_options(store: Arc<dyn Store>, options: ServiceOptions) -> Self {
+    /// A server with `options`; keys are on with [`ADMIN_KEY`] as the operator's key unless
+    /// the options name another.
+    pub async fn with_options(store: Arc<dyn Store>, mut options: ServiceOptions) -> Self {
+        if options.access.operator_key.is_none() {
+            options.access.operator_key = Some(OperatorKey::new(ADMIN_KEY).expect("long enough"));
+        }
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
         let address = listener.local_addr().expect("local address");
         let state = AppState::new(store, options);
+        // Ready to judge keys before the first request (unless the store is not ready yet:
+        // then /readyz loads them once it is).
+        let _ = state.access.refresh().await;
         // Graceful shutdown is the binary's business (tests/it/process.rs); here the task
         // is simply aborted when the test ends.
         let task = tokio::spawn(server::serve(listener, state, std::future::pending()));
@@ -196,7 +209,22 @@ impl Drop for TestServer {
     }
 }
 
+/// A client that sends [`ADMIN_KEY`] with every request.
 pub fn http() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {ADMIN_KEY}").parse().expect("header value"),
+    );
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()
+        .expect("HTTP client")
+}
+
+/// A client that sends no key: a browser, or an attacker.
+pub fn anonymous_http() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()

@@ -19,6 +19,7 @@ pub fn adevents(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_adevents"));
     command
         .args(args)
+        .env("ADEVENTS_ADMIN_KEY", super::ADMIN_KEY)
         .envs(env.iter().copied())
         .env("ADEVENTS_LOG_FORMAT", "json")
         .stdin(Stdio::null())

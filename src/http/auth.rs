@@ -1,0 +1,154 @@
+//! Who may call what, decided from the request's head before its body is read: the route's
+//! need (one table, [`need`]), the bearer key (looked up in this process's memory, no store
+//! read), and the path's advertiser or site against the key's owner. An ingestion batch's
+//! events are checked against the key's advertiser after parsing, by the handler.
+
+use super::AppState;
+use super::error::ApiError;
+use crate::access::{AuthMode, Caller};
+use crate::domain::access::Grant;
+use crate::domain::beacon::SiteId;
+use crate::domain::ids::AdvertiserId;
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::http::{Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+/// What a route asks of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Anyone: beacons, health, readiness, this document, CORS preflights.
+    Public,
+    /// Any valid key (`GET /v1/keys/self`).
+    AnyKey,
+    Admin,
+    /// An `ingest` key (its advertiser's events only, checked per event) or admin.
+    Ingest,
+    /// A `read` key of the path's advertiser, or admin.
+    CampaignRead,
+    /// A `read` or `ingest` key of the path's advertiser (ad servers poll delivery), or admin.
+    CampaignDelivery,
+    /// A `read` key of the path's site, or admin.
+    SiteRead,
+    /// A `metrics` or admin key, unless `--metrics-public`.
+    Metrics,
+}
+
+const CAMPAIGN: &str = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}";
+const SITE: &str = "/v1/sites/{site}";
+
+/// The need of every route, by method and route template. A route not listed needs admin:
+/// an endpoint added later is closed until it is given its scope here.
+pub fn need(method: &Method, route: &str) -> Need {
+    if method == Method::OPTIONS {
+        return Need::Public;
+    }
+    match (method.as_str(), route) {
+        (_, "/healthz" | "/readyz" | "/openapi.json" | "/track") => Need::Public,
+        (_, "/metrics") => Need::Metrics,
+        ("POST", "/v1/impressions" | "/v1/clicks") => Need::Ingest,
+        ("GET", "/v1/keys/self") => Need::AnyKey,
+        ("GET", route) if route == format!("{CAMPAIGN}/delivery") => Need::CampaignDelivery,
+        ("GET", route) if route.starts_with(CAMPAIGN) => Need::CampaignRead,
+        ("GET", route) if route.starts_with(SITE) => Need::SiteRead,
+        _ => Need::Admin,
+    }
+}
+
+/// Authenticates and authorises every routed request; runs after routing (it needs the route
+/// template) and before any handler reads the body.
+pub async fn authorize(
+    State(state): State<AppState>,
+    path_params: RawPathParams,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_default();
+    let need = need(request.method(), &route);
+    if need == Need::Public
+        || (need == Need::Metrics && state.options.metrics_public)
+        || state.access.mode() == AuthMode::Off
+    {
+        request.extensions_mut().insert(Caller {
+            key: None,
+            grant: Grant::Admin,
+        });
+        return next.run(request).await;
+    }
+    if !state.access.is_ready() {
+        return ApiError::AccessNotLoaded.into_response();
+    }
+    let caller = match bearer(&request).and_then(|token| state.access.authenticate(token)) {
+        Some(caller) => caller,
+        None => return ApiError::Unauthorized.into_response(),
+    };
+    let param = |name: &str| {
+        path_params
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value)
+    };
+    let path_advertiser = param("advertiser_id").and_then(|id| id.parse::<AdvertiserId>().ok());
+    let path_site = param("site").and_then(|site| SiteId::parse(site).ok());
+    let allowed = match (&caller.grant, need) {
+        (Grant::Admin, _) => true,
+        (_, Need::Public | Need::AnyKey) => true,
+        (Grant::Ingest(_), Need::Ingest) => true,
+        (Grant::ReadAdvertiser(owner), Need::CampaignRead | Need::CampaignDelivery)
+        | (Grant::Ingest(owner), Need::CampaignDelivery) => path_advertiser == Some(*owner),
+        (Grant::ReadSite(owner), Need::SiteRead) => path_site.as_ref() == Some(owner),
+        (Grant::Metrics, Need::Metrics) => true,
+        _ => false,
+    };
+    if !allowed {
+        return ApiError::Forbidden(format!(
+            "this {} key may not {} {}",
+            caller.grant.scope(),
+            request.method(),
+            request.uri().path()
+        ))
+        .into_response();
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// The token of an `Authorization: Bearer <token>` header; any other scheme, an empty or a
+/// malformed header is no token.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && !token.contains(' '))
+        .then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_has_the_need_the_contract_gives_it() {
+        let campaign = format!("{CAMPAIGN}/summary");
+        assert_eq!(need(&Method::POST, "/track"), Need::Public);
+        assert_eq!(need(&Method::OPTIONS, "/v1/impressions"), Need::Public);
+        assert_eq!(need(&Method::POST, "/v1/impressions"), Need::Ingest);
+        assert_eq!(need(&Method::GET, &campaign), Need::CampaignRead);
+        assert_eq!(need(&Method::GET, CAMPAIGN), Need::CampaignRead);
+        assert_eq!(need(&Method::PUT, CAMPAIGN), Need::Admin);
+        assert_eq!(need(&Method::GET, SITE), Need::SiteRead);
+        assert_eq!(need(&Method::PUT, SITE), Need::Admin);
+        assert_eq!(need(&Method::GET, "/v1/keys"), Need::Admin);
+        assert_eq!(need(&Method::GET, "/v1/keys/self"), Need::AnyKey);
+        assert_eq!(need(&Method::GET, "/metrics"), Need::Metrics);
+        assert_eq!(need(&Method::GET, "/v1/something-new"), Need::Admin);
+    }
+}

@@ -1,0 +1,258 @@
+//! `POST /v1/keys`, `GET /v1/keys`, `DELETE /v1/keys/{id}` (administrators) and
+//! `GET /v1/keys/self` (any key): API keys, whose secret is shown once, at creation.
+
+use super::AppState;
+use super::error::{ApiError, ErrorAnswer};
+use super::params::site_id;
+use crate::access::Caller;
+use crate::domain::access::{ApiKey, Grant, KeyId, MAX_KEY_NAME_CHARS};
+use crate::domain::ids::AdvertiserId;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::{SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A key to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    /// `admin`, `ingest`, `read` or `metrics`.
+    scope: String,
+    /// The owner of an `ingest` or `read` key of campaigns.
+    #[schema(value_type = Option<uuid::Uuid>)]
+    advertiser_id: Option<String>,
+    /// The owner of a `read` key of a site.
+    site: Option<String>,
+    /// A label for people ("ad server eu-1"), at most 128 characters.
+    name: Option<String>,
+}
+
+impl NewKey {
+    fn grant(&self) -> Result<Grant, ApiError> {
+        let advertiser = self
+            .advertiser_id
+            .as_deref()
+            .map(|id| {
+                id.parse::<AdvertiserId>()
+                    .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))
+            })
+            .transpose()?;
+        let site = self.site.as_deref().map(site_id).transpose()?;
+        match (self.scope.as_str(), advertiser, site) {
+            ("admin", None, None) => Ok(Grant::Admin),
+            ("metrics", None, None) => Ok(Grant::Metrics),
+            ("ingest", Some(advertiser), None) => Ok(Grant::Ingest(advertiser)),
+            ("read", Some(advertiser), None) => Ok(Grant::ReadAdvertiser(advertiser)),
+            ("read", None, Some(site)) => Ok(Grant::ReadSite(site)),
+            ("admin" | "metrics", _, _) => Err(ApiError::invalid(
+                "scope",
+                format!(
+                    "{} keys have no owner: give neither advertiser_id nor site",
+                    self.scope
+                ),
+            )),
+            ("ingest", _, _) => Err(ApiError::invalid(
+                "advertiser_id",
+                "is required for an ingest key (and site is not allowed)",
+            )),
+            ("read", _, _) => Err(ApiError::invalid(
+                "advertiser_id",
+                "or site (exactly one) is required for a read key",
+            )),
+            (other, _, _) => Err(ApiError::invalid(
+                "scope",
+                format!(
+                    "{:?} is not one of admin, ingest, read, metrics",
+                    short(other)
+                ),
+            )),
+        }
+    }
+}
+
+/// At most 64 characters of a client's value, for an error message.
+fn short(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+/// A key as listed: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyAnswer {
+    #[schema(value_type = uuid::Uuid)]
+    pub id: String,
+    /// `admin`, `ingest`, `read` or `metrics`.
+    pub scope: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    pub advertiser_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    pub name: Option<String>,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+impl From<&ApiKey> for KeyAnswer {
+    fn from(key: &ApiKey) -> Self {
+        Self {
+            id: key.id.to_string(),
+            scope: key.grant.scope(),
+            advertiser_id: key.grant.advertiser().map(|id| id.to_string()),
+            site: key.grant.site().map(|site| site.as_str().to_owned()),
+            name: key.name.clone(),
+            created_at: key.created_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        }
+    }
+}
+
+/// A key just created: its secret, shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewKeyAnswer {
+    #[schema(value_type = uuid::Uuid)]
+    pub id: String,
+    /// The secret, shown this once: send it as `Authorization: Bearer <key>`.
+    pub key: String,
+    pub scope: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    pub advertiser_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    pub name: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyList {
+    pub keys: Vec<KeyAnswer>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/keys",
+    tag = "keys",
+    summary = "Create a key: admin, ingest (an advertiser's events), read (an advertiser's campaigns or a site) or metrics.",
+    request_body = NewKey,
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 201, description = "Created; `key` is shown this once", body = NewKeyAnswer),
+        (status = 400, description = "A field is invalid", body = ErrorAnswer),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+        (status = 403, description = "Not an admin key", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable", body = ErrorAnswer),
+    )
+)]
+pub async fn create_key(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let new: NewKey = serde_json::from_slice(&body).map_err(|error| {
+        ApiError::invalid("body", format!("is not a JSON object of a key: {error}"))
+    })?;
+    let grant = new.grant()?;
+    if new
+        .name
+        .as_ref()
+        .is_some_and(|name| name.chars().count() > MAX_KEY_NAME_CHARS)
+    {
+        return Err(ApiError::invalid(
+            "name",
+            format!("has more than {MAX_KEY_NAME_CHARS} characters"),
+        ));
+    }
+    let (key, issued) = state.access.create_key(grant, new.name, Utc::now()).await?;
+    tracing::info!(key = %key.id, scope = key.grant.scope(), "key created");
+    let listed = KeyAnswer::from(&key);
+    let answer = NewKeyAnswer {
+        id: listed.id,
+        key: issued.token,
+        scope: listed.scope,
+        advertiser_id: listed.advertiser_id,
+        site: listed.site,
+        name: listed.name,
+        created_at: listed.created_at,
+    };
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/keys",
+    tag = "keys",
+    summary = "Every key, without secrets.",
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "OK", body = KeyList),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+        (status = 403, description = "Not an admin key", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable", body = ErrorAnswer),
+    )
+)]
+pub async fn list_keys(State(state): State<AppState>) -> Result<Json<KeyList>, ApiError> {
+    let keys = state.access.keys().await?;
+    Ok(Json(KeyList {
+        keys: keys.iter().map(KeyAnswer::from).collect(),
+    }))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/keys/{id}",
+    tag = "keys",
+    summary = "Revoke a key: it stops working on every server process within the settings cache lifetime.",
+    params(("id" = uuid::Uuid, Path)),
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 400, description = "The id is not a UUID", body = ErrorAnswer),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+        (status = 403, description = "Not an admin key", body = ErrorAnswer),
+        (status = 404, description = "No such key", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable", body = ErrorAnswer),
+    )
+)]
+pub async fn delete_key(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = id
+        .parse::<uuid::Uuid>()
+        .map(KeyId::new)
+        .map_err(|_| ApiError::invalid("id", "is not a UUID"))?;
+    if !state.access.revoke(id).await? {
+        return Err(ApiError::NotFound(format!("/v1/keys/{id}")));
+    }
+    tracing::info!(key = %id, "key revoked");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/keys/self",
+    tag = "keys",
+    summary = "The presenting key's own fields, without its secret: what a dashboard may read.",
+    security(("bearer" = ["admin", "ingest", "read", "metrics"])),
+    responses(
+        (status = 200, description = "OK", body = KeyAnswer),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+    )
+)]
+pub async fn key_self(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Result<Json<KeyAnswer>, ApiError> {
+    let answer = match caller.key.and_then(|id| state.access.key(id)) {
+        Some(key) => KeyAnswer::from(&key),
+        // The operator's environment key (or keys off): an admin with no stored record.
+        None => KeyAnswer {
+            id: uuid::Uuid::nil().to_string(),
+            scope: caller.grant.scope(),
+            advertiser_id: None,
+            site: None,
+            name: Some("ADEVENTS_ADMIN_KEY".into()),
+            created_at: Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true),
+        },
+    };
+    Ok(Json(answer))
+}
