@@ -42,10 +42,10 @@ pub async fn simulate(args: SimulateArgs) -> Result<(), CommandError> {
         write_csv(path, &visits)?;
         println!("written to {}", path.display());
     }
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|error| CommandError::Simulate(error.to_string()))?;
+    let client = client(args.key.as_deref())?;
+    if args.key.is_some() {
+        register_site(&client, &args.server, &args.site).await?;
+    }
     let last_day = args.to.pred_opt().unwrap_or(args.to);
     let earlier = existing_visits(&client, &args.server, &args.site, args.from, last_day)
         .await
@@ -95,6 +95,47 @@ pub async fn simulate(args: SimulateArgs) -> Result<(), CommandError> {
         println!(
             "\n(the server's counts include {earlier} visits that were there before this run)"
         );
+    }
+    Ok(())
+}
+
+/// The HTTP client of the simulation: every request carries `key` (beacons ignore it).
+fn client(key: Option<&str>) -> Result<reqwest::Client, CommandError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = key {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| CommandError::Simulate("--key is not a valid header value".into()))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()
+        .map_err(|error| CommandError::Simulate(error.to_string()))
+}
+
+/// Registers the site for beacons (`PUT /v1/sites/{site}` with an empty body changes nothing
+/// else): a server with keys on refuses beacons for unregistered sites.
+async fn register_site(
+    client: &reqwest::Client,
+    server: &str,
+    site: &str,
+) -> Result<(), CommandError> {
+    let url = format!("{}/v1/sites/{site}", server.trim_end_matches('/'));
+    let response = client
+        .put(&url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body("{}")
+        .send()
+        .await
+        .map_err(|error| CommandError::Simulate(format!("registering {site}: {error}")))?;
+    if !response.status().is_success() {
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        return Err(CommandError::Simulate(format!(
+            "registering {site} answered {status}: {body} (registering needs an admin key)"
+        )));
     }
     Ok(())
 }
