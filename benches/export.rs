@@ -53,6 +53,9 @@ fn loaded_marker(store: &str, size: usize) -> PathBuf {
         .join(format!("target/bench-data/export-loaded-{store}-{size}"))
 }
 
+/// The operator key the benchmark's server accepts (keys are on, as in production).
+const ADMIN_KEY: &str = "adevents-bench-admin-key-0123456789abcdef";
+
 /// `size` impressions over the 31 days in 4 buckets, with attributes
 /// ([`support::load_month`]).
 async fn load(store: Arc<dyn Store>, size: usize) {
@@ -126,6 +129,7 @@ impl Server {
             .args(&args)
             .env("ADEVENTS_LOG_LEVEL", "info")
             .env("ADEVENTS_LOG_FORMAT", "json")
+            .env("ADEVENTS_ADMIN_KEY", ADMIN_KEY)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -199,7 +203,12 @@ async fn export(store: &str, size: usize) -> (u64, f64, f64, f64, f64) {
         first_day()
     );
     let started = Instant::now();
-    let mut response = reqwest::get(url).await.expect("export answered");
+    let mut response = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .expect("export answered");
     assert!(response.status().is_success(), "{}", response.status());
     let (mut rows, mut first_byte) = (0u64, None);
     while let Some(chunk) = response.chunk().await.expect("the export's bytes") {

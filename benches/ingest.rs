@@ -1,10 +1,11 @@
 //! Ingestion throughput: events per second through HTTP (batches of 500, concurrent clients)
-//! against raw prepared inserts of the same rows with the same driver to the same node, and
-//! the service's two write modes (unlogged single-partition batches, concurrent single-row
-//! inserts), measured side by side in interleaved rounds.
+//! against raw prepared inserts of the same rows with the same driver to the same node, the
+//! service's two write modes (unlogged single-partition batches, concurrent single-row
+//! inserts), the embedded store, and each with keys on (an ingest key on every request) and
+//! off, measured side by side in interleaved rounds.
 //!
 //! `scripts/bench ingest` (starts the Cassandra node if needed). Knobs: BENCH_EVENTS (per
-//! variant and round, default 100000), BENCH_ROUNDS (default 3), BENCH_CLIENTS (default 8).
+//! variant and round, default 50000), BENCH_ROUNDS (default 3), BENCH_CLIENTS (default 8).
 
 mod support;
 
@@ -12,6 +13,9 @@ mod support;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use adevents::access::{AccessOptions, AuthMode};
+use adevents::domain::access::Grant;
+use adevents::domain::ids::AdvertiserId;
 use adevents::http::{AppState, ServiceOptions};
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
@@ -71,18 +75,46 @@ fn body(advertiser: Uuid, campaign: Uuid, events: &[Event]) -> String {
     .to_string()
 }
 
-async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize) -> f64 {
+/// Whether the server checks keys: on, every request carries an ingest key of its advertiser.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    On,
+    Off,
+}
+
+async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize, keys: Keys) -> f64 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
-    let state = AppState::new(store, ServiceOptions::default());
+    let options = ServiceOptions {
+        access: AccessOptions {
+            mode: if keys == Keys::On {
+                AuthMode::Keys
+            } else {
+                AuthMode::Off
+            },
+            ..AccessOptions::default()
+        },
+        ..ServiceOptions::default()
+    };
+    let state = AppState::new(store, options);
+    state.access.refresh().await.expect("keys read");
+    let (advertiser, campaign) = (Uuid::new_v4(), Uuid::new_v4());
+    let (_, key) = state
+        .access
+        .create_key(
+            Grant::Ingest(AdvertiserId::new(advertiser)),
+            None,
+            Utc::now(),
+        )
+        .await
+        .expect("an ingest key");
     let server = tokio::spawn(adevents::server::serve(
         listener,
         state,
         std::future::pending(),
     ));
-    let (advertiser, campaign) = (Uuid::new_v4(), Uuid::new_v4());
     let all = events(n);
     let bodies: Vec<String> = all
         .chunks(BATCH)
@@ -93,10 +125,13 @@ async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize) -> f64 {
     let (result, elapsed) = support::timed(
         stream::iter(bodies)
             .map(|body| {
-                let request = client
+                let mut request = client
                     .post(&url)
                     .header("content-type", "application/json")
                     .body(body);
+                if keys == Keys::On {
+                    request = request.bearer_auth(&key.token);
+                }
                 async move {
                     let response = request.send().await?;
                     assert!(response.status().is_success(), "{}", response.status());
@@ -234,23 +269,32 @@ async fn main() {
     ));
     let unsynced: Arc<dyn Store> =
         Arc::new(support::embedded_store("ingest-fsync-never", Fsync::Never));
-    through_http(cassandra(WriteMode::Batch).await, 20_000, clients).await;
-    through_http(synced.clone(), 20_000, clients).await;
+    through_http(cassandra(WriteMode::Batch).await, 20_000, clients, Keys::On).await;
+    through_http(synced.clone(), 20_000, clients, Keys::On).await;
 
-    let mut results: [Vec<f64>; 6] = Default::default();
+    let mut results: [Vec<f64>; 8] = Default::default();
     for round in 1..=rounds {
         let measured = [
             raw_driver(&raw_store, n, Raw::Batches).await,
-            through_http(cassandra(WriteMode::Batch).await, n, clients).await,
+            through_http(cassandra(WriteMode::Batch).await, n, clients, Keys::On).await,
+            through_http(cassandra(WriteMode::Batch).await, n, clients, Keys::Off).await,
             raw_driver(&raw_store, n, Raw::Rows).await,
-            through_http(cassandra(WriteMode::Rows).await, n, clients).await,
-            through_http(synced.clone(), n, clients).await,
-            through_http(unsynced.clone(), n, clients).await,
+            through_http(cassandra(WriteMode::Rows).await, n, clients, Keys::On).await,
+            through_http(synced.clone(), n, clients, Keys::On).await,
+            through_http(synced.clone(), n, clients, Keys::Off).await,
+            through_http(unsynced.clone(), n, clients, Keys::On).await,
         ];
         println!(
-            "round {round}: raw batches {:.0}/s, HTTP batch mode {:.0}/s, raw rows {:.0}/s, HTTP rows mode {:.0}/s, \
-             embedded fsync always {:.0}/s, embedded fsync never {:.0}/s",
-            measured[0], measured[1], measured[2], measured[3], measured[4], measured[5]
+            "round {round}: raw batches {:.0}/s, HTTP batch mode {:.0}/s (keys off {:.0}/s), raw rows {:.0}/s, \
+             HTTP rows mode {:.0}/s, embedded fsync always {:.0}/s (keys off {:.0}/s), embedded fsync never {:.0}/s",
+            measured[0],
+            measured[1],
+            measured[2],
+            measured[3],
+            measured[4],
+            measured[5],
+            measured[6],
+            measured[7]
         );
         for (all, value) in results.iter_mut().zip(measured) {
             all.push(value);
@@ -259,12 +303,16 @@ async fn main() {
     let [
         raw_batches,
         http_batches,
+        http_batches_open,
         raw_rows,
         http_rows,
         embedded_synced,
+        embedded_synced_open,
         embedded_unsynced,
     ] = results.map(support::median);
-    println!("\n{n} events per variant and round; median of {rounds} rounds.\n");
+    println!(
+        "\n{n} events per variant and round; median of {rounds} rounds; keys on (an ingest key per request) unless marked.\n"
+    );
     println!("| variant | events/s | ratio |");
     println!("|---|---|---|");
     println!(
@@ -273,6 +321,10 @@ async fn main() {
     println!(
         "| service over HTTP: batches of {BATCH}, {clients} clients, `--cassandra-write-mode batch` | {http_batches:.0} | {:.2} of raw batches |",
         http_batches / raw_batches
+    );
+    println!(
+        "| same, `--auth off` | {http_batches_open:.0} | keys on: {:.3} of keys off |",
+        http_batches / http_batches_open
     );
     println!(
         "| raw driver: single-row inserts, 256 in flight | {raw_rows:.0} | {:.2} of raw batches |",
@@ -285,6 +337,10 @@ async fn main() {
     println!(
         "| service over HTTP: batches of {BATCH}, {clients} clients, embedded store, `--fsync always` | {embedded_synced:.0} | {:.2} of Cassandra batch mode |",
         embedded_synced / http_batches
+    );
+    println!(
+        "| same, `--auth off` | {embedded_synced_open:.0} | keys on: {:.3} of keys off |",
+        embedded_synced / embedded_synced_open
     );
     println!(
         "| service over HTTP: batches of {BATCH}, {clients} clients, embedded store, `--fsync never` | {embedded_unsynced:.0} | {:.2} of Cassandra batch mode |",

@@ -43,12 +43,34 @@ struct Server {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-async fn serve(store: Arc<dyn Store>) -> Server {
+/// The operator key the benchmark's servers accept (keys are on, as in production).
+const ADMIN_KEY: &str = "adevents-bench-admin-key-0123456789abcdef";
+
+/// A server with keys on, `site` registered for beacons.
+async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
-    let state = AppState::new(store, ServiceOptions::default());
+    let options = ServiceOptions {
+        access: adevents::access::AccessOptions {
+            operator_key: Some(adevents::access::OperatorKey::new(ADMIN_KEY).expect("long enough")),
+            ..adevents::access::AccessOptions::default()
+        },
+        ..ServiceOptions::default()
+    };
+    let state = AppState::new(store, options);
+    state.access.refresh().await.expect("keys and sites read");
+    state
+        .access
+        .register_site(adevents::domain::access::SiteProfile {
+            site: SiteId::parse(site).expect("valid site"),
+            allowed_origins: Vec::new(),
+            require_origin: false,
+            created_at: Utc::now(),
+        })
+        .await
+        .expect("site registered");
     let task = tokio::spawn(adevents::server::serve(
         listener,
         state,
@@ -126,12 +148,14 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&embedded_dir);
     let embedded: Arc<dyn Store> = Arc::new(support::embedded_store("track", Fsync::Always));
     let cassandra: Arc<dyn Store> = Arc::new(support::store(WriteMode::Batch).await);
+    // The site track.lua sends.
+    let site = std::env::var("BENCH_SITE").unwrap_or_else(|_| "bench-track".to_owned());
     let servers = [
         (
             "embedded (fsync always)",
-            serve(Arc::clone(&embedded)).await,
+            serve(Arc::clone(&embedded), &site).await,
         ),
-        ("cassandra", serve(Arc::clone(&cassandra)).await),
+        ("cassandra", serve(Arc::clone(&cassandra), &site).await),
     ];
 
     println!(
@@ -264,9 +288,15 @@ fn month_of_beacons(beacons: usize) -> Vec<Vec<(String, String)>> {
 
 async fn uniques_month(name: &str, store: Arc<dyn Store>, beacons: usize, queries: usize) {
     let site = format!("bench-uniques-{beacons}");
-    let server = serve(Arc::clone(&store)).await;
+    let server = serve(Arc::clone(&store), &site).await;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {ADMIN_KEY}").parse().expect("header"),
+    );
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
+        .default_headers(headers)
         .build()
         .expect("client");
     let base = format!(
