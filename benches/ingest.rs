@@ -274,15 +274,33 @@ async fn main() {
 
     let mut results: [Vec<f64>; 8] = Default::default();
     for round in 1..=rounds {
+        // Keys on and off run back to back, in turns first: whichever runs second meets a
+        // node (or memtable) that the first has just filled.
+        let on_first = round % 2 == 1;
+        let pair = |store: Arc<dyn Store>| async move {
+            if on_first {
+                let on = through_http(Arc::clone(&store), n, clients, Keys::On).await;
+                (on, through_http(store, n, clients, Keys::Off).await)
+            } else {
+                let off = through_http(Arc::clone(&store), n, clients, Keys::Off).await;
+                (through_http(store, n, clients, Keys::On).await, off)
+            }
+        };
+        let raw_batches = raw_driver(&raw_store, n, Raw::Batches).await;
+        let (batch_on, batch_off) = pair(cassandra(WriteMode::Batch).await).await;
+        let raw_rows = raw_driver(&raw_store, n, Raw::Rows).await;
+        let rows_on = through_http(cassandra(WriteMode::Rows).await, n, clients, Keys::On).await;
+        let (synced_on, synced_off) = pair(synced.clone()).await;
+        let unsynced_on = through_http(unsynced.clone(), n, clients, Keys::On).await;
         let measured = [
-            raw_driver(&raw_store, n, Raw::Batches).await,
-            through_http(cassandra(WriteMode::Batch).await, n, clients, Keys::On).await,
-            through_http(cassandra(WriteMode::Batch).await, n, clients, Keys::Off).await,
-            raw_driver(&raw_store, n, Raw::Rows).await,
-            through_http(cassandra(WriteMode::Rows).await, n, clients, Keys::On).await,
-            through_http(synced.clone(), n, clients, Keys::On).await,
-            through_http(synced.clone(), n, clients, Keys::Off).await,
-            through_http(unsynced.clone(), n, clients, Keys::On).await,
+            raw_batches,
+            batch_on,
+            batch_off,
+            raw_rows,
+            rows_on,
+            synced_on,
+            synced_off,
+            unsynced_on,
         ];
         println!(
             "round {round}: raw batches {:.0}/s, HTTP batch mode {:.0}/s (keys off {:.0}/s), raw rows {:.0}/s, \
