@@ -79,30 +79,12 @@ async fn load(store: Arc<dyn Store>, size: usize) {
     support::load_month(&ingestor, campaign, size, first_day(), DAYS, true).await;
 }
 
-/// The server as its own process, on a free port, once it answers `/readyz` and its start-up
-/// work (rebuilding the open days' sketches, 15 s after start) is done, so that work's memory
-/// is not taken for the export's.
+/// The server as its own process, on a free port, once it answers `/readyz` (after its
+/// start-up work: the repair of any process that went away), so that work's memory is not
+/// taken for the export's.
 struct Server {
     child: Child,
     base: String,
-}
-
-/// The resident memory of process `pid` now, in MiB.
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| {
-            value
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .unwrap_or_default()
-        / 1024.0
 }
 
 impl Server {
@@ -125,30 +107,16 @@ impl Server {
                 support::config(WriteMode::Batch).keyspace.to_string(),
             ]),
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_adevents"))
+        let child = Command::new(env!("CARGO_BIN_EXE_adevents"))
             .args(&args)
             .env("ADEVENTS_LOG_LEVEL", "info")
             .env("ADEVENTS_LOG_FORMAT", "json")
             .env("ADEVENTS_ADMIN_KEY", ADMIN_KEY)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start adevents");
-        let settled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let flag = Arc::clone(&settled);
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if line.contains("open days' unique-visitor sketches") {
-                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-        });
         let base = format!("http://127.0.0.1:{port}");
         let mut server = Self { child, base };
         let client = reqwest::Client::new();
@@ -157,8 +125,7 @@ impl Server {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("adevents exited before it was ready: {status}");
             }
-            if settled.load(std::sync::atomic::Ordering::SeqCst)
-                && let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await
+            if let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await
                 && response.status().is_success()
             {
                 return server;
@@ -182,13 +149,13 @@ impl Server {
 async fn export(store: &str, size: usize) -> (u64, f64, f64, f64, f64) {
     let server = Server::start(store).await;
     let pid = server.child.id();
-    let before = rss_mib(pid);
+    let before = support::rss_mib(pid);
     let exporting = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sampling = Arc::clone(&exporting);
     let sampler = tokio::spawn(async move {
         let mut peak = 0.0f64;
         while sampling.load(std::sync::atomic::Ordering::SeqCst) {
-            peak = peak.max(rss_mib(pid));
+            peak = peak.max(support::rss_mib(pid));
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         peak
@@ -217,7 +184,7 @@ async fn export(store: &str, size: usize) -> (u64, f64, f64, f64, f64) {
     }
     let seconds = started.elapsed().as_secs_f64();
     exporting.store(false, std::sync::atomic::Ordering::SeqCst);
-    let peak = sampler.await.expect("sampler").max(rss_mib(pid));
+    let peak = sampler.await.expect("sampler").max(support::rss_mib(pid));
     server.stop();
     (rows, first_byte.unwrap_or(seconds), seconds, before, peak)
 }

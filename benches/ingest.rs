@@ -38,13 +38,6 @@ struct Event {
     timestamp: DateTime<Utc>,
 }
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Near-now, time-ordered events of one campaign: what a live ad server sends.
 fn events(n: usize) -> Vec<Event> {
     let start = Utc::now() - Duration::hours(1);
@@ -256,9 +249,9 @@ async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let n = env("BENCH_EVENTS", 50_000);
-    let rounds = env("BENCH_ROUNDS", 3);
-    let clients = env("BENCH_CLIENTS", 8);
+    let n = support::env_knob("BENCH_EVENTS", 50_000);
+    let rounds = support::env_knob("BENCH_ROUNDS", 3);
+    let clients = support::env_knob("BENCH_CLIENTS", 8);
     let raw_store = support::store(WriteMode::Rows).await;
     // Warm-up: JIT of the node, connection pools, statement caches.
     raw_driver(&raw_store, 20_000, Raw::Batches).await;

@@ -31,13 +31,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 struct Server {
     address: SocketAddr,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -56,6 +49,11 @@ async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
         access: adevents::access::AccessOptions {
             operator_key: Some(adevents::access::OperatorKey::new(ADMIN_KEY).expect("long enough")),
             ..adevents::access::AccessOptions::default()
+        },
+        // One load generator, one address: the per-address limit would measure itself.
+        rate_limits: adevents::http::RateLimits {
+            beacons_per_second: None,
+            ..adevents::http::RateLimits::default()
         },
         ..ServiceOptions::default()
     };
@@ -138,9 +136,9 @@ async fn wrk(url: String, script: Option<&str>, seconds: usize, connections: usi
 
 #[tokio::main]
 async fn main() {
-    let seconds = env("BENCH_SECONDS", 10);
-    let rounds = env("BENCH_ROUNDS", 3);
-    let connections = env("BENCH_CONNECTIONS", 64);
+    let seconds = support::env_knob("BENCH_SECONDS", 10);
+    let rounds = support::env_knob("BENCH_ROUNDS", 3);
+    let connections = support::env_knob("BENCH_CONNECTIONS", 64);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/track.lua");
 
     let embedded_dir =
@@ -210,8 +208,8 @@ async fn main() {
         server.task.abort();
     }
 
-    let beacons = env("BENCH_BEACONS", 1_000_000);
-    let queries = env("BENCH_QUERIES", 5);
+    let beacons = support::env_knob("BENCH_BEACONS", 1_000_000);
+    let queries = support::env_knob("BENCH_QUERIES", 5);
     println!("\n## A month's uniques for a site with {beacons} beacons of 4 features\n");
     for (name, store) in [("embedded", embedded), ("cassandra", cassandra)] {
         uniques_month(name, store, beacons, queries).await;
@@ -376,7 +374,7 @@ async fn load(site: &str, store: Arc<dyn Store>, beacons: usize) -> (usize, usiz
             beacon_of(params, now)
         })
         .collect();
-    let live = LiveSketches::new();
+    let live = LiveSketches::default();
     let (mut rows, mut bytes) = (0, 0);
     let mut by_day: BTreeMap<_, Vec<_>> = BTreeMap::new();
     for beacon in parsed {

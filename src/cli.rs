@@ -4,7 +4,7 @@
 use crate::access::{AccessOptions, AuthMode, OperatorKey};
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
-use crate::http::{BodyLimits, ServiceOptions};
+use crate::http::{BodyLimits, ConnectionLimits, InFlight, RateLimits, ServiceOptions};
 use crate::query::aggregate::BillableWindow;
 use crate::query::{FanOut, QueryOptions};
 use crate::sealer::SealerOptions;
@@ -34,14 +34,15 @@ pub struct Cli {
 impl Cli {
     /// The command to run: `serve` with the top-level options when none was named.
     pub fn into_command(self) -> Command {
-        self.command.unwrap_or(Command::Serve(self.serve))
+        self.command
+            .unwrap_or_else(|| Command::Serve(Box::new(self.serve)))
     }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API (the default). Applies pending migrations first unless --no-migrate.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending schema migrations, then exit.
     Migrate(MigrateArgs),
     /// Rebuild the rollups of closed days from the raw tables: a campaign's (--advertiser and
@@ -118,8 +119,8 @@ pub struct ServeArgs {
     /// re-aggregation; after it (plus 5 s) the day is sealed into rollups.
     #[arg(long, env = "ADEVENTS_ROLLUP_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     pub rollup_grace: Duration,
-    /// How many past days the background sealer (re-)seals; older days with late events are
-    /// read raw (still exact) until `adevents rollup` seals them.
+    /// How many past days the background sealer scans for days to seal; a day that receives
+    /// a late event is sealed again within a few minutes whatever its age (the late index).
     #[arg(long, env = "ADEVENTS_SEAL_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=366))]
     pub seal_lookback_days: u32,
     /// How often the background sealer looks for days to seal.
@@ -136,6 +137,8 @@ pub struct ServeArgs {
     /// `/metrics` answers without a key (by default it needs an admin or metrics key).
     #[arg(long, env = "ADEVENTS_METRICS_PUBLIC", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub metrics_public: bool,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -154,6 +157,109 @@ pub fn operator_key() -> Result<Option<OperatorKey>, String> {
 fn parse_billable_window(text: &str) -> Result<BillableWindow, String> {
     let window = humantime::parse_duration(text).map_err(|error| error.to_string())?;
     BillableWindow::new(window)
+}
+
+/// What a client may make the server spend (docs/API.md, "Limits and overload").
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Connections open at once; one more is answered 503 and closed. The server raises its
+    /// open-files limit to fit, or lowers this and says so.
+    #[arg(long, env = "ADEVENTS_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// How long a request's line and headers may take to arrive, from their first byte (408).
+    #[arg(long, env = "ADEVENTS_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive (408).
+    #[arg(long, env = "ADEVENTS_BODY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request before it is closed.
+    #[arg(long, env = "ADEVENTS_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    /// Largest request line and headers together (431 past it), e.g. `16KiB`.
+    #[arg(long, env = "ADEVENTS_MAX_HEADER_BYTES", default_value = "16KiB")]
+    pub max_header_bytes: bytesize::ByteSize,
+    /// Events per second per ingest key (token bucket; a full bucket holds one largest
+    /// request), or `off`.
+    #[arg(long, env = "ADEVENTS_RATE_LIMIT_INGEST", default_value = "off", value_parser = parse_rate)]
+    pub rate_limit_ingest: Rate,
+    /// Requests per second per client address on /track (IPv6 by /64), or `off` (a benchmark
+    /// from one address).
+    #[arg(long, env = "ADEVENTS_RATE_LIMIT_BEACONS", default_value = "50", value_parser = parse_rate)]
+    pub rate_limit_beacons: Rate,
+    /// How many beacon requests an address may send at once above its rate.
+    #[arg(long, env = "ADEVENTS_RATE_LIMIT_BEACONS_BURST", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit_beacons_burst: u32,
+    /// Client addresses (and ingest keys) whose rate is remembered at once; past it the least
+    /// recently seen are forgotten.
+    #[arg(long, env = "ADEVENTS_RATE_LIMIT_ADDRESSES", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit_addresses: u32,
+    /// Writes (ingestion, beacons, settings changes) handled at once; past it 503 `overloaded`.
+    #[arg(long, env = "ADEVENTS_MAX_INFLIGHT_WRITES", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inflight_writes: u32,
+    /// Queries (summaries, reports, exports, uniques) handled at once; past it 503 `overloaded`.
+    #[arg(long, env = "ADEVENTS_MAX_INFLIGHT_QUERIES", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inflight_queries: u32,
+    /// The most partitions one query may read, judged on the range as asked: a sealed day
+    /// counts as one, any other day as its largest bucket count (400 past it).
+    #[arg(long, env = "ADEVENTS_MAX_QUERY_PARTITIONS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_query_partitions: u64,
+    /// An export's `clicked` means clicked within this many days after the impression's UTC
+    /// day (whole days, e.g. `30d`).
+    #[arg(long, env = "ADEVENTS_CLICK_LOOKBACK", default_value = "30d", value_parser = parse_whole_days)]
+    pub click_lookback: u32,
+    /// Memory for live unique-visitor sketches, e.g. `256MiB`; past it the least recently used
+    /// are stored and dropped from memory (counts are unchanged).
+    #[arg(long, env = "ADEVENTS_SKETCH_MEMORY", default_value = "256MiB")]
+    pub sketch_memory: bytesize::ByteSize,
+}
+
+/// A rate in events or requests per second, or none (`off`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rate(pub Option<std::num::NonZeroU32>);
+
+fn parse_rate(text: &str) -> Result<Rate, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Rate(None));
+    }
+    text.parse::<std::num::NonZeroU32>()
+        .map(|rate| Rate(Some(rate)))
+        .map_err(|_| format!("{text:?} is neither a positive whole number per second nor `off`"))
+}
+
+fn parse_whole_days(text: &str) -> Result<u32, String> {
+    const DAY: u64 = 24 * 3600;
+    let duration = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if duration.as_secs() % DAY != 0 || duration.subsec_nanos() != 0 {
+        return Err(format!("{text:?} is not a whole number of days"));
+    }
+    u32::try_from(duration.as_secs() / DAY)
+        .ok()
+        .filter(|days| (1..=3660).contains(days))
+        .ok_or_else(|| format!("{text:?} is not between 1 and 3660 days"))
+}
+
+impl LimitArgs {
+    fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections as usize,
+            header_timeout: self.header_timeout.max(Duration::from_millis(100)),
+            max_header_bytes: usize::try_from(self.max_header_bytes.as_u64())
+                .unwrap_or(usize::MAX)
+                .max(1024),
+            idle_timeout: self.idle_timeout.max(Duration::from_millis(100)),
+        }
+    }
+
+    fn rate_limits(&self) -> RateLimits {
+        RateLimits {
+            ingest_events_per_second: self.rate_limit_ingest.0,
+            beacons_per_second: self.rate_limit_beacons.0,
+            beacon_burst: std::num::NonZeroU32::new(self.rate_limit_beacons_burst)
+                .unwrap_or(std::num::NonZeroU32::MIN),
+            addresses: std::num::NonZeroUsize::new(self.rate_limit_addresses as usize)
+                .unwrap_or(std::num::NonZeroUsize::MIN),
+        }
+    }
 }
 
 impl ServeArgs {
@@ -179,6 +285,8 @@ impl ServeArgs {
                 fan_out,
                 billable_window: self.billable_window,
                 recent_lookback_days: self.recent_lookback_days,
+                max_partitions: self.limits.max_query_partitions,
+                click_lookback_days: self.limits.click_lookback,
             },
             sealer: SealerOptions {
                 rule: SealingRule::new(self.rollup_grace),
@@ -193,6 +301,14 @@ impl ServeArgs {
                 refresh: self.settings_cache_ttl,
             },
             metrics_public: self.metrics_public,
+            connections: self.limits.connections(),
+            body_timeout: self.limits.body_timeout.max(Duration::from_millis(100)),
+            rate_limits: self.limits.rate_limits(),
+            in_flight: InFlight {
+                writes: self.limits.max_inflight_writes as usize,
+                queries: self.limits.max_inflight_queries as usize,
+            },
+            sketch_memory: self.limits.sketch_memory.as_u64(),
         }
     }
 }

@@ -5,7 +5,8 @@
 //!   the OpenAPI document (never the store, never CQL);
 //! - the services: [`ingest`] (impressions and clicks), [`beacons`] (beacons and their live
 //!   sketches), [`query`] (planning, fan-out, aggregation), [`settings`] (the cache and the
-//!   rules of a change) and [`sealer`] (sealing closed days);
+//!   rules of a change), [`sealer`] (sealing closed days) and [`processes`] (this process
+//!   among those sharing the store, and the repair of one that went away);
 //! - [`store`]: the partition-level storage contract, split by subsystem, and its Cassandra
 //!   and embedded implementations;
 //! - [`domain`]: ids, times, events, beacons, buckets, partitions, sketches and the sealing
@@ -22,6 +23,7 @@ pub mod domain;
 pub mod http;
 pub mod ingest;
 pub mod migrations;
+pub mod processes;
 pub mod query;
 pub mod remembered;
 pub mod sealer;

@@ -40,7 +40,7 @@ async fn run() -> ExitCode {
     };
     telemetry::init(command.log(), log_to);
     let outcome = match command {
-        Command::Serve(args) => commands::serve(args).await,
+        Command::Serve(args) => commands::serve(*args).await,
         Command::Migrate(args) => commands::migrate(args).await,
         Command::Simulate(args) => commands::simulate(args).await,
         Command::Rollup(args) => commands::rollup(args).await,

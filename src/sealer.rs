@@ -5,6 +5,11 @@
 //! age, [`SealingRule::is_late`], never by reading the seal), which makes queries read the raw
 //! partitions again until the next seal: answers stay exact throughout.
 //!
+//! Which days: every owner-day in the late index (a late event marked it, whatever its age: a
+//! backfill of last year is sealed within minutes), and every day of the look-back window
+//! found in the day index (days that never had a late event). One seal at a time, so sealing
+//! never takes more of the store than one query does.
+//!
 //! Safe with several server processes: a seal writes absolute rows, the same from the same
 //! raw data, and its `sealed_from` (the start of its read) decides with `late_at` whether the
 //! rollup may answer; two seals of one day at once only repeat each other's work.
@@ -21,16 +26,23 @@ use crate::query::site_day::aggregate_site_day;
 use crate::settings::SettingsCache;
 use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// How many days of marks the sealer reads from the late index each pass (the index keeps ten).
+const LATE_INDEX_SCAN_DAYS: i64 = 8;
+/// Owner-days whose seal this process knows, so marks it has handled cost no read; past this
+/// many it starts over.
+const KNOWN_SEALS: usize = 100_000;
 
 /// When and how far back the sealer works.
 #[derive(Debug, Clone, Copy)]
 pub struct SealerOptions {
     /// When an event is late and a day may be sealed.
     pub rule: SealingRule,
-    /// How many days back the background sealer looks for days to (re-)seal. Older days with
-    /// late events stay exact (read raw) until `adevents rollup` seals them.
+    /// How many days back the background sealer scans the day index for days to seal; days
+    /// with a late mark are found in the late index whatever their age.
     pub lookback_days: u32,
     /// How often the background sealer looks.
     pub interval: Duration,
@@ -55,6 +67,8 @@ pub struct Sealer {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     options: SealerOptions,
+    /// When the read behind each owner-day's seal started, as far as this process knows.
+    known_seals: Mutex<HashMap<(Owner, Day), DateTime<Utc>>>,
 }
 
 impl Sealer {
@@ -67,6 +81,7 @@ impl Sealer {
             store,
             settings,
             options,
+            known_seals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -142,12 +157,32 @@ impl Sealer {
         }
     }
 
-    /// Seals every campaign-day and site-day of the look-back window that is due and not
-    /// current; returns how many were sealed.
+    /// Seals every owner-day that is due and not current: those in the late index whatever
+    /// their age, oldest mark first, then those of the look-back window; returns how many were
+    /// sealed.
     pub async fn seal_due(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         let today = Day::new(now.date_naive());
         let store = self.store.as_ref();
         let mut sealed = 0;
+        let since = Day::new(today.date() - TimeDelta::days(LATE_INDEX_SCAN_DAYS));
+        let mut marks = store.late_marks(since).await?;
+        marks.sort_by_key(|mark| mark.late_at);
+        for mark in marks {
+            if !self.options.rule.may_seal(mark.day, now)
+                || self.known_current(&mark.owner, mark.day, mark.late_at)
+            {
+                continue;
+            }
+            let state = store.seal_state(&mark.owner, mark.day).await?;
+            if state.is_current() {
+                if let Some(sealed_from) = state.sealed_from {
+                    self.remember_seal(&mark.owner, mark.day, sealed_from);
+                }
+                continue;
+            }
+            self.seal_remembered(&mark.owner, mark.day).await?;
+            sealed += 1;
+        }
         for back in (1..=i64::from(self.options.lookback_days)).rev() {
             let day = Day::new(today.date() - TimeDelta::days(back));
             if !self.options.rule.may_seal(day, now) {
@@ -156,7 +191,7 @@ impl Sealer {
             for kind in [OwnerKind::Campaign, OwnerKind::Site] {
                 for owner in store.owners_of_day(kind, day).await? {
                     if !store.seal_state(&owner, day).await?.is_current() {
-                        self.seal(&owner, day).await?;
+                        self.seal_remembered(&owner, day).await?;
                         sealed += 1;
                     }
                 }
@@ -165,12 +200,48 @@ impl Sealer {
         Ok(sealed)
     }
 
+    /// Seals one owner-day and remembers when its read started (no later than the seal's own).
+    async fn seal_remembered(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
+        let read_started = Utc::now();
+        self.seal(owner, day).await?;
+        self.remember_seal(owner, day, read_started);
+        Ok(())
+    }
+
+    fn remember_seal(&self, owner: &Owner, day: Day, sealed_from: DateTime<Utc>) {
+        let mut known = self
+            .known_seals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if known.len() >= KNOWN_SEALS {
+            known.clear();
+        }
+        known.insert((owner.clone(), day), sealed_from);
+    }
+
+    /// Whether a seal this process knows holds a late event marked `late_at` (by the rule of
+    /// [`crate::domain::sealing::SealState::is_current`]).
+    fn known_current(&self, owner: &Owner, day: Day, late_at: DateTime<Utc>) -> bool {
+        let known = self
+            .known_seals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        known.get(&(owner.clone(), day)).is_some_and(|sealed_from| {
+            crate::domain::sealing::SealState {
+                sealed_from: Some(*sealed_from),
+                late_at: Some(late_at),
+            }
+            .is_current()
+        })
+    }
+
     /// Seals due days every `interval` until the task is aborted.
     pub fn spawn(self) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let interval = self.options.interval;
-            // The first pass waits like every other: start-up and readiness probes go first.
-            let first = tokio::time::Instant::now() + interval.min(Duration::from_secs(15));
+            // The first pass waits like every other: start-up, its repair and the first
+            // readiness probes go first.
+            let first = tokio::time::Instant::now() + interval;
             let mut ticks = tokio::time::interval_at(first, interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -5,24 +5,44 @@
 //!
 //! A sketch evicted from memory and needed again (a late beacon for an old hour) starts afresh
 //! under a new writer id rather than overwrite the state already stored with less.
+//!
+//! Memory is bounded by a byte budget: past it, the flusher stores every sketch and drops the
+//! least recently used from memory (counts are unchanged: readers merge what is stored). Should
+//! new sketches outrun the flusher by a quarter of the budget, beacons are refused until it
+//! catches up ([`LiveSketches::has_room`]).
 
 use crate::domain::beacon::{Beacon, SiteId};
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS};
+use crate::processes::ProcessRegistry;
 use crate::store::{SketchPartition, SketchRow, StoreError, VisitStore};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 /// Independent locks, so concurrent beacons rarely wait for each other.
 const SHARDS: usize = 16;
 /// Sketch partitions written at once by one flush.
 const FLUSH_CONCURRENCY: usize = 16;
+/// The default memory budget of the live sketches.
+pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What a sketch is charged against the budget, as measured (about 640 bytes for a sketch of
+/// one member with a short key): its map slot (the entry and its key, at the map's worst load
+/// and growth, hence twice), the key's allocation and the sketch's first allocations ...
+const ENTRY_BASE_BYTES: u64 =
+    (2 * (std::mem::size_of::<Entry>() + std::mem::size_of::<String>()) + 128) as u64;
+/// ... which grow by at most this per member while the sketch is sparse (a hash set of `u32`
+/// codes at its worst load, before they are packed) ...
+const BYTES_PER_INSERT: u64 = 12;
+/// ... up to the dense registers (2^14 six-bit registers) and the sparse list they replace.
+const MAX_SKETCH_BYTES: u64 = 24 * 1024;
 
 /// One sketch's place: site, hour and combination.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +74,8 @@ struct Entry {
     version: u64,
     flushed: u64,
     touched: Instant,
+    /// What this entry is charged against the budget.
+    charged: u64,
 }
 
 impl Entry {
@@ -100,20 +122,39 @@ type Shard = HashMap<SiteId, SiteSketches>;
 pub struct LiveSketches {
     shards: Vec<Mutex<Shard>>,
     hasher: std::collections::hash_map::RandomState,
+    budget: u64,
+    /// Bytes charged for the sketches in memory.
+    held: AtomicU64,
+    /// Woken when `held` passes the budget.
+    pressure: Notify,
 }
 
 impl Default for LiveSketches {
     fn default() -> Self {
-        Self::new()
+        Self::with_budget(DEFAULT_BUDGET_BYTES)
     }
 }
 
 impl LiveSketches {
-    pub fn new() -> Self {
+    pub fn with_budget(budget_bytes: u64) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
+            budget: budget_bytes.max(1),
+            held: AtomicU64::new(0),
+            pressure: Notify::new(),
         }
+    }
+
+    /// Bytes charged for the sketches in memory.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Whether a beacon may be counted now: false only when new sketches have outrun the
+    /// flusher by a quarter of the budget (the answer is then 503, and nothing is stored).
+    pub fn has_room(&self) -> bool {
+        self.held_bytes() <= self.budget + self.budget / 4
     }
 
     /// Counts `beacon`'s visitor in the sketch of every subset of its features. Runs for every
@@ -125,6 +166,7 @@ impl LiveSketches {
         let pairs = beacon.features.encoded_pairs();
         let mut key = String::with_capacity(pairs.iter().map(|pair| pair.len() + 1).sum());
         let now = Instant::now();
+        let mut charged = 0u64;
         let mut shard = self.shard(&beacon.site);
         let hours = match shard.get_mut(&beacon.site) {
             Some(hours) => hours,
@@ -143,56 +185,74 @@ impl LiveSketches {
             }
             let entry = match combinations.get_mut(key.as_str()) {
                 Some(entry) => entry,
-                None => combinations.entry(key.clone()).or_insert_with(|| Entry {
-                    writer: Uuid::new_v4(),
-                    sketch: UniqueSketch::new(),
-                    version: 0,
-                    flushed: 0,
-                    touched: now,
-                }),
+                None => {
+                    let base = ENTRY_BASE_BYTES + key.len() as u64;
+                    charged += base;
+                    combinations.entry(key.clone()).or_insert_with(|| Entry {
+                        writer: Uuid::new_v4(),
+                        sketch: UniqueSketch::new(),
+                        version: 0,
+                        flushed: 0,
+                        touched: now,
+                        charged: base,
+                    })
+                }
             };
             entry.sketch.insert(member);
             entry.version += 1;
             entry.touched = now;
+            if entry.charged < MAX_SKETCH_BYTES {
+                entry.charged += BYTES_PER_INSERT;
+                charged += BYTES_PER_INSERT;
+            }
+        }
+        drop(shard);
+        let held = self.held.fetch_add(charged, Ordering::Relaxed) + charged;
+        if held > self.budget {
+            self.pressure.notify_one();
         }
     }
 
-    /// Writes every sketch changed since its last flush. A sketch whose write fails stays
-    /// dirty and is written by the next flush.
+    /// Writes every sketch changed since its last flush, a shard at a time (so the copies a
+    /// flush holds are a sixteenth of the dirty sketches at most). A sketch whose write fails
+    /// stays dirty and is written by the next flush; the first failure is returned after
+    /// every shard was tried.
     pub async fn flush(&self, store: &dyn VisitStore) -> Result<Flushed, StoreError> {
-        let mut by_partition: BTreeMap<SketchPartition, Vec<Snapshot>> = BTreeMap::new();
-        for snapshot in self.dirty() {
-            by_partition
-                .entry(snapshot.cell.partition())
-                .or_default()
-                .push(snapshot);
-        }
         let mut written = Flushed::default();
         let mut first_error = None;
-        let mut writes = stream::iter(by_partition)
-            .map(|(partition, snapshots)| async move {
-                let rows: Vec<SketchRow> = snapshots
-                    .iter()
-                    .map(|snapshot| SketchRow {
-                        hour: snapshot.cell.hour_start(),
-                        writer: snapshot.writer,
-                        sketch: snapshot.bytes.clone(),
-                        captured_at: snapshot.captured_at,
-                    })
-                    .collect();
-                let result = store.write_sketches(&partition, &rows).await;
-                (snapshots, result)
-            })
-            .buffer_unordered(FLUSH_CONCURRENCY);
-        while let Some((snapshots, result)) = writes.next().await {
-            match result {
-                Ok(()) => {
-                    written.sketches += snapshots.len();
-                    written.bytes += snapshots.iter().map(|s| s.bytes.len()).sum::<usize>();
-                    self.mark_flushed(&snapshots);
-                }
-                Err(error) => {
-                    first_error.get_or_insert(error);
+        for shard in 0..SHARDS {
+            let mut by_partition: BTreeMap<SketchPartition, Vec<Snapshot>> = BTreeMap::new();
+            for snapshot in self.dirty_in(shard) {
+                by_partition
+                    .entry(snapshot.cell.partition())
+                    .or_default()
+                    .push(snapshot);
+            }
+            let mut writes = stream::iter(by_partition)
+                .map(|(partition, snapshots)| async move {
+                    let rows: Vec<SketchRow> = snapshots
+                        .iter()
+                        .map(|snapshot| SketchRow {
+                            hour: snapshot.cell.hour_start(),
+                            writer: snapshot.writer,
+                            sketch: snapshot.bytes.clone(),
+                            captured_at: snapshot.captured_at,
+                        })
+                        .collect();
+                    let result = store.write_sketches(&partition, &rows).await;
+                    (snapshots, result)
+                })
+                .buffer_unordered(FLUSH_CONCURRENCY);
+            while let Some((snapshots, result)) = writes.next().await {
+                match result {
+                    Ok(()) => {
+                        written.sketches += snapshots.len();
+                        written.bytes += snapshots.iter().map(|s| s.bytes.len()).sum::<usize>();
+                        self.mark_flushed(&snapshots);
+                    }
+                    Err(error) => {
+                        first_error.get_or_insert(error);
+                    }
                 }
             }
         }
@@ -204,16 +264,63 @@ impl LiveSketches {
 
     /// Drops sketches that are stored and have not changed for `idle`.
     pub fn evict_idle(&self, idle: Duration) {
+        let now = Instant::now();
+        self.evict_stored(|entry| now.saturating_duration_since(entry.touched) >= idle);
+    }
+
+    /// Once past the budget, drops the least recently used stored sketches until a quarter of
+    /// the budget is free, so the next eviction is not due at once.
+    pub fn evict_least_recent(&self) {
+        let held = self.held_bytes();
+        if held <= self.budget {
+            return;
+        }
+        let to_free = held - self.budget * 3 / 4;
+        let mut stored: Vec<(Instant, u64)> = Vec::new();
+        for shard in &self.shards {
+            for hours in lock(shard).values() {
+                for combinations in hours.values() {
+                    stored.extend(
+                        combinations
+                            .values()
+                            .filter(|entry| !entry.is_dirty())
+                            .map(|entry| (entry.touched, entry.charged)),
+                    );
+                }
+            }
+        }
+        stored.sort_unstable_by_key(|(touched, _)| *touched);
+        let mut freed = 0;
+        let Some(cutoff) = stored.iter().find_map(|(touched, charged)| {
+            freed += charged;
+            (freed >= to_free).then_some(*touched)
+        }) else {
+            // Not enough stored: drop all of it.
+            self.evict_stored(|_| true);
+            return;
+        };
+        self.evict_stored(|entry| entry.touched <= cutoff);
+    }
+
+    /// Drops the stored (not dirty) sketches `evict` picks, releasing their charge.
+    fn evict_stored(&self, evict: impl Fn(&Entry) -> bool) {
+        let mut released = 0;
         for shard in &self.shards {
             lock(shard).retain(|_, hours| {
                 hours.retain(|_, combinations| {
-                    combinations
-                        .retain(|_, entry| entry.is_dirty() || entry.touched.elapsed() < idle);
+                    combinations.retain(|_, entry| {
+                        let drop = !entry.is_dirty() && evict(entry);
+                        if drop {
+                            released += entry.charged;
+                        }
+                        !drop
+                    });
                     !combinations.is_empty()
                 });
                 !hours.is_empty()
             });
         }
+        self.held.fetch_sub(released, Ordering::Relaxed);
     }
 
     /// Sketches held in memory.
@@ -234,26 +341,31 @@ impl LiveSketches {
         self.len() == 0
     }
 
+    /// Every dirty sketch, copied out (tests).
+    #[cfg(test)]
     fn dirty(&self) -> Vec<Snapshot> {
+        (0..SHARDS).flat_map(|shard| self.dirty_in(shard)).collect()
+    }
+
+    /// The dirty sketches of one shard, copied out for a flush.
+    fn dirty_in(&self, shard: usize) -> Vec<Snapshot> {
         let mut dirty = Vec::new();
         let captured_at = capture_time();
-        for shard in &self.shards {
-            for (site, hours) in lock(shard).iter() {
-                for (hour, combinations) in hours {
-                    for (combination, entry) in combinations {
-                        if entry.is_dirty() {
-                            dirty.push(Snapshot {
-                                cell: Cell {
-                                    site: site.clone(),
-                                    hour: *hour,
-                                    combination: combination.clone(),
-                                },
-                                writer: entry.writer,
-                                version: entry.version,
-                                bytes: entry.sketch.to_bytes(),
-                                captured_at,
-                            });
-                        }
+        for (site, hours) in lock(&self.shards[shard]).iter() {
+            for (hour, combinations) in hours {
+                for (combination, entry) in combinations {
+                    if entry.is_dirty() {
+                        dirty.push(Snapshot {
+                            cell: Cell {
+                                site: site.clone(),
+                                hour: *hour,
+                                combination: combination.clone(),
+                            },
+                            writer: entry.writer,
+                            version: entry.version,
+                            bytes: entry.sketch.to_bytes(),
+                            captured_at,
+                        });
                     }
                 }
             }
@@ -293,11 +405,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Flushes `live` every `period` until the task is aborted; sketches idle for 15 minutes are
+/// Flushes `live` every `period`, and at once when it passes its budget, until the task is
+/// aborted; sketches idle for 15 minutes, and past the budget the least recently used, are
 /// dropped from memory once stored.
 pub fn spawn_flusher(
     live: Arc<LiveSketches>,
     store: Arc<dyn VisitStore>,
+    registry: Arc<ProcessRegistry>,
     period: Duration,
 ) -> tokio::task::JoinHandle<()> {
     const IDLE: Duration = Duration::from_secs(15 * 60);
@@ -306,14 +420,24 @@ pub fn spawn_flusher(
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         loop {
-            ticks.tick().await;
-            match live.flush(store.as_ref()).await {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = live.pressure.notified() => {}
+            }
+            let started = Instant::now();
+            let flushed = live.flush(store.as_ref()).await;
+            // Whatever the outcome: only stored sketches are dropped, and some of a failed
+            // flush's were stored.
+            live.evict_idle(IDLE);
+            live.evict_least_recent();
+            metrics::gauge!("adevents_sketch_memory_bytes").set(live.held_bytes() as f64);
+            match flushed {
                 Ok(_) => {
+                    registry.saved_through(started);
                     if failing {
                         tracing::info!("unique-visitor sketches are being stored again");
                     }
                     failing = false;
-                    live.evict_idle(IDLE);
                 }
                 Err(error) => {
                     // Logged once per outage; the sketches stay in memory and are retried.
@@ -348,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_beacon_touches_one_sketch_per_feature_subset_and_dirty_ones_are_snapshotted_once() {
-        let live = LiveSketches::new();
+        let live = LiveSketches::default();
         live.record(&beacon("a", &[("ref", "x"), ("page", "/")]));
         live.record(&beacon("b", &[("ref", "x"), ("page", "/")]));
         assert_eq!(live.len(), 4);
@@ -361,5 +485,56 @@ mod tests {
         assert_eq!(live.dirty().len(), 2);
         live.evict_idle(Duration::ZERO);
         assert_eq!(live.len(), 2, "only the stored, idle sketches are dropped");
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use crate::domain::beacon::{Features, Guid, SiteId};
+    use crate::domain::time::EventTime;
+
+    fn fresh_beacon(n: usize) -> Beacon {
+        Beacon {
+            site: SiteId::parse("example.com").expect("valid site"),
+            guid: Guid::parse(&format!("visitor-{n}")).expect("valid guid"),
+            timestamp: EventTime::from_epoch_millis(1_764_158_400_000, Utc::now()).expect("valid"),
+            features: Features::new([("page".to_owned(), format!("/p/{n}"))].into())
+                .expect("valid features"),
+        }
+    }
+
+    #[test]
+    fn past_its_budget_the_least_recently_used_stored_sketches_go_and_the_charge_follows() {
+        let live = LiveSketches::with_budget(64 * 1024);
+        for n in 0..400 {
+            live.record(&fresh_beacon(n));
+        }
+        assert!(live.held_bytes() > 64 * 1024, "{}", live.held_bytes());
+        assert!(!live.has_room(), "far past the budget");
+        live.evict_least_recent();
+        assert!(
+            live.held_bytes() > 64 * 1024,
+            "dirty sketches are never dropped"
+        );
+        let dirty = live.dirty();
+        live.mark_flushed(&dirty);
+        live.evict_least_recent();
+        assert!(live.held_bytes() <= 48 * 1024, "{}", live.held_bytes());
+        assert!(live.has_room());
+        // The site-wide sketch is used by every beacon: the most recent, it stays.
+        let site_wide = live
+            .shard(&fresh_beacon(0).site)
+            .get(&fresh_beacon(0).site)
+            .and_then(|hours| hours.values().next())
+            .is_some_and(|combinations| combinations.contains_key(""));
+        assert!(site_wide);
+        live.evict_idle(Duration::ZERO);
+        assert_eq!(
+            live.held_bytes(),
+            0,
+            "every charge is released with its sketch"
+        );
+        assert!(live.is_empty());
     }
 }

@@ -10,6 +10,7 @@ use crate::domain::beacon::Beacon;
 use crate::domain::owner::Owner;
 use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
+use crate::processes::ProcessRegistry;
 use crate::remembered::Remembered;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
@@ -20,10 +21,22 @@ use std::sync::Arc;
 /// Site-days remembered as already in the day index; past this, the memory starts over.
 const MARKED_DAYS_REMEMBERED: usize = 100_000;
 
+/// Why a beacon was not taken; nothing of it was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum TrackError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The live sketches are a quarter past their memory budget: the flusher is behind.
+    #[error("the unique-visitor sketches are over their memory budget")]
+    SketchesFull,
+}
+
 pub struct BeaconIngestor {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     live: Arc<LiveSketches>,
+    /// Where this process marks the site-days its live sketches hold unsaved state for.
+    registry: Arc<ProcessRegistry>,
     /// Which beacons are late (their day may be sealed already).
     sealing: SealingRule,
     /// Site-days this process already wrote to the day index (docs/DESIGN.md: de-duplicated in the
@@ -36,23 +49,31 @@ impl BeaconIngestor {
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         live: Arc<LiveSketches>,
+        registry: Arc<ProcessRegistry>,
         sealing: SealingRule,
     ) -> Self {
         Self {
             store,
             settings,
             live,
+            registry,
             sealing,
             marked: Remembered::new(MARKED_DAYS_REMEMBERED),
         }
     }
 
     /// Stores `beacon` durably, then counts it.
-    pub async fn track(&self, beacon: Beacon) -> Result<(), StoreError> {
+    pub async fn track(&self, beacon: Beacon) -> Result<(), TrackError> {
+        if !self.live.has_room() {
+            return Err(TrackError::SketchesFull);
+        }
         let owner = Owner::Site(beacon.site.clone());
         let history = self.settings.history(&owner).await?;
         let partition = beacon.partition(history.buckets_at(beacon.timestamp.instant()));
         self.mark_day(partition.day, &owner).await?;
+        // Before the beacon can be counted: a crash before its sketches are stored is
+        // repaired from the stored beacons (crate::processes::repair).
+        self.registry.mark(&owner, partition.day).await?;
         self.store
             .write_visits(&partition, std::slice::from_ref(&beacon))
             .await?;
@@ -63,6 +84,7 @@ impl BeaconIngestor {
             self.store.mark_late(&owner, partition.day, now).await?;
         }
         self.live.record(&beacon);
+        self.registry.counted(&owner, partition.day);
         Ok(())
     }
 

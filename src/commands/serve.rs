@@ -5,14 +5,13 @@ use super::{CommandError, OpenedStore, embedded_migrations};
 use crate::access::AuthMode;
 use crate::access::bootstrap::ensure_folder_admin;
 use crate::cli::{ServeArgs, StoreKind, operator_key};
-use crate::domain::time::Day;
 use crate::http::AppState;
 use crate::server;
-use chrono::Utc;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
+    server::survive_file_size_limit();
     let migrations = embedded_migrations()?;
     let store = OpenedStore::open(&args.store, &migrations).await?;
     if args.no_migrate {
@@ -23,7 +22,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     store.prepare().await;
     let operator_key = operator_key().map_err(CommandError::Access)?;
     let has_operator_key = operator_key.is_some();
-    let state = AppState::new(store.into_store(), args.service_options(operator_key));
+    let mut options = args.service_options(operator_key);
+    options.connections.max_connections =
+        server::fit_open_files(options.connections.max_connections);
+    let state = AppState::new(store.into_store(), options);
     if args.auth == AuthMode::Off {
         tracing::warn!(
             "--auth off: every request is let through and beacons count for any site; use it only on a private network"
@@ -31,7 +33,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     } else {
         first_admin_key(&state, &args, has_operator_key).await?;
     }
-    spawn_open_day_rebuild(&state);
+    spawn_repair(&state);
     let _sealer = state.sealer().spawn();
     let last_flush = state.clone();
     let listener = TcpListener::bind(args.listen)
@@ -112,29 +114,34 @@ async fn first_admin_key(
     }
 }
 
-/// How long after start-up the open days' sketches are rebuilt.
-const REBUILD_DELAY: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// Rebuilds the unique-visitor sketches of the open UTC days (today, and yesterday, which still
-/// receives late beacons) from the stored beacons: a process that stopped without flushing its
-/// last sketches (a crash) is repaired by the next one to start (docs/DESIGN.md, "Live
-/// unique-visitor sketches"). Runs in the background; answers meanwhile may count a crashed second short.
-fn spawn_open_day_rebuild(state: &AppState) {
+/// Rebuilds what server processes that went away without saving their live state left
+/// (docs/DESIGN.md, "Live state across processes"); `/readyz` answers 503 until it is done, so
+/// a load balancer sends no traffic to a process whose counts are not right yet.
+fn spawn_repair(state: &AppState) {
+    /// Between attempts while the store cannot be read.
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+    state.hold_readiness_for_repair();
     let state = state.clone();
     tokio::spawn(async move {
-        // Not urgent: let start-up and the first readiness probes of a rolling deploy have the
-        // store first.
-        tokio::time::sleep(REBUILD_DELAY).await;
-        let today = Day::new(Utc::now().date_naive());
-        let days = [Day::new(today.date() - chrono::Duration::days(1)), today];
-        match state.rebuild_sketches(&days).await {
-            Ok(beacons) => {
-                tracing::info!(beacons, "rebuilt the open days' unique-visitor sketches")
+        loop {
+            match state.repair_gone_processes().await {
+                Ok(repaired) => {
+                    if repaired.processes > 0 {
+                        tracing::info!(
+                            processes = repaired.processes,
+                            days = repaired.days,
+                            beacons = repaired.beacons,
+                            "repaired the live state of server processes that went away"
+                        );
+                    }
+                    state.release_readiness();
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error.chain(), "cannot repair the processes that went away yet; retrying");
+                    tokio::time::sleep(RETRY).await;
+                }
             }
-            Err(error) => tracing::warn!(
-                error = %error.chain(),
-                "could not rebuild the open days' unique-visitor sketches"
-            ),
         }
     });
 }

@@ -37,6 +37,14 @@ impl SettingsHistory {
     }
 
     /// The newest configuration (possibly scheduled for the future), or the default.
+    /// How many entries take effect after `now` (scheduled, not yet in force).
+    pub fn scheduled_after(&self, now: DateTime<Utc>) -> usize {
+        self.0
+            .iter()
+            .filter(|entry| entry.effective_from > now)
+            .count()
+    }
+
     pub fn latest(&self) -> CampaignSettings {
         self.0
             .last()

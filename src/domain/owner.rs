@@ -29,6 +29,31 @@ impl Owner {
     }
 }
 
+impl Owner {
+    /// The owner as one text value, for index tables that hold owners of both kinds:
+    /// `c:<advertiser>:<campaign>` or `s:<site>`.
+    pub fn to_key(&self) -> String {
+        match self {
+            Self::Campaign(campaign) => {
+                format!("c:{}:{}", campaign.advertiser_id, campaign.campaign_id)
+            }
+            Self::Site(site) => format!("s:{site}"),
+        }
+    }
+
+    /// The owner [`to_key`](Self::to_key) wrote; `None` for anything else.
+    pub fn from_key(key: &str) -> Option<Self> {
+        if let Some(ids) = key.strip_prefix("c:") {
+            let (advertiser, campaign) = ids.split_once(':')?;
+            return Some(Self::Campaign(CampaignKey {
+                advertiser_id: advertiser.parse().ok()?,
+                campaign_id: campaign.parse().ok()?,
+            }));
+        }
+        SiteId::parse(key.strip_prefix("s:")?).ok().map(Self::Site)
+    }
+}
+
 impl From<CampaignKey> for Owner {
     fn from(campaign: CampaignKey) -> Self {
         Self::Campaign(campaign)
@@ -50,6 +75,32 @@ impl fmt::Display for Owner {
                 campaign.campaign_id, campaign.advertiser_id
             ),
             Self::Site(site) => write!(f, "site {site}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_survives_its_text_key_and_nothing_else_passes_for_one() {
+        let campaign = Owner::Campaign(CampaignKey {
+            advertiser_id: uuid::Uuid::from_u128(1).into(),
+            campaign_id: uuid::Uuid::from_u128(2).into(),
+        });
+        let site = Owner::Site(SiteId::parse("shop.example").expect("valid"));
+        for owner in [campaign, site] {
+            assert_eq!(Owner::from_key(&owner.to_key()), Some(owner));
+        }
+        for bad in [
+            "",
+            "x:1",
+            "c:1:2",
+            "s:",
+            "c:00000000-0000-0000-0000-000000000001",
+        ] {
+            assert_eq!(Owner::from_key(bad), None, "{bad}");
         }
     }
 }

@@ -72,6 +72,16 @@ impl SealState {
     }
 }
 
+/// An owner-day with a late event, from the late index: the sealer finds such days whatever
+/// their age without scanning every day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateMark {
+    pub owner: super::owner::Owner,
+    pub day: Day,
+    /// The latest late event's arrival recorded in the index.
+    pub late_at: DateTime<Utc>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! Free-form user attributes an ad server attaches to an impression, within bounds that keep
 //! rows small.
 
+use super::echo::echo;
 use std::collections::BTreeMap;
 
 pub const MAX_ENTRIES: usize = 64;
@@ -21,11 +22,15 @@ impl UserData {
         }
         for (key, value) in &entries {
             if key.is_empty() || key.len() > MAX_KEY_BYTES {
-                return Err(format!("key {key:?} must be 1 to {MAX_KEY_BYTES} bytes"));
+                return Err(format!(
+                    "key {} must be 1 to {MAX_KEY_BYTES} bytes",
+                    echo(key)
+                ));
             }
             if value.len() > MAX_VALUE_BYTES {
                 return Err(format!(
-                    "value of {key:?} is {} bytes; at most {MAX_VALUE_BYTES} are allowed",
+                    "value of {} is {} bytes; at most {MAX_VALUE_BYTES} are allowed",
+                    echo(key),
                     value.len()
                 ));
             }

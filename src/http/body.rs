@@ -2,6 +2,7 @@
 //! and splitting JSON (one object or an array) or NDJSON into one raw item per event.
 
 use super::error::ApiError;
+use crate::domain::echo::echo;
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
@@ -43,7 +44,8 @@ pub fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
         | "application/jsonl"
         | "application/x-jsonlines" => Ok(BodyFormat::Ndjson),
         _ => Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Type {media_type:?} is not accepted; send application/json or application/x-ndjson"
+            "Content-Type {} is not accepted; send application/json or application/x-ndjson",
+            echo(&media_type)
         ))),
     }
 }
@@ -77,8 +79,7 @@ pub async fn read_body(
     let mut raw = Vec::new();
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk
-            .map_err(|error| ApiError::invalid("body", format!("could not be read: {error}")))?;
+        let chunk = chunk.map_err(unreadable)?;
         if raw.len() + chunk.len() > limits.max_bytes {
             return Err(too_large());
         }
@@ -99,6 +100,30 @@ pub async fn read_body(
         return Err(too_large());
     }
     Ok(Bytes::from(decoded))
+}
+
+/// A body that could not be read: too slow (the body timeout, 408) or broken off.
+fn unreadable(error: axum::Error) -> ApiError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(current) = cause {
+        if current.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::RequestTimeout;
+        }
+        cause = current.source();
+    }
+    ApiError::invalid("body", format!("could not be read: {error}"))
+}
+
+/// The most bytes of a settings or key body: a few fields.
+const MAX_SMALL_BODY_BYTES: usize = 64 * 1024;
+
+/// A small JSON body (settings, keys), read within the body timeout and size limit.
+pub async fn small_body(body: Body) -> Result<Bytes, ApiError> {
+    let limits = BodyLimits {
+        max_bytes: MAX_SMALL_BODY_BYTES,
+        max_events: 1,
+    };
+    read_body(&HeaderMap::new(), body, limits).await
 }
 
 /// What a cheap scan of a body says before anything is allocated per item.

@@ -2,12 +2,13 @@
 //! bucket count (and daily cap), scheduled to take effect at an instant.
 
 use super::AppState;
+use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::campaign_key;
 use super::settings_wire::{CampaignSettingsAnswer, CampaignSettingsWire};
 use crate::domain::owner::Owner;
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use chrono::Utc;
 
@@ -34,10 +35,10 @@ use chrono::Utc;
 pub async fn put_settings(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<CampaignSettingsAnswer>, ApiError> {
     let owner = Owner::Campaign(campaign_key(&advertiser_id, &campaign_id)?);
-    let change = CampaignSettingsWire::parse(&body)?.into_change()?;
+    let change = CampaignSettingsWire::parse(&small_body(body).await?)?.into_change()?;
     let current = state.settings.change(&owner, change, Utc::now()).await?;
     Ok(Json(CampaignSettingsAnswer::from(&current)))
 }

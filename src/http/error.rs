@@ -4,6 +4,7 @@
 //! Details of server-side failures are not sent to clients: they travel in a response
 //! extension to [`log_server_errors`], which logs them once inside the request's span.
 
+use crate::domain::echo::cut;
 use crate::settings::ChangeError;
 use crate::store::StoreError;
 use axum::extract::Request;
@@ -17,6 +18,10 @@ use utoipa::ToSchema;
 const RETRY_AFTER_SECONDS: u64 = 5;
 /// Per-item problems listed in one answer; the message gives the full count.
 const MAX_LISTED_ERRORS: usize = 1000;
+/// The longest message an answer carries (values in it are quoted at most 64 characters).
+const MAX_MESSAGE_CHARS: usize = 512;
+/// The longest field or parameter name an answer repeats.
+const MAX_FIELD_CHARS: usize = 128;
 
 /// One problem with one item of a request (or with one parameter, without an index).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -79,6 +84,15 @@ pub enum ApiError {
     /// 503: this process has not read the keys yet, so it cannot judge one.
     #[error("keys are not loaded yet")]
     AccessNotLoaded,
+    /// 429: past a rate limit; nothing was stored.
+    #[error("rate limited; retry in {retry_after} s")]
+    RateLimited { retry_after: u64 },
+    /// 503: as many requests of this kind are in flight as the server takes at once.
+    #[error("overloaded")]
+    Overloaded,
+    /// 408: the body did not arrive within the body timeout; nothing was stored.
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
     /// The store cannot serve requests; for `/readyz` every store error means "not ready".
     #[error("not ready: {0}")]
     NotReady(StoreError),
@@ -109,7 +123,8 @@ pub struct ErrorAnswer {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// `invalid_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
-    /// `payload_too_large`, `unsupported_media_type`, `storage_unavailable`, `internal`, ...
+    /// `request_timeout`, `payload_too_large`, `unsupported_media_type`,
+    /// `headers_too_large`, `rate_limited`, `internal`, `storage_unavailable`, `overloaded`.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// A human sentence.
@@ -124,6 +139,37 @@ impl From<ChangeError> for ApiError {
         match error {
             ChangeError::Store(error) => Self::Store(error),
             refused => Self::invalid("effective_from", refused),
+        }
+    }
+}
+
+impl From<crate::query::QueryError> for ApiError {
+    fn from(error: crate::query::QueryError) -> Self {
+        match error {
+            crate::query::QueryError::Store(error) => Self::Store(error),
+            too_wide @ crate::query::QueryError::TooWide { .. } => {
+                let message = too_wide.to_string();
+                Self::InvalidRequest {
+                    message: format!("from and to: {message}"),
+                    errors: ["from", "to"]
+                        .into_iter()
+                        .map(|field| FieldError {
+                            index: None,
+                            field: Some(field.to_owned()),
+                            message: message.clone(),
+                        })
+                        .collect(),
+                }
+            }
+        }
+    }
+}
+
+impl From<crate::beacons::TrackError> for ApiError {
+    fn from(error: crate::beacons::TrackError) -> Self {
+        match error {
+            crate::beacons::TrackError::Store(error) => Self::Store(error),
+            crate::beacons::TrackError::SketchesFull => Self::Overloaded,
         }
     }
 }
@@ -165,6 +211,21 @@ impl IntoResponse for ApiError {
                 "storage_unavailable",
                 "keys are not loaded yet; retry later".to_owned(),
             ),
+            Self::RateLimited { retry_after } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many requests; retry in {retry_after} s; nothing was stored"),
+            ),
+            Self::Overloaded => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "the server is at its limit of requests in flight; retry later".to_owned(),
+            ),
+            Self::RequestTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive in time; nothing was stored".to_owned(),
+            ),
             Self::NotFound(path) => (
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -191,13 +252,24 @@ impl IntoResponse for ApiError {
                 "internal error".to_owned(),
             ),
         };
+        // A backstop: whatever a message quotes, an answer stays small.
         let body = ErrorAnswer {
             error: ErrorDetail {
                 code,
-                message,
-                errors: listed
-                    .filter(|errors| !errors.is_empty())
-                    .map(<[FieldError]>::to_vec),
+                message: cut(&message, MAX_MESSAGE_CHARS),
+                errors: listed.filter(|errors| !errors.is_empty()).map(|errors| {
+                    errors
+                        .iter()
+                        .map(|error| FieldError {
+                            index: error.index,
+                            field: error
+                                .field
+                                .as_deref()
+                                .map(|field| cut(field, MAX_FIELD_CHARS)),
+                            message: cut(&error.message, MAX_MESSAGE_CHARS),
+                        })
+                        .collect()
+                }),
             },
         };
         let mut response = (status, axum::Json(body)).into_response();
@@ -206,10 +278,16 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        let retry_after = match &self {
+            Self::RateLimited { retry_after } => Some(*retry_after),
+            Self::Overloaded => Some(1),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(RETRY_AFTER_SECONDS),
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         if status.is_server_error() {
             let detail = match &self {

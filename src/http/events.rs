@@ -36,7 +36,8 @@ pub struct Accepted {
         (status = 403, description = "An event of another advertiser than the ingest key's; nothing stored, `errors` lists their indexes", body = ErrorAnswer),
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
         (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
-        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 429, description = "The key is past its rate (`--rate-limit-ingest`); nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub async fn post_impressions(
@@ -50,6 +51,7 @@ pub async fn post_impressions(
         &bytes,
         parse::<ImpressionWire>(&state, &parts, &bytes),
     )?;
+    admit(&state, &parts, "impression", accepted)?;
     state.ingestor.impressions(events).await?;
     Ok(accepted_answer("impression", accepted))
 }
@@ -67,7 +69,8 @@ pub async fn post_impressions(
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
         (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
-        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 429, description = "The key is past its rate (`--rate-limit-ingest`); nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub async fn post_clicks(
@@ -81,6 +84,7 @@ pub async fn post_clicks(
         &bytes,
         parse::<ClickWire>(&state, &parts, &bytes),
     )?;
+    admit(&state, &parts, "click", accepted)?;
     state.ingestor.clicks(events).await?;
     Ok(accepted_answer("click", accepted))
 }
@@ -123,6 +127,24 @@ fn parse<'de, W: IntoEvent<'de>>(
         state.options.body_limits.max_events,
         &context,
     )
+}
+
+/// Takes the request's events from its key's bucket (`--rate-limit-ingest`); past the rate,
+/// 429 and nothing is stored.
+fn admit(
+    state: &AppState,
+    parts: &Parts,
+    kind: &'static str,
+    events: usize,
+) -> Result<(), ApiError> {
+    let Some(key) = parts
+        .extensions
+        .get::<Caller>()
+        .and_then(|caller| caller.key)
+    else {
+        return Ok(());
+    };
+    rejected_counted(kind, state.limiters.admit_events(key, events))
 }
 
 fn rejected_counted<T>(kind: &'static str, result: Result<T, ApiError>) -> Result<T, ApiError> {

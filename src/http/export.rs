@@ -9,6 +9,7 @@
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
+use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::query::export::Export;
 use crate::query::recent::MAX_LIMIT;
@@ -53,7 +54,8 @@ pub struct ImpressionRecord<'a> {
     user_ip: Option<String>,
     #[schema(value_type = BTreeMap<String, String>)]
     user_data: &'a BTreeMap<String, String>,
-    /// Exports only: clicked at any time up to the export.
+    /// Exports only: clicked within the click look-back (`--click-lookback`, default 30 days)
+    /// after the impression's UTC day.
     #[serde(skip_serializing_if = "Option::is_none")]
     clicked: Option<bool>,
 }
@@ -95,23 +97,36 @@ fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> 
                 let user_data =
                     serde_json::to_string(record.user_data).map_err(|error| error.to_string())?;
                 writer
-                    .write_record([
-                        record.impression_id.as_str(),
-                        &record.advertiser_id,
-                        &record.campaign_id,
-                        &record.ad_id,
-                        &record.user_id,
-                        &record.timestamp,
-                        record.user_ip.as_deref().unwrap_or(""),
-                        &user_data,
-                        if *clicked { "true" } else { "false" },
-                    ])
+                    .write_record(
+                        [
+                            record.impression_id.as_str(),
+                            &record.advertiser_id,
+                            &record.campaign_id,
+                            &record.ad_id,
+                            &record.user_id,
+                            &record.timestamp,
+                            record.user_ip.as_deref().unwrap_or(""),
+                            &user_data,
+                            if *clicked { "true" } else { "false" },
+                        ]
+                        .map(inert_cell),
+                    )
                     .map_err(|error| error.to_string())?;
             }
             writer.flush().map_err(|error| error.to_string())?;
         }
     }
     Ok(Bytes::from(out))
+}
+
+/// A CSV cell a spreadsheet will not run as a formula: one beginning with `=`, `+`, `-` or `@`
+/// gets a leading `'`. Only `user_data` can begin so today (ids, times and addresses never
+/// do), but every cell goes through here so a new column cannot forget it.
+fn inert_cell(cell: &str) -> std::borrow::Cow<'_, [u8]> {
+    match cell.as_bytes().first() {
+        Some(b'=' | b'+' | b'-' | b'@') => format!("'{cell}").into_bytes().into(),
+        _ => cell.as_bytes().into(),
+    }
 }
 
 fn csv_header() -> Bytes {
@@ -125,9 +140,11 @@ fn csv_header() -> Bytes {
     security(("bearer" = ["read"])),
     summary = "Every impression of the range, each id once, streamed as NDJSON or CSV.",
     description = "One record per impression (its earliest copy of the UTC day) with every stored \
-        field and `clicked` (clicked at any time up to the export). No order is promised. The body \
+        field and `clicked` (clicked within `--click-lookback`, default 30 days, after the \
+        impression's UTC day). No order is promised. The body \
         is streamed as it is read: a store failure after the first byte ends the body early (an \
-        unterminated chunked answer). CSV has a header row; `user_data` is one JSON column.",
+        unterminated chunked answer). CSV has a header row; `user_data` is one JSON column; a \
+        cell beginning with `=`, `+`, `-` or `@` is prefixed with `'` (spreadsheet formulas).",
     params(
         ("advertiser_id" = uuid::Uuid, Path),
         ("campaign_id" = uuid::Uuid, Path),
@@ -156,7 +173,7 @@ pub async fn get_impressions(
         other => {
             return Err(ApiError::invalid(
                 "format",
-                format!("{other:?} is not one of ndjson, csv"),
+                format!("{} is not one of ndjson, csv", echo(other)),
             ));
         }
     };
@@ -268,19 +285,7 @@ pub async fn get_recent_impressions(
 ) -> Result<Response, ApiError> {
     let campaign = campaign_key(&advertiser_id, &campaign_id)?;
     let params = Params::parse(query.as_deref(), &["limit"])?;
-    let limit = match params.get("limit") {
-        None => 10,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|limit| (1..=MAX_LIMIT).contains(limit))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "limit",
-                    format!("must be a whole number from 1 to {MAX_LIMIT}"),
-                )
-            })?,
-    };
+    let limit = params.limit(10, MAX_LIMIT)?;
     let impressions = state
         .queries
         .recent(campaign, limit, chrono::Utc::now())
@@ -292,4 +297,23 @@ pub async fn get_recent_impressions(
             .collect(),
     };
     Ok(Json(answer).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_a_spreadsheet_would_run_are_made_inert() {
+        for (cell, inert) in [
+            ("=HYPERLINK(\"x\")", "'=HYPERLINK(\"x\")"),
+            ("+1", "'+1"),
+            ("-1", "'-1"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("{\"a\":\"=1\"}", "{\"a\":\"=1\"}"),
+            ("", ""),
+        ] {
+            assert_eq!(inert_cell(cell).as_ref(), inert.as_bytes(), "{cell}");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::json;
 
-/// Plain-text rejection bodies are short; anything longer is cut.
+/// Plain-text rejection bodies are short; anything longer is not read.
 const MAX_REJECTION_BYTES: usize = 16 * 1024;
 
 pub async fn json_errors(request: Request, next: Next) -> Response {
@@ -30,6 +30,9 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
     let code = match status {
         StatusCode::NOT_FOUND => "not_found",
         StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "headers_too_large",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         StatusCode::SERVICE_UNAVAILABLE => "storage_unavailable",
@@ -39,7 +42,7 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
     let message = if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_owned()
     } else {
-        text
+        crate::domain::echo::cut(&text, 512)
     };
     let body = json!({"error": {"code": code, "message": message}}).to_string();
     parts.headers.insert(

@@ -2,13 +2,15 @@
 //! `GET /v1/keys/self` (any key): API keys, whose secret is shown once, at creation.
 
 use super::AppState;
+use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::site_id;
 use crate::access::Caller;
 use crate::domain::access::{ApiKey, Grant, KeyId, MAX_KEY_NAME_CHARS};
+use crate::domain::echo::echo;
 use crate::domain::ids::AdvertiserId;
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -65,18 +67,10 @@ impl NewKey {
             )),
             (other, _, _) => Err(ApiError::invalid(
                 "scope",
-                format!(
-                    "{:?} is not one of admin, ingest, read, metrics",
-                    short(other)
-                ),
+                format!("{} is not one of admin, ingest, read, metrics", echo(other)),
             )),
         }
     }
-}
-
-/// At most 64 characters of a client's value, for an error message.
-fn short(text: &str) -> String {
-    text.chars().take(64).collect()
 }
 
 /// A key as listed: never its secret.
@@ -146,7 +140,8 @@ pub struct KeyList {
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn create_key(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn create_key(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
+    let body = small_body(body).await?;
     let new: NewKey = serde_json::from_slice(&body).map_err(|error| {
         ApiError::invalid("body", format!("is not a JSON object of a key: {error}"))
     })?;

@@ -3,7 +3,7 @@
 //! `GET /metrics`.
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::header;
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -34,18 +34,43 @@ pub fn prometheus() -> PrometheusHandle {
         .clone()
 }
 
-/// Counts every request and times it, labelled by route template (not raw path, which would
-/// make one series per campaign).
+/// A method's label: the methods the API knows, every other one `other` (a made-up method
+/// must not make a series of its own).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// A status's class: `2xx`, `4xx`, ...
+fn status_class(status: StatusCode) -> &'static str {
+    match status.as_u16() / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Counts every request and times it, labelled from fixed sets: the route template (never a
+/// raw path, which would make one series per campaign), the method and the status class.
 pub async fn track_requests(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("adevents_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+    let status = status_class(response.status());
+    metrics::counter!("adevents_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
     metrics::histogram!("adevents_http_request_duration_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());

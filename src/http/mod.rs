@@ -13,6 +13,7 @@ mod export;
 mod health;
 mod json_errors;
 mod keys;
+mod limits;
 pub mod metrics;
 mod openapi;
 mod params;
@@ -26,6 +27,7 @@ mod wire;
 
 pub use body::BodyLimits;
 pub use error::{ApiError, FieldError};
+pub use limits::{ConnectionLimits, InFlight, RateLimits};
 pub use state::{AppState, ServiceOptions};
 
 use axum::Router;
@@ -99,14 +101,24 @@ pub fn router(state: AppState) -> Router {
         .merge(beacons())
         .split_for_parts();
     openapi::publish(document);
+    let body_timeout = state.options.body_timeout;
     routes
-        // After routing (it needs the route template), before any handler reads a body.
+        // After routing (they need the route template), before any handler reads a body: the
+        // key first (a refused caller spends no slot), then the caps on work in flight.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::shed,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,
         ))
         .fallback(error::not_found)
         .with_state(state)
+        // A body that does not arrive in time ends its request with a 408.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
         .layer(axum::middleware::from_fn(error::log_server_errors))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
         .layer(axum::middleware::from_fn(metrics::track_requests))

@@ -3,6 +3,7 @@
 
 use super::error::ApiError;
 use crate::domain::beacon::{Features, SiteId};
+use crate::domain::echo::echo;
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
 use crate::query::range::{QueryRange, RangeError};
 use chrono::{Datelike, NaiveDate};
@@ -70,6 +71,20 @@ impl Params {
     }
 
     /// `from`, `to` (inclusive `YYYY-MM-DD`) and `tz` (IANA, default UTC).
+    /// `limit`: `default` when absent, else a whole number from 1 to `max`.
+    pub fn limit(&self, default: usize, max: usize) -> Result<usize, ApiError> {
+        match self.get("limit") {
+            None => Ok(default),
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| (1..=max).contains(limit))
+                .ok_or_else(|| {
+                    ApiError::invalid("limit", format!("must be a whole number from 1 to {max}"))
+                }),
+        }
+    }
+
     pub fn range(&self) -> Result<QueryRange, ApiError> {
         let date = |name: &str| {
             let text = self.required(name)?;
@@ -89,7 +104,7 @@ impl Params {
         let tz = match self.get("tz") {
             None => Tz::UTC,
             Some(name) => name.parse::<Tz>().map_err(|_| {
-                ApiError::invalid("tz", format!("{name:?} is not an IANA time zone"))
+                ApiError::invalid("tz", format!("{} is not an IANA time zone", echo(name)))
             })?,
         };
         QueryRange::new(from, to, tz).map_err(|error| match error {

@@ -3,7 +3,7 @@
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
-use crate::query::report::Dimension;
+use crate::query::report::{DEFAULT_LIMIT, Dimension, MAX_LIMIT};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use serde::Serialize;
@@ -12,11 +12,15 @@ use utoipa::ToSchema;
 /// One value's counts.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReportRowAnswer {
-    /// The value; null for impressions without the `user_data` key.
+    /// The value; null for impressions without the `user_data` key, and for the row that sums
+    /// the values past `limit`.
     pub value: Option<String>,
     pub impressions: u64,
     pub clicks: u64,
     pub ctr: f64,
+    /// Present and true on the one row summing every value past `limit`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub other: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -28,8 +32,11 @@ pub struct ReportAnswer {
     pub tz: String,
     /// `ad_id` or `user_data.<key>`.
     pub dimension: String,
-    /// Most impressions first, then by value; null last.
+    /// Most impressions first, then by value; null last; past `limit`, one row with
+    /// `"other": true` sums the rest.
     pub rows: Vec<ReportRowAnswer>,
+    /// How many distinct values the range had, listed or summed.
+    pub values: usize,
 }
 
 #[utoipa::path(
@@ -47,6 +54,7 @@ pub struct ReportAnswer {
         ("to" = String, Query, description = "Last local day (inclusive)"),
         ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
         ("dimension" = String, Query, description = "ad_id or user_data.<key>"),
+        ("limit" = Option<usize>, Query, description = "Rows listed, 1 to 10000 (default 1000); the rest are summed into one row with \"other\": true"),
     ),
     responses(
         (status = 200, description = "OK", body = ReportAnswer),
@@ -60,13 +68,20 @@ pub async fn get_report(
     RawQuery(query): RawQuery,
 ) -> Result<Json<ReportAnswer>, ApiError> {
     let campaign = campaign_key(&advertiser_id, &campaign_id)?;
-    let params = Params::parse(query.as_deref(), &["from", "to", "tz", "dimension"])?;
+    let params = Params::parse(
+        query.as_deref(),
+        &["from", "to", "tz", "dimension", "limit"],
+    )?;
     let range = params.range()?;
     let dimension: Dimension = params
         .required("dimension")?
         .parse()
         .map_err(|message| ApiError::invalid("dimension", message))?;
-    let rows = state.queries.report(campaign, &range, &dimension).await?;
+    let limit = params.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
+    let report = state
+        .queries
+        .report(campaign, &range, &dimension, limit)
+        .await?;
     Ok(Json(ReportAnswer {
         advertiser_id: campaign.advertiser_id.to_string(),
         campaign_id: campaign.campaign_id.to_string(),
@@ -74,14 +89,17 @@ pub async fn get_report(
         to: range.to().format("%Y-%m-%d").to_string(),
         tz: range.tz().name().to_owned(),
         dimension: dimension.to_string(),
-        rows: rows
+        rows: report
+            .rows
             .iter()
             .map(|row| ReportRowAnswer {
                 ctr: row.ctr(),
                 value: row.value.clone(),
                 impressions: row.impressions,
                 clicks: row.clicks,
+                other: row.other,
             })
             .collect(),
+        values: report.values,
     }))
 }

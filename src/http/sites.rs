@@ -1,14 +1,16 @@
 //! `PUT`/`GET /v1/sites/{site}` (a site's bucket count) and `GET /v1/sites/{site}/uniques`.
 
 use super::AppState;
+use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, site_id};
 use super::settings_wire::{SiteSettingsAnswer, SiteSettingsWire};
 use crate::domain::access::SiteProfile;
+use crate::domain::echo::echo;
 use crate::domain::owner::Owner;
 use crate::query::uniques::{Granularity, UniquesQuery, VisitCounts};
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use chrono::Utc;
 use serde::Serialize;
@@ -34,10 +36,10 @@ use utoipa::ToSchema;
 pub async fn put_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<SiteSettingsAnswer>, ApiError> {
     let site = site_id(&site)?;
-    let change = SiteSettingsWire::parse(&body)?.into_change()?;
+    let change = SiteSettingsWire::parse(&small_body(body).await?)?.into_change()?;
     let now = Utc::now();
     // The settings first: a refused effective_from registers nothing.
     let owner = Owner::Site(site.clone());
@@ -165,7 +167,7 @@ pub async fn get_uniques(
         other => {
             return Err(ApiError::invalid(
                 "granularity",
-                format!("{other:?} is not one of total, month, week, day"),
+                format!("{} is not one of total, month, week, day", echo(other)),
             ));
         }
     };

@@ -3,6 +3,7 @@
 //! service, never the store.
 
 use super::body::BodyLimits;
+use super::limits::{ConnectionLimits, InFlight, Limiters, RateLimits};
 use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
 use crate::beacons::live::{Flushed, LiveSketches, spawn_flusher};
@@ -10,6 +11,8 @@ use crate::beacons::rebuild::rebuild_days;
 use crate::domain::beacon::BeaconRules;
 use crate::domain::time::Day;
 use crate::ingest::Ingestor;
+use crate::processes::ProcessRegistry;
+use crate::processes::repair::{Repaired, repair_gone_processes};
 use crate::query::{Queries, QueryOptions};
 use crate::sealer::{Sealer, SealerOptions};
 use crate::settings::{Settings, SettingsCache};
@@ -18,6 +21,7 @@ use crate::store::{Store, StoreError};
 use axum::http::HeaderValue;
 use ipnet::IpNet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Tunables of the HTTP service, with the defaults docs/API.md documents.
@@ -44,6 +48,17 @@ pub struct ServiceOptions {
     pub access: AccessOptions,
     /// Whether `/metrics` answers without a key.
     pub metrics_public: bool,
+    /// Connections, and the time a request's head may take.
+    pub connections: ConnectionLimits,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: Duration,
+    /// Events per ingest key, beacon requests per client address.
+    pub rate_limits: RateLimits,
+    /// Writes and queries at once.
+    pub in_flight: InFlight,
+    /// Bytes of live unique-visitor sketches held in memory; past it the least recently used
+    /// are stored and dropped.
+    pub sketch_memory: u64,
 }
 
 impl Default for ServiceOptions {
@@ -63,6 +78,11 @@ impl Default for ServiceOptions {
             sealer: SealerOptions::default(),
             access: AccessOptions::default(),
             metrics_public: false,
+            connections: ConnectionLimits::default(),
+            body_timeout: Duration::from_secs(30),
+            rate_limits: RateLimits::default(),
+            in_flight: InFlight::default(),
+            sketch_memory: 256 * 1024 * 1024,
         }
     }
 }
@@ -73,11 +93,15 @@ pub struct AppState {
     store: Arc<dyn Store>,
     settings_cache: Arc<SettingsCache>,
     live_sketches: Arc<LiveSketches>,
+    registry: Arc<ProcessRegistry>,
+    /// Set while a start-up repair runs: `/readyz` answers 503 until it is done.
+    repairing: Arc<AtomicBool>,
     pub ingestor: Arc<Ingestor>,
     pub beacons: Arc<BeaconIngestor>,
     pub queries: Arc<Queries>,
     pub settings: Arc<Settings>,
     pub access: Arc<Access>,
+    pub limiters: Arc<Limiters>,
     pub options: Arc<ServiceOptions>,
 }
 
@@ -96,11 +120,15 @@ impl AppState {
             options.write_concurrency,
             rule,
         ));
-        let live_sketches = Arc::new(LiveSketches::new());
+        let live_sketches = Arc::new(LiveSketches::with_budget(options.sketch_memory));
+        let registry = Arc::new(ProcessRegistry::new(
+            Arc::clone(&store) as Arc<dyn crate::store::ProcessStore>
+        ));
         let beacons = Arc::new(BeaconIngestor::new(
             Arc::clone(&store),
             Arc::clone(&settings_cache),
             Arc::clone(&live_sketches),
+            Arc::clone(&registry),
             rule,
         ));
         let queries = Arc::new(Queries::new(
@@ -120,15 +148,23 @@ impl AppState {
             Arc::clone(&store) as Arc<dyn crate::store::AccessStore>,
             access_options,
         ));
+        let limiters = Arc::new(Limiters::new(
+            options.rate_limits,
+            options.in_flight,
+            options.body_limits.max_events,
+        ));
         Self {
             store,
             settings_cache,
             live_sketches,
+            registry,
+            repairing: Arc::new(AtomicBool::new(false)),
             ingestor,
             beacons,
             queries,
             settings,
             access,
+            limiters,
             options: Arc::new(options),
         }
     }
@@ -140,6 +176,11 @@ impl AppState {
 
     /// Whether the store answers, its schema is current and the keys are loaded (`/readyz`).
     pub async fn check_ready(&self) -> Result<(), StoreError> {
+        if self.repairing.load(Ordering::Acquire) {
+            return Err(StoreError::unavailable_message(
+                "repairing the unique-visitor counts of a server process that stopped without saving them",
+            ));
+        }
         self.store.check_ready().await?;
         if !self.access.is_ready() {
             // The first read may have met a store that was not ready yet: try it now.
@@ -162,8 +203,43 @@ impl AppState {
         spawn_flusher(
             Arc::clone(&self.live_sketches),
             Arc::clone(&self.store) as Arc<dyn crate::store::VisitStore>,
+            Arc::clone(&self.registry),
             self.options.sketch_flush_interval,
         )
+    }
+
+    /// Lists this process among those sharing the store, reporting every second until the
+    /// returned task is aborted.
+    pub async fn start_reporting(&self) -> tokio::task::JoinHandle<()> {
+        self.registry.start_reporting().await
+    }
+
+    /// Removes this process from the list, with its marks: its live state is stored.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        self.registry.leave().await
+    }
+
+    /// Makes `/readyz` answer 503 until [`repair_gone_processes`](Self::repair_gone_processes)
+    /// is done.
+    pub fn hold_readiness_for_repair(&self) {
+        self.repairing.store(true, Ordering::Release);
+    }
+
+    /// Rebuilds what server processes that went away without saving their live state left
+    /// marked (see [`crate::processes::repair`]).
+    pub async fn repair_gone_processes(&self) -> Result<Repaired, StoreError> {
+        repair_gone_processes(
+            self.store.as_ref(),
+            &self.settings_cache,
+            self.registry.id(),
+            self.options.queries.fan_out,
+        )
+        .await
+    }
+
+    /// Lets `/readyz` answer 200 again once the start-up repair is done.
+    pub fn release_readiness(&self) {
+        self.repairing.store(false, Ordering::Release);
     }
 
     /// Stores every answered beacon's sketches (before the process goes).

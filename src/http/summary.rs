@@ -3,6 +3,7 @@
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
+use crate::domain::echo::echo;
 use crate::query::summary::{Counts, Grouping};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -111,7 +112,7 @@ pub async fn get_summary(
         other => {
             return Err(ApiError::invalid(
                 "group_by",
-                format!("{other:?} is not one of day, hour, ad, none"),
+                format!("{} is not one of day, hour, ad, none", echo(other)),
             ));
         }
     };

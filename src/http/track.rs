@@ -5,9 +5,11 @@
 use super::AppState;
 use super::beacon_params::{BeaconError, parse_beacon};
 use super::body::{BodyLimits, read_body};
+use super::client_ip::client_ip;
 use super::error::{ApiError, ErrorAnswer, FieldError};
-use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use crate::domain::echo::echo;
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
@@ -38,15 +40,19 @@ const PIXEL: &[u8] = &[
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
         (status = 403, description = "The site is not registered, or refuses the page's origin; nothing was stored", body = ErrorAnswer),
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
-        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 429, description = "The client address is past its rate (`--rate-limit-beacons`); nothing stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable or the server is at its in-flight cap; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub async fn post_track(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
+    request: Request,
 ) -> Result<StatusCode, ApiError> {
+    let (parts, body) = request.into_parts();
+    // Before a byte of the body is read: an address past its rate costs next to nothing.
+    admit_address(&state, &parts)?;
+    let headers = parts.headers;
+    let query = parts.uri.query();
     let limits = BodyLimits {
         max_bytes: MAX_BEACON_BYTES,
         max_events: 1,
@@ -65,7 +71,7 @@ pub async fn post_track(
         other => other,
     };
     let body = read_body(&headers, body, limits).await.map_err(as_400)?;
-    let mut params = query_params(query.as_deref())?;
+    let mut params = query_params(query)?;
     params.extend(body_params(&headers, &body).map_err(as_400)?);
     track(&state, &headers, params).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -98,15 +104,13 @@ pub async fn head_track() -> Response {
         (status = 200, description = "A 1×1 transparent GIF", content_type = "image/gif"),
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
         (status = 403, description = "The site is not registered, or refuses the page's origin; nothing was stored", body = ErrorAnswer),
-        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 429, description = "The client address is past its rate (`--rate-limit-beacons`); nothing stored", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable or the server is at its in-flight cap; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_track(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ApiError> {
-    track(&state, &headers, query_params(query.as_deref())?).await?;
+pub async fn get_track(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
+    admit_address(&state, &parts)?;
+    track(&state, &parts.headers, query_params(parts.uri.query())?).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/gif"),
@@ -131,6 +135,15 @@ pub async fn options_track() -> Response {
         [(header::ALLOW, "GET, POST, OPTIONS")],
     )
         .into_response()
+}
+
+/// Takes one request from the client address's bucket (`--rate-limit-beacons`).
+fn admit_address(state: &AppState, parts: &Parts) -> Result<(), ApiError> {
+    let address = client_ip(parts, &state.options.trusted_proxies);
+    state.limiters.admit_beacon(address).inspect_err(|_| {
+        metrics::counter!("adevents_beacons_refused_total", "reason" => "rate_limited")
+            .increment(1);
+    })
 }
 
 async fn track(
@@ -230,8 +243,9 @@ fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>
             }
         }
         Some(other) => Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Type {other:?} is not accepted by /track: send application/x-www-form-urlencoded, \
-             text/plain or application/json"
+            "Content-Type {} is not accepted by /track: send application/x-www-form-urlencoded, \
+             text/plain or application/json",
+            echo(other)
         ))),
     }
 }

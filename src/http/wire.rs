@@ -4,6 +4,7 @@
 
 use super::body::{BodyFormat, RawItem, check_count, scan, split_items};
 use super::error::{ApiError, FieldError};
+use crate::domain::echo::echo;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
 use crate::domain::time::{EventTime, EventTimeError};
@@ -153,7 +154,7 @@ impl Item<'_> {
             None => self.fail(field, "is required"),
             Some(text) => match Uuid::parse_str(&text) {
                 Ok(id) => Some(id),
-                Err(_) => self.fail(field, format!("{text:?} is not a UUID")),
+                Err(_) => self.fail(field, format!("{} is not a UUID", echo(&text))),
             },
         }
     }
@@ -224,7 +225,7 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
                 Ok(ip) => Some(ip),
                 Err(_) => item.fail(
                     "user_ip",
-                    format!("{text:?} is not an IPv4 or IPv6 address"),
+                    format!("{} is not an IPv4 or IPv6 address", echo(&text)),
                 ),
             },
         };

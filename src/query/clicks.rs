@@ -4,24 +4,32 @@
 
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::store::{ClickRow, EventStore, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-/// Impressions with at least one click stored in `partitions`.
-pub async fn clicked_in(
+/// Impressions with at least one click stored in `partitions`, each with the UTC day of its
+/// earliest click there.
+pub async fn first_click_days_in(
     store: &dyn EventStore,
     partitions: Vec<EventPartition>,
     fan_out: FanOut,
-) -> Result<HashSet<ImpressionId>, StoreError> {
+) -> Result<HashMap<ImpressionId, Day>, StoreError> {
     let mut reads = stream::iter(partitions)
         .map(|partition| async move { store.read_clicks(&partition).await })
         .buffer_unordered(fan_out.concurrency.max(1));
-    let mut clicked = HashSet::new();
+    let mut clicked: HashMap<ImpressionId, Day> = HashMap::new();
     while let Some(rows) = reads.next().await {
-        clicked.extend(rows?.into_iter().map(|row| row.impression_id));
+        for row in rows? {
+            let day = Day::new(row.timestamp.instant().date_naive());
+            clicked
+                .entry(row.impression_id)
+                .and_modify(|first| *first = (*first).min(day))
+                .or_insert(day);
+        }
     }
     Ok(clicked)
 }

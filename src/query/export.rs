@@ -1,10 +1,13 @@
 //! Bulk export: every impression of a range, each id once per UTC day, with whether it was
-//! clicked at any time up to the export. The clicked ids (clicks are well under 1 % of
-//! impressions) are read first, by fan-out over the click partitions from the range's first
-//! day to today; the impressions then come a page at a time, for the caller to stream.
+//! clicked within the click look-back after its UTC day (`--click-lookback`). The clicked ids
+//! (clicks are well under 1 % of impressions) are read first, by fan-out over the click
+//! partitions from the range's first day to its last plus the look-back (never past
+//! tomorrow), each with the UTC day of its earliest click there; the impressions then come a
+//! page at a time, for the caller to stream.
 
 use super::Reader;
-use super::clicks::clicked_in;
+use super::budget::{PartitionBudget, QueryError};
+use super::clicks::first_click_days_in;
 use super::impressions::ImpressionScan;
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
@@ -13,14 +16,17 @@ use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::store::StoreError;
+use chrono::TimeDelta;
 use chrono::{DateTime, Utc};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// An export in progress.
 pub struct Export {
     scan: ImpressionScan,
-    clicked: HashSet<ImpressionId>,
+    /// The UTC day of each impression's earliest click in the days read.
+    clicked: HashMap<ImpressionId, Day>,
+    lookback: TimeDelta,
 }
 
 impl Export {
@@ -30,7 +36,8 @@ impl Export {
         campaign: CampaignKey,
         range: &QueryRange,
         now: DateTime<Utc>,
-    ) -> Result<Self, StoreError> {
+        lookback_days: u32,
+    ) -> Result<Self, QueryError> {
         let settings = &reader.settings;
         let history = settings.history(&Owner::Campaign(campaign)).await?;
         let plan = |days: Vec<Day>| {
@@ -45,18 +52,33 @@ impl Export {
             .collect::<Vec<_>>()
         };
         let impressions = plan(range.utc_days().collect());
-        // Clicks up to now, whenever the range ends (a click can come days after its
-        // impression), and tomorrow's for clocks a little ahead.
-        let first = range
-            .utc_days()
-            .next()
-            .unwrap_or_else(|| Day::new(now.date_naive()));
-        let last = Day::new(now.date_naive()).next();
-        let click_days: Vec<Day> = first.through(last).collect();
-        let clicked = clicked_in(reader.store.as_ref(), plan(click_days), reader.fan_out).await?;
+        // Clicks of the range's days and of the look-back after its last (a click can come
+        // days after its impression), judged as asked; tomorrow's at most, for clocks a little
+        // ahead.
+        let lookback = TimeDelta::days(i64::from(lookback_days));
+        let days: Vec<Day> = range.utc_days().collect();
+        // A range has at least one day; today stands in for none.
+        let today = Day::new(now.date_naive());
+        let first = days.first().copied().unwrap_or(today);
+        let last = days.last().copied().unwrap_or(today);
+        let lookback_end = Day::new(last.date() + lookback);
+        let click_days: Vec<Day> = first.through(lookback_end).collect();
+        let click_partitions = plan(click_days.clone());
+        reader.budget.check(
+            PartitionBudget::cost(std::iter::once((false, impressions.len())))
+                + PartitionBudget::cost(std::iter::once((false, click_partitions.len()))),
+        )?;
+        let tomorrow = today.next();
+        let readable: Vec<Day> = click_days
+            .into_iter()
+            .filter(|day| *day <= tomorrow)
+            .collect();
+        let clicked =
+            first_click_days_in(reader.store.as_ref(), plan(readable), reader.fan_out).await?;
         Ok(Self {
             scan: ImpressionScan::new(Arc::clone(&reader.store), range, impressions),
             clicked,
+            lookback,
         })
     }
 
@@ -65,7 +87,11 @@ impl Export {
         Ok(self.scan.next_page().await?.map(|page| {
             page.into_iter()
                 .map(|impression| {
-                    let clicked = self.clicked.contains(&impression.impression_id);
+                    let day = impression.timestamp.instant().date_naive();
+                    let clicked = self
+                        .clicked
+                        .get(&impression.impression_id)
+                        .is_some_and(|first| first.date() <= day + self.lookback);
                     (impression, clicked)
                 })
                 .collect()

@@ -5,6 +5,7 @@
 //! the fan-out limits, so a handler only names what it wants to know.
 
 pub mod aggregate;
+pub mod budget;
 pub mod clicks;
 pub mod export;
 pub mod impressions;
@@ -21,6 +22,8 @@ use crate::domain::ids::CampaignKey;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use aggregate::BillableWindow;
+use budget::PartitionBudget;
+pub use budget::QueryError;
 use chrono::{DateTime, Utc};
 use range::QueryRange;
 use std::sync::Arc;
@@ -32,12 +35,14 @@ pub struct FanOut {
     pub concurrency: usize,
 }
 
-/// What every read needs: where to read, how the owners are configured, how wide to fan out.
+/// What every read needs: where to read, how the owners are configured, how wide to fan out,
+/// how much one query may read.
 #[derive(Clone)]
 pub struct Reader {
     pub store: Arc<dyn Store>,
     pub settings: Arc<SettingsCache>,
     pub fan_out: FanOut,
+    pub budget: PartitionBudget,
 }
 
 /// The query side's tunables.
@@ -48,6 +53,10 @@ pub struct QueryOptions {
     pub billable_window: BillableWindow,
     /// How many UTC days before today `impressions/recent` looks back.
     pub recent_lookback_days: u32,
+    /// The most partitions one query may read (a sealed day counts as one).
+    pub max_partitions: u64,
+    /// An export's `clicked` means clicked within this many UTC days after the impression's.
+    pub click_lookback_days: u32,
 }
 
 impl Default for QueryOptions {
@@ -56,6 +65,8 @@ impl Default for QueryOptions {
             fan_out: FanOut { concurrency: 64 },
             billable_window: BillableWindow::DEFAULT,
             recent_lookback_days: 7,
+            max_partitions: 20_000,
+            click_lookback_days: 30,
         }
     }
 }
@@ -73,6 +84,9 @@ impl Queries {
                 store,
                 settings,
                 fan_out: options.fan_out,
+                budget: PartitionBudget {
+                    max: options.max_partitions,
+                },
             },
             options,
         }
@@ -84,7 +98,7 @@ impl Queries {
         campaign: CampaignKey,
         range: &QueryRange,
         grouping: summary::Grouping,
-    ) -> Result<summary::Summary, StoreError> {
+    ) -> Result<summary::Summary, QueryError> {
         let window = self.options.billable_window;
         summary::campaign_summary(&self.reader, campaign, range, grouping, window).await
     }
@@ -95,8 +109,9 @@ impl Queries {
         campaign: CampaignKey,
         range: &QueryRange,
         dimension: &report::Dimension,
-    ) -> Result<Vec<report::ReportRow>, StoreError> {
-        report::campaign_report(&self.reader, campaign, range, dimension).await
+        limit: usize,
+    ) -> Result<report::Report, QueryError> {
+        report::campaign_report(&self.reader, campaign, range, dimension, limit).await
     }
 
     /// Opens a bulk export of a campaign's impressions over `range`.
@@ -105,8 +120,9 @@ impl Queries {
         campaign: CampaignKey,
         range: &QueryRange,
         now: DateTime<Utc>,
-    ) -> Result<export::Export, StoreError> {
-        export::Export::open(&self.reader, campaign, range, now).await
+    ) -> Result<export::Export, QueryError> {
+        let lookback = self.options.click_lookback_days;
+        export::Export::open(&self.reader, campaign, range, now, lookback).await
     }
 
     /// A campaign's newest `limit` impressions as of `now`.
@@ -129,7 +145,7 @@ impl Queries {
         &self,
         site: &SiteId,
         question: &uniques::UniquesQuery,
-    ) -> Result<uniques::SiteUniques, StoreError> {
+    ) -> Result<uniques::SiteUniques, QueryError> {
         uniques::site_uniques(&self.reader, site, question).await
     }
 }

@@ -4,15 +4,16 @@
 //! is counted under its value; memory holds the clicked ids and one counter per value.
 
 use super::Reader;
+use super::budget::{PartitionBudget, QueryError};
 use super::clicks::first_clicked_between;
 use super::impressions::ImpressionScan;
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
+use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::user_data::MAX_KEY_BYTES;
-use crate::store::StoreError;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ impl std::str::FromStr for Dimension {
             Some(_) => Err(format!(
                 "the user_data key must be 1 to {MAX_KEY_BYTES} bytes"
             )),
-            None => Err(format!("{text:?} is not ad_id or user_data.<key>")),
+            None => Err(format!("{} is not ad_id or user_data.<key>", echo(text))),
         }
     }
 }
@@ -61,12 +62,28 @@ impl Dimension {
     }
 }
 
-/// One value's counts; `value` is `None` for impressions without the key.
+/// Rows a report lists by default, and at most.
+pub const DEFAULT_LIMIT: usize = 1_000;
+pub const MAX_LIMIT: usize = 10_000;
+
+/// One value's counts; `value` is `None` for impressions without the key, and for the row
+/// that sums every value past the limit (`other`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportRow {
     pub value: Option<String>,
     pub impressions: u64,
     pub clicks: u64,
+    /// This row sums the values past the report's limit.
+    pub other: bool,
+}
+
+/// A report's rows: at most its limit of values, then, if more values had impressions, one
+/// row summing the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub rows: Vec<ReportRow>,
+    /// How many distinct values the range had in all.
+    pub values: usize,
 }
 
 impl ReportRow {
@@ -80,26 +97,32 @@ impl ReportRow {
     }
 }
 
-/// The report's rows, most impressions first, then by value (`null` last). Impressions count
-/// as in the summary (once per UTC day, at the earliest time); a row's clicks are those of its
-/// impressions whose first click falls in the range, each once.
+/// The report's rows, most impressions first, then by value (`null` last), at most `limit`
+/// of them and a row summing the rest. Impressions count as in the summary (once per UTC day,
+/// at the earliest time); a row's clicks are those of its impressions whose first click falls
+/// in the range, each once. Reports read raw partitions, every day costing its bucket count.
 pub async fn campaign_report(
     reader: &Reader,
     campaign: CampaignKey,
     range: &QueryRange,
     dimension: &Dimension,
-) -> Result<Vec<ReportRow>, StoreError> {
+    limit: usize,
+) -> Result<Report, QueryError> {
     let settings = &reader.settings;
     let history = settings.history(&Owner::Campaign(campaign)).await?;
-    let partitions: Vec<_> = campaign_partitions(
+    let plan = campaign_partitions(
         campaign,
         range.utc_days(),
         &history,
         settings.read_staleness(),
-    )
-    .into_iter()
-    .flat_map(|(_, partitions)| partitions)
-    .collect();
+    );
+    reader.budget.check(PartitionBudget::cost(
+        plan.iter().map(|(_, partitions)| (false, partitions.len())),
+    ))?;
+    let partitions: Vec<_> = plan
+        .into_iter()
+        .flat_map(|(_, partitions)| partitions)
+        .collect();
     let mut clicked = first_clicked_between(
         reader.store.as_ref(),
         campaign,
@@ -126,6 +149,7 @@ pub async fn campaign_report(
             value,
             impressions,
             clicks,
+            other: false,
         })
         .collect();
     rows.sort_by(|a, b| {
@@ -138,12 +162,58 @@ pub async fn campaign_report(
                 (None, None) => std::cmp::Ordering::Equal,
             })
     });
-    Ok(rows)
+    Ok(limited(rows, limit))
+}
+
+/// The first `limit` rows, and one summing the rest when there is a rest.
+fn limited(mut rows: Vec<ReportRow>, limit: usize) -> Report {
+    let values = rows.len();
+    if rows.len() > limit {
+        let rest = rows.split_off(limit);
+        rows.push(ReportRow {
+            value: None,
+            impressions: rest.iter().map(|row| row.impressions).sum(),
+            clicks: rest.iter().map(|row| row.clicks).sum(),
+            other: true,
+        });
+    }
+    Report { rows, values }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(value: &str, impressions: u64, clicks: u64) -> ReportRow {
+        ReportRow {
+            value: Some(value.to_owned()),
+            impressions,
+            clicks,
+            other: false,
+        }
+    }
+
+    #[test]
+    fn past_its_limit_a_report_sums_the_rest_into_one_row() {
+        let rows = vec![
+            row("a", 5, 1),
+            row("b", 4, 0),
+            row("c", 3, 2),
+            row("d", 1, 1),
+        ];
+        let report = limited(rows.clone(), 2);
+        assert_eq!(report.values, 4);
+        assert_eq!(report.rows.len(), 3);
+        assert_eq!(report.rows[..2], rows[..2]);
+        let other = &report.rows[2];
+        assert!(other.other && other.value.is_none());
+        assert_eq!((other.impressions, other.clicks), (4, 3));
+        let whole = limited(rows.clone(), 4);
+        assert_eq!(
+            whole.rows, rows,
+            "no other row when nothing is past the limit"
+        );
+    }
 
     #[test]
     fn dimensions_parse_and_name_themselves() {

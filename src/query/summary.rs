@@ -10,6 +10,7 @@
 
 use super::Reader;
 use super::aggregate::{BillableWindow, DayAggregate, DayRead, SliceCounts, aggregate_day};
+use super::budget::{PartitionBudget, QueryError};
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::ids::{AdId, CampaignKey};
@@ -272,7 +273,7 @@ pub async fn campaign_summary(
     range: &QueryRange,
     grouping: Grouping,
     window: BillableWindow,
-) -> Result<Summary, StoreError> {
+) -> Result<Summary, QueryError> {
     let (store, settings, fan_out) = (reader.store.as_ref(), &reader.settings, reader.fan_out);
     let owner = Owner::Campaign(campaign);
     let history = settings.history(&owner).await?;
@@ -299,6 +300,11 @@ pub async fn campaign_summary(
             .buffered(fan_out.concurrency.max(1))
             .try_collect()
             .await?;
+    reader.budget.check(PartitionBudget::cost(
+        days.iter()
+            .zip(&current)
+            .map(|((_, partitions, _), sealed)| (*sealed, partitions.len())),
+    ))?;
     let (sealed, raw): (Vec<_>, Vec<_>) = days
         .into_iter()
         .zip(current)

@@ -9,6 +9,7 @@
 //! 30/45-minute ones (docs/API.md).
 
 use super::Reader;
+use super::budget::{PartitionBudget, QueryError};
 use super::plan::visit_partitions;
 use super::range::QueryRange;
 use crate::domain::beacon::{Features, SiteId};
@@ -117,7 +118,7 @@ pub async fn site_uniques(
     reader: &Reader,
     site: &SiteId,
     question: &UniquesQuery,
-) -> Result<SiteUniques, StoreError> {
+) -> Result<SiteUniques, QueryError> {
     let (range, granularity) = (&question.range, question.granularity);
     let periods = Periods::new(range, granularity);
     let mut total = Tally::default();
@@ -138,6 +139,19 @@ pub async fn site_uniques(
             open.push(day);
         }
     }
+    let history = reader.settings.history(owner).await?;
+    let staleness = reader.settings.read_staleness();
+    reader.budget.check(PartitionBudget::cost(
+        sealed
+            .iter()
+            .map(|_| (true, 1))
+            .chain(open.iter().map(|day| {
+                (
+                    false,
+                    visit_partitions(site, *day, &history, staleness).len(),
+                )
+            })),
+    ))?;
     let mut tallies_of = Tallies {
         periods: &periods,
         range,

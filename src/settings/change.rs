@@ -13,6 +13,12 @@ use crate::store::{SettingsStore, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::Arc;
 
+/// How far ahead a change may be scheduled.
+pub const MAX_SCHEDULE_DAYS: i64 = 366;
+/// How many changes may wait to take effect at once (the history every event write reads
+/// stays small).
+pub const MAX_SCHEDULED: usize = 100;
+
 /// A change as asked for, already parsed. Absent fields keep their value (a `PUT` merges).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SettingsChange {
@@ -34,6 +40,10 @@ pub enum ChangeError {
          ahead of the clock, and every server process must learn the change first"
     )]
     TooSoon { lead_seconds: i64 },
+    #[error("is more than {MAX_SCHEDULE_DAYS} days ahead")]
+    TooFar,
+    #[error("would be the {n}th scheduled change; at most {MAX_SCHEDULED} changes may wait to take effect", n = MAX_SCHEDULED + 1)]
+    TooManyScheduled,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -76,6 +86,9 @@ impl Settings {
             Some(instant) if instant < earliest => Err(ChangeError::TooSoon {
                 lead_seconds: self.lead().num_seconds(),
             }),
+            Some(instant) if instant > now + TimeDelta::days(MAX_SCHEDULE_DAYS) => {
+                Err(ChangeError::TooFar)
+            }
             Some(instant) => Ok(instant),
         }
     }
@@ -93,12 +106,16 @@ impl Settings {
         // Checked whenever given, even if the bucket count does not change: a client that
         // sends a time in the past hears about it.
         let effective_from = self.effective_from(change.effective_from, now)?;
-        let latest = self.store.settings(owner).await?.latest();
+        let history = self.store.settings(owner).await?;
+        let latest = history.latest();
         let daily_cap = match owner {
             Owner::Campaign(_) => change.daily_cap.unwrap_or(latest.daily_cap),
             Owner::Site(_) => None,
         };
         let written = match change.buckets.filter(|buckets| *buckets != latest.buckets) {
+            Some(_) if history.scheduled_after(now) >= MAX_SCHEDULED => {
+                return Err(ChangeError::TooManyScheduled);
+            }
             Some(buckets) => Some(CampaignSettings {
                 buckets,
                 effective_from,

@@ -1,5 +1,5 @@
 //! Posting simulated beacons to a server, several at once, retrying what a server asks to be
-//! retried (503, connection failures), with a progress bar.
+//! retried (429 and 503 after their `Retry-After`, connection failures), with a progress bar.
 
 use super::traffic::SimulatedVisit;
 use futures::{StreamExt, stream};
@@ -65,17 +65,25 @@ async fn send_one(
     body: String,
 ) -> Result<(), SendError> {
     let mut last_error = String::new();
-    for attempt in 1..=ATTEMPTS {
+    let mut attempt = 0;
+    while attempt < ATTEMPTS {
         let sent = client
             .post(url)
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body.clone())
             .send()
             .await;
-        match sent {
+        // Re-sending the same beacon (same timestamp) is harmless: it counts once.
+        let wait = match sent {
             Ok(response) if response.status().is_success() => return Ok(()),
+            // Rate-limited: the server says when; waiting is not a failure.
+            Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                retry_after(&response).unwrap_or(Duration::from_secs(1))
+            }
             Ok(response) if response.status().is_server_error() => {
+                attempt += 1;
                 last_error = format!("status {}", response.status());
+                retry_after(&response).unwrap_or(Duration::from_millis(200 * u64::from(attempt)))
             }
             Ok(response) => {
                 let status = response.status().as_u16();
@@ -86,13 +94,29 @@ async fn send_one(
                     body,
                 });
             }
-            Err(error) => last_error = error.to_string(),
-        }
-        // Re-sending the same beacon (same timestamp) is harmless: it counts once.
-        tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            Err(error) => {
+                attempt += 1;
+                last_error = error.to_string();
+                Duration::from_millis(200 * u64::from(attempt))
+            }
+        };
+        tokio::time::sleep(wait).await;
     }
     Err(SendError::Unreachable {
         index,
         error: last_error,
     })
+}
+
+/// The answer's `Retry-After`, in seconds (at most a minute: a simulation keeps moving).
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let seconds: u64 = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds.clamp(1, 60)))
 }

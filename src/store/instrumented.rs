@@ -3,7 +3,7 @@
 
 use super::{
     AccessStore, ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor,
-    ReachLevel, Rollup, RollupStore, SealState, SealStore, SettingsStore, SiteRollup,
+    ProcessStore, ReachLevel, Rollup, RollupStore, SealState, SealStore, SettingsStore, SiteRollup,
     SketchPartition, SketchRow, Store, StoreError, VisitRow, VisitStore,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -13,6 +13,8 @@ use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::partition::EventPartition;
+use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
+use crate::domain::sealing::LateMark;
 use crate::domain::time::Day;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -172,6 +174,10 @@ impl SealStore for Instrumented {
     async fn seal_state(&self, owner: &Owner, day: Day) -> Result<SealState, StoreError> {
         timed("seal_state", self.inner.seal_state(owner, day)).await
     }
+
+    async fn late_marks(&self, since: Day) -> Result<Vec<LateMark>, StoreError> {
+        timed("late_marks", self.inner.late_marks(since)).await
+    }
 }
 
 #[async_trait]
@@ -249,6 +255,45 @@ impl AccessStore for Instrumented {
     async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError> {
         let call = self.inner.mark_admin_bootstrapped();
         timed("mark_admin_bootstrapped", call).await
+    }
+}
+
+#[async_trait]
+impl ProcessStore for Instrumented {
+    async fn report_process(&self, report: &ProcessReport) -> Result<(), StoreError> {
+        timed("report_process", self.inner.report_process(report)).await
+    }
+
+    async fn processes(&self) -> Result<Vec<ProcessReport>, StoreError> {
+        timed("processes", self.inner.processes()).await
+    }
+
+    async fn mark_unflushed(
+        &self,
+        process: ProcessId,
+        day: &UnflushedDay,
+    ) -> Result<(), StoreError> {
+        timed("mark_unflushed", self.inner.mark_unflushed(process, day)).await
+    }
+
+    async fn clear_unflushed(
+        &self,
+        process: ProcessId,
+        day: &UnflushedDay,
+    ) -> Result<(), StoreError> {
+        timed("clear_unflushed", self.inner.clear_unflushed(process, day)).await
+    }
+
+    async fn unflushed(&self, process: ProcessId) -> Result<Vec<UnflushedDay>, StoreError> {
+        timed("unflushed", self.inner.unflushed(process)).await
+    }
+
+    async fn remove_process(&self, process: ProcessId) -> Result<(), StoreError> {
+        timed("remove_process", self.inner.remove_process(process)).await
+    }
+
+    fn is_shared(&self) -> bool {
+        self.inner.is_shared()
     }
 }
 

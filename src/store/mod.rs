@@ -10,7 +10,8 @@
 //! It is split by subsystem, so each consumer can ask for only the part it uses:
 //! [`EventStore`] (impressions and clicks), [`VisitStore`] (beacons and live sketches),
 //! [`SettingsStore`], [`SealStore`] (the day index and seal states), [`RollupStore`] (sealed
-//! days) and [`AccessStore`] (API keys and registered sites). Campaigns and sites share one
+//! days), [`AccessStore`] (API keys and registered sites) and [`ProcessStore`] (the server
+//! processes sharing the store, and what each may leave unsaved). Campaigns and sites share one
 //! method wherever they follow the same rule, keyed by [`Owner`]. [`Store`] is their sum.
 
 pub mod cassandra;
@@ -33,6 +34,8 @@ use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::partition::EventPartition;
+use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
+use crate::domain::sealing::LateMark;
 use crate::domain::time::Day;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -148,6 +151,10 @@ pub trait SealStore: Send + Sync {
 
     /// The owner-day's seal and late mark.
     async fn seal_state(&self, owner: &Owner, day: Day) -> Result<SealState, StoreError>;
+
+    /// The late index: every owner-day [`mark_late`](Self::mark_late) marked on UTC day `since`
+    /// or later, each once with its latest mark (marks older than ten days may be gone).
+    async fn late_marks(&self, since: Day) -> Result<Vec<LateMark>, StoreError>;
 }
 
 /// Sealed days: what a campaign-day or a site-day adds up to, written once by the sealer.
@@ -213,10 +220,53 @@ pub trait AccessStore: Send + Sync {
     async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError>;
 }
 
+/// The server processes sharing the store: each reports every second, and records each
+/// owner-day it holds unsaved live state for before it counts an event of it, so that the
+/// state of a process that went silent can be repaired from the raw events.
+#[async_trait]
+pub trait ProcessStore: Send + Sync {
+    /// Records or refreshes a running process's report.
+    async fn report_process(&self, report: &ProcessReport) -> Result<(), StoreError>;
+
+    /// Every process that reported and was not removed since.
+    async fn processes(&self) -> Result<Vec<ProcessReport>, StoreError>;
+
+    /// Records that `process` may hold unsaved live state for an owner-day. Idempotent.
+    async fn mark_unflushed(
+        &self,
+        process: ProcessId,
+        day: &UnflushedDay,
+    ) -> Result<(), StoreError>;
+
+    /// Removes one mark: the process stored the owner-day's live state.
+    async fn clear_unflushed(
+        &self,
+        process: ProcessId,
+        day: &UnflushedDay,
+    ) -> Result<(), StoreError>;
+
+    /// The owner-days `process` marked.
+    async fn unflushed(&self, process: ProcessId) -> Result<Vec<UnflushedDay>, StoreError>;
+
+    /// Forgets a process and its marks: it stopped cleanly, or its days were repaired.
+    async fn remove_process(&self, process: ProcessId) -> Result<(), StoreError>;
+
+    /// Whether this store can be shared by several processes at once (Cassandra) or belongs
+    /// to one (the embedded store's locked folder: every other process there is gone).
+    fn is_shared(&self) -> bool;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
-    EventStore + VisitStore + SettingsStore + SealStore + RollupStore + AccessStore + 'static
+    EventStore
+    + VisitStore
+    + SettingsStore
+    + SealStore
+    + RollupStore
+    + AccessStore
+    + ProcessStore
+    + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:
     /// what `/readyz` reports to a load balancer.

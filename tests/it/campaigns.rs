@@ -59,7 +59,10 @@ async fn a_change_without_effective_from_waits_for_every_cache_to_expire(backend
 async fn a_change_scheduled_far_enough_ahead_is_stored_as_given(backend: Backend) {
     let server = backend.server().await;
     let campaign = Campaign::fresh();
-    let later = "2099-01-01T00:00:00.000Z";
+    // Within the 366 days a change may be scheduled ahead.
+    let later = (Utc::now() + Duration::days(300))
+        .format("%Y-%m-%dT00:00:00.000Z")
+        .to_string();
 
     let (status, body) = put(
         &server,
@@ -117,7 +120,10 @@ async fn invalid_settings_are_refused_naming_the_field(backend: Backend) {
 async fn a_settings_change_merges_into_what_is_there(backend: Backend) {
     let server = backend.server().await;
     let campaign = Campaign::fresh();
-    let later = "2099-01-01T00:00:00.000Z";
+    // Within the 366 days a change may be scheduled ahead.
+    let later = (Utc::now() + Duration::days(300))
+        .format("%Y-%m-%dT00:00:00.000Z")
+        .to_string();
     let (status, _) = put(
         &server,
         &campaign,

@@ -95,15 +95,19 @@ async fn an_export_of_200_000_impressions_has_each_once_with_clicked_in_both_for
         if i % 3 == 0 {
             event["user_ip"] = json!("203.0.113.7");
         }
-        // Every 50th clicked: some within the range, some in the month after (still clicked).
+        // Every 50th clicked: some within the range, some in the weeks after, within the
+        // 30-day click look-back (still clicked). Others clicked 35 days after their UTC day,
+        // past the look-back: not clicked.
         let clicked = i % 50 == 0;
         if clicked {
             let after = if i % 100 == 0 {
                 Duration::minutes(1)
             } else {
-                Duration::days(35)
+                Duration::days(25)
             };
             clicks.push(campaign.click(id, ad_id, timestamp + after));
+        } else if i % 50 == 25 {
+            clicks.push(campaign.click(id, ad_id, timestamp + Duration::days(35)));
         }
         // Every 10,000th re-sent later the same day: exported once, at its first time.
         if i % 10_000 == 5 {

@@ -177,7 +177,7 @@ async fn bodies_over_the_limits_are_413_and_other_media_types_415(backend: Backe
             max_bytes: 64 * 1024,
             max_events: 20,
         },
-        ..ServiceOptions::default()
+        ..crate::common::test_options()
     };
     let server = backend.server_with(options).await;
     let campaign = Campaign::fresh();

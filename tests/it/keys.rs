@@ -614,7 +614,7 @@ conformance!(
 async fn a_key_revoked_on_one_server_is_refused_by_another_within_the_cache_lifetime() {
     let options = || ServiceOptions {
         settings_lifetime: Duration::from_secs(2),
-        ..ServiceOptions::default()
+        ..crate::common::test_options()
     };
     let first = Backend::Cassandra.server_with(options()).await;
     let second = Backend::Cassandra.server_with(options()).await;
@@ -652,7 +652,7 @@ async fn a_key_revoked_on_one_server_is_refused_by_another_within_the_cache_life
 async fn metrics_public_opens_the_metrics_only() {
     let options = ServiceOptions {
         metrics_public: true,
-        ..ServiceOptions::default()
+        ..crate::common::test_options()
     };
     let server = Backend::Embedded.server_with(options).await;
     let client = anonymous_http();

@@ -13,6 +13,8 @@ mod health;
 mod ingest;
 mod keys;
 mod keys_process;
+mod limits;
+mod limits_process;
 mod migrations;
 mod process;
 mod reach;

@@ -75,15 +75,12 @@ async fn with_no_subcommand_it_serves_configured_from_the_environment_and_stops_
     ];
     let mut server = ServerProcess::start(adevents(&[], &env)).await;
 
-    let ready = http()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("GET /readyz");
+    // Ready once it has checked for processes that went away (docs/API.md, "Operations").
+    let ready = server.wait_ready().await;
     server.send_signal("INT");
     let status = server.wait(Duration::from_secs(30)).await;
 
-    assert_eq!(ready.status(), StatusCode::OK, "{}", server.output());
+    assert!(ready, "{}", server.output());
     assert!(status.success(), "exit {status:?}\n{}", server.output());
     assert!(
         server.output().contains("--no-migrate"),
@@ -112,6 +109,9 @@ async fn sigterm_lets_an_in_flight_request_finish_before_exiting() {
         keyspace.as_str(),
     ];
     let mut server = ServerProcess::start(adevents(&args, &[])).await;
+    // Once ready (its start-up repair done), `/readyz` asks the store.
+    let ready = server.wait_ready().await;
+    assert!(ready, "{}", server.output());
     proxy.delay_requests(Duration::from_millis(1200));
 
     let in_flight = tokio::spawn(http().get(server.url("/readyz")).send());

@@ -309,7 +309,7 @@ conformance!(
 async fn query_endpoints_send_cors_headers_only_for_configured_origins() {
     let options = adevents::http::ServiceOptions {
         cors_origins: vec!["https://dash.example".parse().expect("header value")],
-        ..adevents::http::ServiceOptions::default()
+        ..crate::common::test_options()
     };
     let configured = Backend::Embedded.server_with(options).await;
     let default = Backend::Embedded.server().await;

@@ -299,7 +299,7 @@ async fn sketches_lost_in_a_crash_are_rebuilt_from_the_stored_beacons(backend: B
         std::sync::Arc::clone(&store),
         ServiceOptions {
             sketch_flush_interval: Duration::from_secs(3600),
-            ..ServiceOptions::default()
+            ..crate::common::test_options()
         },
     )
     .await;

@@ -4,8 +4,8 @@
 //! Every table name is qualified with the configured keyspace, so statements never depend on
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
-//! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`]), each with its prepared
-//! statements.
+//! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`]),
+//! each with its prepared statements.
 
 mod access;
 mod backfill;
@@ -15,6 +15,7 @@ mod event_reads;
 mod event_writes;
 mod events;
 pub mod migrator;
+mod processes;
 mod rollups;
 mod seals;
 mod session;
@@ -30,6 +31,7 @@ use config::{CassandraConfig, KeyspaceName};
 use event_writes::EventWriter;
 use events::EventStatements;
 use migrator::{MigrateError, MigrationReport};
+use processes::ProcessStatements;
 use rollups::RollupStatements;
 use scylla::client::session::Session;
 use scylla::statement::unprepared::Statement;
@@ -54,6 +56,7 @@ struct Prepared {
     seals: SealStatements,
     rollups: RollupStatements,
     access: AccessStatements,
+    processes: ProcessStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -106,13 +109,14 @@ impl CassandraStore {
         self.prepared
             .get_or_try_init(|| async {
                 let (session, keyspace) = (&self.session, &self.config.keyspace);
-                let (events, visits, settings, seals, rollups, access) = futures::try_join!(
+                let (events, visits, settings, seals, rollups, access, processes) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
                     SettingsStatements::prepare(session, keyspace),
                     SealStatements::prepare(session, keyspace),
                     RollupStatements::prepare(session, keyspace),
                     AccessStatements::prepare(session, keyspace),
+                    ProcessStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -121,6 +125,7 @@ impl CassandraStore {
                     seals,
                     rollups,
                     access,
+                    processes,
                 })
             })
             .await

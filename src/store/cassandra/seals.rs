@@ -9,6 +9,7 @@ use super::statements::{execute, prepare_all, read_all};
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::sealing::LateMark;
 use crate::domain::time::Day;
 use crate::store::{SealState, SealStore, StoreError};
 use async_trait::async_trait;
@@ -48,6 +49,8 @@ impl SealTable {
 pub struct SealStatements {
     campaign_seals: SealTable,
     site_seals: SealTable,
+    insert_late_index: PreparedStatement,
+    select_late_index: PreparedStatement,
     insert_campaign_day: PreparedStatement,
     select_campaign_days: PreparedStatement,
     insert_site_day: PreparedStatement,
@@ -80,6 +83,12 @@ impl SealStatements {
                         "INSERT INTO {keyspace}.site_day (day, site) VALUES (?, ?) USING TTL ?"
                     ),
                     format!("SELECT site FROM {keyspace}.site_day WHERE day = ?"),
+                    format!(
+                        "INSERT INTO {keyspace}.late_day (marked_on, owner, day, late_at) VALUES (?, ?, ?, ?)"
+                    ),
+                    format!(
+                        "SELECT owner, day, late_at FROM {keyspace}.late_day WHERE marked_on = ?"
+                    ),
                 ],
             ),
         )?;
@@ -88,10 +97,14 @@ impl SealStatements {
             select_campaign_days,
             insert_site_day,
             select_site_days,
+            insert_late_index,
+            select_late_index,
         ] = day_index;
         Ok(Self {
             campaign_seals,
             site_seals,
+            insert_late_index,
+            select_late_index,
             insert_campaign_day,
             select_campaign_days,
             insert_site_day,
@@ -128,6 +141,13 @@ fn timestamp(at: DateTime<Utc>) -> CqlValue {
 struct StoredSeal {
     sealed_from: Option<DateTime<Utc>>,
     late_at: Option<DateTime<Utc>>,
+}
+
+#[derive(DeserializeRow)]
+struct StoredLateMark {
+    owner: String,
+    day: chrono::NaiveDate,
+    late_at: DateTime<Utc>,
 }
 
 #[derive(DeserializeRow)]
@@ -234,16 +254,60 @@ impl SealStore for CassandraStore {
         day: Day,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "marking a late event";
         let statements = &self.prepared().await?.seals;
         let mut values = vec![timestamp(at)];
         values.extend(owner_day_values(owner, day));
-        execute(
-            &self.session,
-            &statements.table(owner).update_late,
-            values,
-            "marking a late event",
+        let index_values = (at.date_naive(), owner.to_key(), day.date(), at);
+        futures::try_join!(
+            execute(
+                &self.session,
+                &statements.table(owner).update_late,
+                values,
+                CONTEXT,
+            ),
+            execute(
+                &self.session,
+                &statements.insert_late_index,
+                index_values,
+                CONTEXT,
+            ),
         )
-        .await
+        .map(|_| ())
+    }
+
+    async fn late_marks(&self, since: Day) -> Result<Vec<LateMark>, StoreError> {
+        const CONTEXT: &str = "reading the late index";
+        let statements = &self.prepared().await?.seals;
+        let today = Utc::now().date_naive();
+        let days: Vec<chrono::NaiveDate> = since
+            .date()
+            .iter_days()
+            .take_while(|day| *day <= today)
+            .collect();
+        let partitions = futures::future::try_join_all(days.iter().map(|marked_on| {
+            read_all::<StoredLateMark>(
+                &self.session,
+                &statements.select_late_index,
+                (*marked_on,),
+                CONTEXT,
+            )
+        }))
+        .await?;
+        let mut latest: std::collections::BTreeMap<(Owner, Day), LateMark> = Default::default();
+        for row in partitions.into_iter().flatten() {
+            let owner = Owner::from_key(&row.owner).ok_or_else(|| {
+                decode_error(CONTEXT, crate::store::error::Message(row.owner.clone()))
+            })?;
+            let day = Day::new(row.day);
+            let slot = latest.entry((owner.clone(), day)).or_insert(LateMark {
+                owner,
+                day,
+                late_at: row.late_at,
+            });
+            slot.late_at = slot.late_at.max(row.late_at);
+        }
+        Ok(latest.into_values().collect())
     }
 
     async fn seal_state(&self, owner: &Owner, day: Day) -> Result<SealState, StoreError> {

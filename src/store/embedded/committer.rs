@@ -5,8 +5,8 @@
 
 use super::engine::{Table, Tables, engine_failure};
 use crate::store::StoreError;
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// Rows (table, key, value) one write call applies.
@@ -30,22 +30,38 @@ struct Pending {
 pub struct Committer {
     queue: mpsc::SyncSender<Pending>,
     thread: std::thread::JoinHandle<()>,
+    /// Why the latest commit failed; `None` once one succeeds.
+    failing: Arc<Mutex<Option<String>>>,
 }
 
 impl Committer {
     /// Starts the commit thread; it ends when the last handle to the store is dropped.
     pub fn start(tables: Arc<Tables>) -> Result<Self, StoreError> {
         let (queue, pending) = mpsc::sync_channel(MAX_WAITING_CALLS);
+        let failing = Arc::new(Mutex::new(None));
+        let outcomes = Arc::clone(&failing);
         let thread = std::thread::Builder::new()
             .name("adevents-commit".into())
-            .spawn(move || run(&tables, &pending))
+            .spawn(move || run(&tables, &pending, &outcomes))
             .map_err(|error| StoreError::internal("cannot start the commit thread", error))?;
-        Ok(Self { queue, thread })
+        Ok(Self {
+            queue,
+            thread,
+            failing,
+        })
     }
 
     /// Whether writes can still commit (for readiness).
     pub fn is_running(&self) -> bool {
         !self.thread.is_finished()
+    }
+
+    /// Why the latest commit failed (a journal write or fsync), until one succeeds again.
+    pub fn failure(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Applies `rows` atomically; returns once they are durable.
@@ -80,7 +96,7 @@ impl Committer {
     }
 }
 
-fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>) {
+fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Option<String>>) {
     while let Ok(first) = pending.recv() {
         let mut row_count = first.rows.len();
         let mut group = vec![first];
@@ -124,6 +140,13 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(Some(Arc::new(error))),
             Err(_) => Err(None),
+        };
+        *failing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = match &outcome {
+            Ok(()) => None,
+            Err(Some(error)) => Some(error.to_string()),
+            Err(None) => Some("the storage engine panicked".to_owned()),
         };
         for (context, done) in waiting {
             let result = match &outcome {

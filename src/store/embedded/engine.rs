@@ -34,6 +34,9 @@ pub struct Tables {
     pub site_seal: Keyspace,
     pub api_key: Keyspace,
     pub site_registry: Keyspace,
+    pub late_day: Keyspace,
+    pub process: Keyspace,
+    pub process_mark: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub meta: Keyspace,
     pub persist: PersistMode,
@@ -60,6 +63,9 @@ pub enum Table {
     SiteSeal,
     ApiKey,
     SiteRegistry,
+    LateDay,
+    Process,
+    ProcessMark,
     Meta,
 }
 
@@ -84,6 +90,9 @@ impl Tables {
             Table::SiteSeal => &self.site_seal,
             Table::ApiKey => &self.api_key,
             Table::SiteRegistry => &self.site_registry,
+            Table::LateDay => &self.late_day,
+            Table::Process => &self.process,
+            Table::ProcessMark => &self.process_mark,
             Table::Meta => &self.meta,
         }
     }
@@ -144,6 +153,30 @@ impl EmbeddedStore {
     /// concurrent calls share a commit ([`super::committer`]).
     pub(super) async fn write(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
         self.committer.commit(context, rows).await
+    }
+
+    /// Every (key, value) from `start` on (`..end` when given) in one table, in key order.
+    pub(super) async fn scan_range(
+        &self,
+        table: Table,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        context: &'static str,
+    ) -> Result<KeyValues, StoreError> {
+        self.blocking(move |tables| {
+            let keyspace = tables.get(table);
+            let rows = match end {
+                Some(end) => keyspace.range(start..end),
+                None => keyspace.range(start..),
+            };
+            rows.map(|guard| {
+                guard
+                    .into_inner()
+                    .map_err(|error| engine_error(context, error))
+            })
+            .collect()
+        })
+        .await
     }
 
     /// Every (key, value) under `prefix` in one table, in key order, at most `limit`.

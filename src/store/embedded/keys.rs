@@ -40,6 +40,14 @@ pub fn day_bytes(day: Day) -> [u8; 4] {
     ordered_i32(days_since_epoch(day.date()))
 }
 
+/// A UTC day back from [`day_bytes`].
+pub fn decode_day(bytes: &[u8]) -> Option<Day> {
+    let days = (u32::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 31)) as i32;
+    NaiveDate::default()
+        .checked_add_signed(chrono::TimeDelta::days(i64::from(days)))
+        .map(Day::new)
+}
+
 /// The key prefix every row of `partition` starts with.
 pub fn partition_prefix(partition: &EventPartition) -> Vec<u8> {
     let mut key = Vec::with_capacity(EVENT_KEY_LEN);

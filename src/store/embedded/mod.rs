@@ -10,7 +10,8 @@
 //!
 //! Laid out like the Cassandra store: opening ([`open`]), the engine and its committer
 //! ([`engine`], [`committer`]), key and value encodings, and one file per subsystem of the
-//! contract ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`]).
+//! contract ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`],
+//! [`processes`]).
 
 mod access;
 mod committer;
@@ -18,6 +19,7 @@ mod engine;
 mod events;
 mod keys;
 mod open;
+mod processes;
 mod rollup_keys;
 mod rollups;
 mod rows;
@@ -78,7 +80,12 @@ impl Store for EmbeddedStore {
                 "the embedded store's commit thread stopped; restart the server",
             ));
         }
-        // A local folder answers whenever the process runs; a poisoned one fails its writes.
+        if let Some(failure) = self.committer.failure() {
+            return Err(StoreError::unavailable_message(format!(
+                "the last write to the data folder failed ({failure}); check its disk"
+            )));
+        }
+        // A local folder answers whenever the process runs.
         self.scan(
             Table::CampaignConfig,
             Vec::new(),

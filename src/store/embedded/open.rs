@@ -67,6 +67,9 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         site_seal: open("site_seal")?,
         api_key: open("api_key")?,
         site_registry: open("site_registry")?,
+        late_day: open("late_day")?,
+        process: open("process")?,
+        process_mark: open("process_mark")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,

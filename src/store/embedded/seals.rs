@@ -1,11 +1,17 @@
-//! The day index and seal states in the embedded store. A seal state is two cells under the
-//! owner-day's key, `S` (sealed_from) and `L` (late_at), each holding epoch milliseconds.
+//! The day index, seal states and the late index in the embedded store. A seal state is two
+//! cells under the owner-day's key, `S` (sealed_from) and `L` (late_at), each holding epoch
+//! milliseconds. The late index is keyed by the UTC day a mark was written, then owner and day,
+//! so the sealer reads the recent marks as one key range; marks older than
+//! [`LATE_INDEX_DAYS`] are dropped as it reads.
 
+use super::committer::Removals;
 use super::engine::{KeyValues, Table, corrupt};
+use super::keys::day_bytes;
 use super::rollup_keys::{self, SealCell};
 use super::{EmbeddedStore, site_keys};
 use crate::domain::beacon::SiteId;
 use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::sealing::LateMark;
 use crate::domain::time::Day;
 use crate::store::{SealState, SealStore, StoreError};
 use async_trait::async_trait;
@@ -37,6 +43,33 @@ fn seal_prefix(owner: &Owner, day: Day) -> Vec<u8> {
 /// An instant as a cell value.
 pub fn millis_value(at: DateTime<Utc>) -> Vec<u8> {
     at.timestamp_millis().to_be_bytes().to_vec()
+}
+
+/// How many days the late index keeps a mark (the Cassandra table's TTL).
+const LATE_INDEX_DAYS: i64 = 10;
+
+/// A late-index key: the day the mark was written, the owner, the owner's day.
+fn late_index_key(marked_on: Day, owner: &Owner, day: Day) -> Vec<u8> {
+    let owner = owner.to_key();
+    let mut key = Vec::with_capacity(owner.len() + 10);
+    key.extend_from_slice(&day_bytes(marked_on));
+    // An owner key is far shorter than 65,535 bytes (a site id is at most 253).
+    key.extend_from_slice(&(owner.len() as u16).to_be_bytes());
+    key.extend_from_slice(owner.as_bytes());
+    key.extend_from_slice(&day_bytes(day));
+    key
+}
+
+fn decode_late_index(key: &[u8], value: &[u8]) -> Option<LateMark> {
+    let len = usize::from(u16::from_be_bytes(key.get(4..6)?.try_into().ok()?));
+    let owner = Owner::from_key(std::str::from_utf8(key.get(6..6 + len)?).ok()?)?;
+    let day = super::keys::decode_day(key.get(6 + len..10 + len)?)?;
+    let late_at = DateTime::from_timestamp_millis(i64::from_be_bytes(value.try_into().ok()?))?;
+    Some(LateMark {
+        owner,
+        day,
+        late_at,
+    })
 }
 
 /// A seal state from its cells.
@@ -101,8 +134,16 @@ impl SealStore for EmbeddedStore {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let (table, key) = seal_cell(owner, day, SealCell::LateAt);
-        self.write("marking a late event", vec![(table, key, millis_value(at))])
-            .await
+        let marked_on = Day::new(at.date_naive());
+        let rows = vec![
+            (table, key, millis_value(at)),
+            (
+                Table::LateDay,
+                late_index_key(marked_on, owner, day),
+                millis_value(at),
+            ),
+        ];
+        self.write("marking a late event", rows).await
     }
 
     async fn seal_state(&self, owner: &Owner, day: Day) -> Result<SealState, StoreError> {
@@ -111,5 +152,43 @@ impl SealStore for EmbeddedStore {
             .scan(seal_table(owner), seal_prefix(owner, day), None, CONTEXT)
             .await?;
         decode_seal(&rows).ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn late_marks(&self, since: Day) -> Result<Vec<LateMark>, StoreError> {
+        const CONTEXT: &str = "reading the late index";
+        let start = day_bytes(since).to_vec();
+        let rows = self
+            .scan_range(Table::LateDay, start, None, CONTEXT)
+            .await?;
+        let mut latest: std::collections::BTreeMap<(Owner, Day), LateMark> = Default::default();
+        for (key, value) in &rows {
+            let mark = decode_late_index(key, value).ok_or_else(|| corrupt(CONTEXT))?;
+            let slot = latest
+                .entry((mark.owner.clone(), mark.day))
+                .or_insert(mark.clone());
+            slot.late_at = slot.late_at.max(mark.late_at);
+        }
+        // Marks past the index's lifetime go, like expired rows of the Cassandra table.
+        let expired_before = day_bytes(Day::new(
+            since.date() - chrono::TimeDelta::days(LATE_INDEX_DAYS),
+        ));
+        let expired = self
+            .scan_range(
+                Table::LateDay,
+                Vec::new(),
+                Some(expired_before.to_vec()),
+                CONTEXT,
+            )
+            .await?;
+        if !expired.is_empty() {
+            let removals: Removals = expired
+                .iter()
+                .map(|(key, _)| (Table::LateDay, key.to_vec()))
+                .collect();
+            self.committer
+                .commit_replacing("dropping old late marks", removals, Vec::new())
+                .await?;
+        }
+        Ok(latest.into_values().collect())
     }
 }

@@ -169,6 +169,14 @@ pub async fn store_for(config: CassandraConfig, migrate: bool) -> CassandraStore
     store
 }
 
+/// The service's defaults, without the per-address beacon rate limit (the tests send all
+/// their beacons from one address).
+pub fn test_options() -> ServiceOptions {
+    let mut options = ServiceOptions::default();
+    options.rate_limits.beacons_per_second = None;
+    options
+}
+
 /// The service running in this process on a free port, stopped when dropped.
 pub struct TestServer {
     pub address: SocketAddr,
@@ -176,8 +184,10 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// A server with the defaults, but for the per-address beacon rate: every test client
+    /// sends from 127.0.0.1 (tests about the limit set it with [`Self::with_options`]).
     pub async fn start(store: Arc<dyn Store>) -> Self {
-        Self::with_options(store, ServiceOptions::default()).await
+        Self::with_options(store, test_options()).await
     }
 
     /// A server with `options`; keys are on with [`ADMIN_KEY`] as the operator's key unless

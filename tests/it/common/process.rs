@@ -53,6 +53,42 @@ impl ServerProcess {
         }
     }
 
+    /// Polls `/readyz` until it answers 200 (within 30 s); whether it did.
+    pub async fn wait_ready(&self) -> bool {
+        super::eventually(Duration::from_secs(30), || async {
+            super::http()
+                .get(self.url("/readyz"))
+                .send()
+                .await
+                .is_ok_and(|response| response.status() == reqwest::StatusCode::OK)
+        })
+        .await
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("child still running")
+    }
+
+    /// Resident memory now, in MiB (Linux `/proc`).
+    pub fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the process's status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| {
+                value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .expect("VmRSS")
+            / 1024.0
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
@@ -79,6 +115,30 @@ impl ServerProcess {
 
     pub fn output(&self) -> String {
         self.lines.lock().expect("lock").join("\n")
+    }
+}
+
+/// A server still running when its test ends is stopped as an operator stops it (SIGTERM, up
+/// to 10 s to store its last sketches and leave the list of processes), so it leaves nothing
+/// for the next process on the shared keyspace to repair; past that it is killed.
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let Ok(None) = self.child.try_wait() else {
+            return;
+        };
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.start_kill();
     }
 }
 

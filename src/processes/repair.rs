@@ -1,0 +1,90 @@
+//! Start-up repair: a process that went away without storing its live state (kill -9, a lost
+//! machine) left its owner-days marked; the next process to start rebuilds them from the raw
+//! events before it says it is ready, then removes the silent process.
+//!
+//! On a store several processes share, a process counts as gone once it has been silent for
+//! [`ProcessReport::SILENCE`], or when its report does not move while this one watches for
+//! three report periods (a restart right after a crash need not wait out the silence). On the
+//! embedded store, whose folder one process holds at a time, every other process is gone.
+
+use crate::beacons::rebuild::rebuild_site_day;
+use crate::domain::owner::Owner;
+use crate::domain::process::{ProcessId, ProcessReport};
+use crate::query::FanOut;
+use crate::settings::SettingsCache;
+use crate::store::{Store, StoreError};
+use chrono::Utc;
+use std::time::Duration;
+
+/// What a repair did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Repaired {
+    /// Processes found gone and removed.
+    pub processes: usize,
+    /// Owner-days rebuilt.
+    pub days: usize,
+    /// Beacons read to rebuild them.
+    pub beacons: usize,
+}
+
+/// The processes other than `me` that are gone.
+async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<ProcessId>, StoreError> {
+    let now = Utc::now();
+    let mut gone = Vec::new();
+    let mut watched = Vec::new();
+    for report in store.processes().await? {
+        if report.id == me {
+            continue;
+        }
+        if !store.is_shared() || report.is_silent(now) {
+            gone.push(report.id);
+        } else {
+            watched.push(report);
+        }
+    }
+    if watched.is_empty() {
+        return Ok(gone);
+    }
+    let periods = ProcessReport::PERIOD
+        .to_std()
+        .unwrap_or(Duration::from_secs(1))
+        * 3;
+    tokio::time::sleep(periods).await;
+    let later = store.processes().await?;
+    for report in watched {
+        // Gone from the list: it stopped cleanly. Still there, unchanged: it stopped reporting.
+        if later
+            .iter()
+            .any(|again| again.id == report.id && again.last_report_at == report.last_report_at)
+        {
+            gone.push(report.id);
+        }
+    }
+    Ok(gone)
+}
+
+/// Rebuilds what every gone process left marked, then removes it.
+pub async fn repair_gone_processes(
+    store: &dyn Store,
+    settings: &SettingsCache,
+    me: ProcessId,
+    fan_out: FanOut,
+) -> Result<Repaired, StoreError> {
+    let mut repaired = Repaired::default();
+    for process in gone_processes(store, me).await? {
+        for marked in store.unflushed(process).await? {
+            match &marked.owner {
+                Owner::Site(site) => {
+                    repaired.beacons +=
+                        rebuild_site_day(store, settings, site, marked.day, fan_out).await?;
+                }
+                // Campaign-days hold no live state yet.
+                Owner::Campaign(_) => {}
+            }
+            repaired.days += 1;
+        }
+        store.remove_process(process).await?;
+        repaired.processes += 1;
+    }
+    Ok(repaired)
+}

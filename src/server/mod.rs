@@ -1,0 +1,229 @@
+//! Running the HTTP server until told to stop, and the signals that tell it. Connections are
+//! accepted by our own loop rather than `axum::serve`, because a server on the open internet
+//! must bound what a client can hold: at most `max_connections` at once (a connection past it
+//! is answered 503 and closed), a request's head within its timeout and size ([`guarded`]),
+//! a keep-alive connection closed once idle, a body within its timeout (a layer of the router).
+
+pub mod guarded;
+
+use crate::http::{AppState, router};
+use axum::extract::ConnectInfo;
+use guarded::{Guarded, HeadLimits};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+/// The answer to a connection past the cap, written before it is closed.
+fn too_many_connections() -> &'static [u8] {
+    static ANSWER: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(|| {
+        guarded::raw_answer(
+            "503 Service Unavailable",
+            "overloaded",
+            "the server holds as many connections as it may; retry later",
+            "retry-after: 1\r\n",
+        )
+    })
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then stops accepting connections
+/// and returns once every in-flight request has been answered.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = state.options.connections;
+    let flusher = AbortOnDrop(state.spawn_sketch_flusher());
+    let reporter = AbortOnDrop(state.start_reporting().await);
+    // Keys and sites read now (a process that cannot is not ready until it can), then again
+    // every settings cache lifetime.
+    if let Err(error) = state.access.refresh().await {
+        tracing::warn!(error = %error.chain(), "cannot read keys and sites yet; retrying");
+    }
+    let _access_refresh = AbortOnDrop(Arc::clone(&state.access).spawn_refresh());
+    let last_flush = state.clone();
+    let app = router(state);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset before it was accepted:
+                    // wait a moment rather than spin.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            metrics::counter!("adevents_connections_refused_total").increment(1);
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app
+            .clone()
+            .map_request(move |mut request: axum::extract::Request<_>| {
+                // The peer address: the default `user_ip`, and the rate limits' key.
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
+        let head = HeadLimits {
+            timeout: limits.header_timeout,
+            max_bytes: limits.max_header_bytes,
+        };
+        let io = TokioIo::new(Guarded::new(stream, head));
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            // Runs while the connection waits for a request's head, idle or not: the idle
+            // timeout. The guard gives the head itself its shorter bound.
+            .header_read_timeout(limits.idle_timeout)
+            // A backstop above the guard's own limit.
+            .max_buf_size((limits.max_header_bytes * 2).max(8192))
+            .serve_connection(io, TowerToHyperService::new(app));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    flusher.stop().await;
+    reporter.stop().await;
+    flush_before_exit(&last_flush).await;
+    Ok(())
+}
+
+/// Answers a connection past the cap and closes it, without waiting long for a slow client.
+async fn refuse(mut stream: TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(too_many_connections()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+/// Stores every answered beacon's sketches before the process goes, then leaves the list of
+/// processes; if the sketches cannot be stored, the process stays listed and the next one to
+/// start rebuilds its days from the stored beacons.
+pub async fn flush_before_exit(state: &AppState) {
+    if let Err(error) = state.flush_sketches().await {
+        tracing::warn!(error = %error.chain(), "could not store the last unique-visitor sketches; the next process to start rebuilds them from the stored beacons");
+        return;
+    }
+    if let Err(error) = state.leave().await {
+        tracing::warn!(error = %error.chain(), "could not leave the list of processes; the next process to start will repair this one's days needlessly");
+    }
+}
+
+/// Stops a background task when its owner goes, including when the owner is aborted.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    /// Stops the task and waits until it is gone, so nothing it was doing overlaps what comes
+    /// next.
+    async fn stop(mut self) {
+        let handle = std::mem::replace(&mut self.0, tokio::spawn(async {}));
+        handle.abort();
+        let _ = handle.await;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Raises this process's open-files limit so `wanted` connections fit (plus the store's files
+/// and sockets); returns how many connections the limit it got allows.
+pub fn fit_open_files(wanted: usize) -> usize {
+    /// Files the process needs besides client connections: the store's files, its sockets.
+    const RESERVED: u64 = 1024;
+    let target = wanted as u64 + RESERVED;
+    match rlimit::increase_nofile_limit(target) {
+        Ok(limit) if limit >= target => wanted,
+        Ok(limit) => {
+            let fits = limit.saturating_sub(RESERVED).max(64) as usize;
+            tracing::warn!(
+                wanted,
+                open_files_limit = limit,
+                max_connections = fits,
+                "the open-files limit is too low for --max-connections; serving fewer connections"
+            );
+            fits
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot read or raise the open-files limit; keeping --max-connections");
+            wanted
+        }
+    }
+}
+
+/// Turns a write past the process's file-size limit (`ulimit -f`) from a crash into a failed
+/// write: by default SIGXFSZ kills the process; with a handler the write returns an error
+/// instead, the store answers 503 and `/readyz` turns 503, and what was acknowledged stays.
+pub fn survive_file_size_limit() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        /// SIGXFSZ on Linux and the BSDs.
+        const SIGXFSZ: i32 = 25;
+        match signal(SignalKind::from_raw(SIGXFSZ)) {
+            Ok(mut stream) => {
+                tokio::spawn(async move {
+                    while stream.recv().await.is_some() {
+                        tracing::error!(
+                            "a write passed the file-size limit (ulimit -f); the store refuses writes until there is room"
+                        );
+                    }
+                });
+            }
+            Err(error) => tracing::warn!(%error, "cannot handle SIGXFSZ"),
+        }
+    }
+}
+
+/// Completes on Ctrl-C (SIGINT) or SIGTERM, the signal process supervisors send.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => tracing::info!("received Ctrl-C"),
+        () = terminate => tracing::info!("received SIGTERM"),
+    }
+}
