@@ -14,12 +14,16 @@ pub struct ServerProcess {
     lines: Arc<Mutex<Vec<String>>>,
 }
 
-/// The binary with JSON logs and a free port, plus `args`; `env` adds variables.
+/// The binary with JSON logs and a free port, plus `args`; `env` adds variables. Like
+/// `TestServer`, it runs without the per-address beacon rate limit (every test client is one
+/// loopback address sending hundreds of beacons a second); a test of that limit sets it in `env`
+/// or `args`.
 pub fn adevents(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_adevents"));
     command
         .args(args)
         .env("ADEVENTS_ADMIN_KEY", super::ADMIN_KEY)
+        .env("ADEVENTS_RATE_LIMIT_BEACONS", "off")
         .envs(env.iter().copied())
         .env("ADEVENTS_LOG_FORMAT", "json")
         .stdin(Stdio::null())
