@@ -15,88 +15,17 @@
 
 mod support;
 
+use support::server::{Server, admin};
+
 use futures::{StreamExt, stream};
 use serde_json::json;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
-const ADMIN_KEY: &str = "adevents-bench-admin-key-0123456789abcdef";
 const SITE: &str = "bench-fresh.example";
-
-/// A server process on a fresh embedded folder.
-struct Server {
-    child: Child,
-    base: String,
-    address: std::net::SocketAddr,
-    _folder: tempfile::TempDir,
-}
-
-impl Server {
-    async fn start(binary: &str, extra: &[String]) -> Self {
-        let folder = tempfile::tempdir().expect("a temporary folder");
-        let address = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port");
-        let mut args = vec![
-            "serve".to_owned(),
-            "--listen".to_owned(),
-            address.to_string(),
-            "--store".to_owned(),
-            "embedded".to_owned(),
-            "--data-dir".to_owned(),
-            folder.path().display().to_string(),
-        ];
-        args.extend(extra.iter().cloned());
-        let child = Command::new(binary)
-            .args(&args)
-            .env("ADEVENTS_ADMIN_KEY", ADMIN_KEY)
-            .env("ADEVENTS_LOG_LEVEL", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start adevents");
-        let server = Self {
-            child,
-            base: format!("http://{address}"),
-            address,
-            _folder: folder,
-        };
-        let client = reqwest::Client::new();
-        for _ in 0..600 {
-            if let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await
-                && response.status().is_success()
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("adevents did not become ready");
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-fn admin() -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {ADMIN_KEY}").parse().expect("header"),
-    );
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("client")
-}
 
 /// One fresh-feature `/track` run: (beacons/s, non-2xx answers, resident MiB at the start,
 /// peak resident MiB).
@@ -130,42 +59,19 @@ async fn fresh_track(
             }
         })
     };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/track_fresh.lua").to_owned();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/track_fresh.lua");
     let url = format!("{}/track", server.base);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("wrk")
-            .args([
-                "-t1".to_owned(),
-                format!("-c{connections}"),
-                format!("-d{seconds}s"),
-                "-s".to_owned(),
-                script,
-                url,
-            ])
-            .env("BENCH_SITE", SITE)
-            .output()
-            .expect("run wrk (scripts/bench limits installs it)")
-    })
-    .await
-    .expect("wrk task");
+    let result = support::server::wrk(
+        &url,
+        Some(script),
+        seconds,
+        connections,
+        &[("BENCH_SITE", SITE)],
+    )
+    .await;
+    let (per_second, errors) = (result.per_second, result.errors);
     sampling.store(false, Ordering::SeqCst);
     let _ = sampler.await;
-    let text = String::from_utf8_lossy(&output.stdout).to_string();
-    let field = |prefix: &str| {
-        text.lines()
-            .find_map(|line| {
-                line.trim()
-                    .strip_prefix(prefix)
-                    .map(|rest| rest.trim().to_owned())
-            })
-            .unwrap_or_default()
-    };
-    let per_second = field("Requests/sec:").parse().unwrap_or(0.0);
-    let errors = [field("Non-2xx or 3xx responses:"), field("Socket errors:")]
-        .into_iter()
-        .filter(|e| !e.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
     server.stop();
     (
         per_second,

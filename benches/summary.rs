@@ -88,6 +88,8 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
                 timestamp: EventTime::from_stored(start + step * i as i32),
                 user_ip: None,
                 user_data: UserData::default(),
+                user_agent: None,
+                invalid: None,
             };
             if i % 100 == 0 {
                 let click = |after: i64| Click {
@@ -97,6 +99,8 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
                     timestamp: EventTime::from_stored(
                         impression.timestamp.instant() + Duration::seconds(after),
                     ),
+                    user_agent: None,
+                    invalid: None,
                 };
                 clicks.push(click(30));
                 reclicks.push(click(600));

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::server::wrk;
 
 struct Server {
     address: SocketAddr,
@@ -77,63 +78,6 @@ async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
     Server { address, task }
 }
 
-/// Requests per second and latency percentiles as wrk reports them.
-struct WrkResult {
-    per_second: f64,
-    p50: String,
-    p99: String,
-    errors: String,
-}
-
-async fn wrk(url: String, script: Option<&str>, seconds: usize, connections: usize) -> WrkResult {
-    let mut args = vec![
-        "-t1".to_owned(),
-        format!("-c{connections}"),
-        format!("-d{seconds}s"),
-        "--latency".to_owned(),
-    ];
-    if let Some(script) = script {
-        args.push("-s".to_owned());
-        args.push(script.to_owned());
-    }
-    args.push(url);
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("wrk")
-            .args(&args)
-            .output()
-            .expect("run wrk (scripts/bench track installs it)")
-    })
-    .await
-    .expect("wrk task");
-    let text = String::from_utf8_lossy(&output.stdout).to_string();
-    let field = |prefix: &str| {
-        text.lines()
-            .find_map(|line| {
-                line.trim()
-                    .strip_prefix(prefix)
-                    .map(|rest| rest.trim().to_owned())
-            })
-            .unwrap_or_default()
-    };
-    let percentile = |label: &str| {
-        field(label)
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    WrkResult {
-        per_second: field("Requests/sec:").parse().unwrap_or(0.0),
-        p50: percentile("50%"),
-        p99: percentile("99%"),
-        errors: [field("Non-2xx or 3xx responses:"), field("Socket errors:")]
-            .into_iter()
-            .filter(|e| !e.is_empty())
-            .collect::<Vec<_>>()
-            .join("; "),
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let seconds = support::env_knob("BENCH_SECONDS", 10);
@@ -161,13 +105,8 @@ async fn main() {
     );
     let mut results: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for round in 1..=rounds {
-        let baseline = wrk(
-            format!("http://{}/healthz", servers[0].1.address),
-            None,
-            seconds,
-            connections,
-        )
-        .await;
+        let healthz = format!("http://{}/healthz", servers[0].1.address);
+        let baseline = wrk(&healthz, None, seconds, connections, &[]).await;
         println!(
             "round {round}: GET /healthz {:.0}/s (p50 {}, p99 {})",
             baseline.per_second, baseline.p50, baseline.p99
@@ -177,13 +116,8 @@ async fn main() {
             .or_default()
             .push(baseline.per_second);
         for (name, server) in &servers {
-            let result = wrk(
-                format!("http://{}/track", server.address),
-                Some(script),
-                seconds,
-                connections,
-            )
-            .await;
+            let track = format!("http://{}/track", server.address);
+            let result = wrk(&track, Some(script), seconds, connections, &[]).await;
             println!(
                 "round {round}: /track on {name} {:.0}/s (p50 {}, p99 {}){}",
                 result.per_second,
@@ -235,6 +169,8 @@ fn beacon_of(params: Vec<(String, String)>, now: chrono::DateTime<Utc>) -> Beaco
         guid: guid.expect("a guid"),
         timestamp: EventTime::from_epoch_millis(seconds * 1000, now).expect("valid time"),
         features: Features::new(features).expect("valid features"),
+        user_agent: None,
+        invalid: None,
     }
 }
 

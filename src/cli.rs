@@ -139,6 +139,17 @@ pub struct ServeArgs {
     pub metrics_public: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Client addresses (CIDR[,CIDR…]) whose impressions, clicks and beacons are invalid
+    /// traffic (`denied_address`): data-centre ranges, say. For a POSTed event, its `user_ip`.
+    #[arg(long, env = "ADEVENTS_IVT_DENY_CIDRS", value_delimiter = ',')]
+    pub ivt_deny_cidrs: Vec<ipnet::IpNet>,
+    /// How long after its `t` an impression pixel (`GET /i`) counts (and up to 10 minutes
+    /// before it).
+    #[arg(long, env = "ADEVENTS_TAG_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub tag_ttl: Duration,
+    /// How long after the impression's `t` a click redirect (`GET /c`) counts.
+    #[arg(long, env = "ADEVENTS_CLICK_TTL", default_value = "30days", value_parser = humantime::parse_duration)]
+    pub click_ttl: Duration,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -309,6 +320,9 @@ impl ServeArgs {
                 queries: self.limits.max_inflight_queries as usize,
             },
             sketch_memory: self.limits.sketch_memory.as_u64(),
+            ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
+            tag_ttl: self.tag_ttl,
+            click_ttl: self.click_ttl,
         }
     }
 }

@@ -3,8 +3,8 @@
 //! Layers, each depending only on the ones below it (docs/DESIGN.md, "Layers"):
 //! - [`http`]: routing, extraction into domain values, typed answers, the error mapping and
 //!   the OpenAPI document (never the store, never CQL);
-//! - the services: [`ingest`] (impressions and clicks), [`beacons`] (beacons and their live
-//!   sketches), [`query`] (planning, fan-out, aggregation), [`settings`] (the cache and the
+//! - the services: [`ingest`] (impressions and clicks), [`ivt`] (telling invalid traffic),
+//!   [`beacons`] (beacons and their live sketches), [`query`] (planning, fan-out, aggregation), [`settings`] (the cache and the
 //!   rules of a change), [`sealer`] (sealing closed days) and [`processes`] (this process
 //!   among those sharing the store, and the repair of one that went away);
 //! - [`store`]: the partition-level storage contract, split by subsystem, and its Cassandra
@@ -22,6 +22,7 @@ pub mod commands;
 pub mod domain;
 pub mod http;
 pub mod ingest;
+pub mod ivt;
 pub mod migrations;
 pub mod processes;
 pub mod query;

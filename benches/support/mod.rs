@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod server;
+
 use adevents::migrations;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::{CassandraConfig, ConsistencyLevel, WriteMode};
@@ -145,6 +147,8 @@ pub async fn load_month(
             timestamp: EventTime::from_stored(start + Span::microseconds(step_micros * i as i64)),
             user_ip: None,
             user_data: UserData::default(),
+            user_agent: None,
+            invalid: None,
         };
         if attributes {
             let country = countries[rng.random_range(0..countries.len())];
@@ -166,6 +170,8 @@ pub async fn load_month(
                 timestamp: EventTime::from_stored(
                     impression.timestamp.instant() + Span::seconds(20),
                 ),
+                user_agent: None,
+                invalid: None,
             });
         }
         batch.push(impression);

@@ -1,4 +1,5 @@
-//! Who may call: every key's hash and every registered site held in this process's memory,
+//! Who may call: every key's hash, every registered site and every tag secret held in this
+//! process's memory,
 //! refreshed from the store within the settings cache lifetime, so deciding a request costs no
 //! store read (docs/DESIGN.md, "Keys, tenants and registered sites"). A key created or revoked
 //! here works, or stops working, at once in this process; elsewhere within the lifetime.
@@ -10,12 +11,14 @@ use crate::domain::access::{
     ApiKey, Grant, IssuedKey, KeyId, OriginRefusal, SecretHash, SiteProfile, key_id_of,
 };
 use crate::domain::beacon::SiteId;
+use crate::domain::ids::AdvertiserId;
+use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::store::{AccessStore, StoreError};
 use chrono::{DateTime, Utc};
 use ring::Ring;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Whether requests must present keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -103,9 +106,16 @@ pub struct Access {
     options: AccessOptions,
     keys: Ring<KeyId, ApiKey>,
     sites: Ring<SiteId, SiteProfile>,
+    tag_secrets: Ring<TagSecretId, TagSecret>,
+    /// When an unknown tag secret last made this process read the secrets again: a secret made
+    /// on another process works here at once, yet made-up ids cost at most one read a second.
+    secrets_read_on_miss: std::sync::Mutex<Option<Instant>>,
     /// Whether keys and sites were read at least once: until then no key can be judged.
     loaded: AtomicBool,
 }
+
+/// The least time between two reads of the tag secrets caused by unknown ids.
+const SECRET_MISS_READ_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Access {
     pub fn new(store: Arc<dyn AccessStore>, options: AccessOptions) -> Self {
@@ -115,6 +125,8 @@ impl Access {
             options,
             keys: Ring::new(memory),
             sites: Ring::new(memory),
+            tag_secrets: Ring::new(memory),
+            secrets_read_on_miss: std::sync::Mutex::new(None),
             loaded: AtomicBool::new(false),
         }
     }
@@ -128,10 +140,15 @@ impl Access {
         self.options.mode == AuthMode::Off || self.loaded.load(Ordering::Acquire)
     }
 
-    /// Reads every key and site from the store into memory.
+    /// Reads every key, site and tag secret from the store into memory.
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let (keys_read, sites_read) = (self.keys.read_starts(), self.sites.read_starts());
-        let (keys, sites) = futures::try_join!(self.store.keys(), self.store.sites())?;
+        let secrets_read = self.tag_secrets.read_starts();
+        let (keys, sites, secrets) = futures::try_join!(
+            self.store.keys(),
+            self.store.sites(),
+            self.store.tag_secrets()
+        )?;
         self.keys
             .replace(keys_read, keys.into_iter().map(|key| (key.id, key)));
         self.sites.replace(
@@ -139,6 +156,10 @@ impl Access {
             sites
                 .into_iter()
                 .map(|profile| (profile.site.clone(), profile)),
+        );
+        self.tag_secrets.replace(
+            secrets_read,
+            secrets.into_iter().map(|secret| (secret.id, secret)),
         );
         self.loaded.store(true, Ordering::Release);
         Ok(())
@@ -291,5 +312,89 @@ impl Access {
             .with(site, |profile| profile.admits(origin))
             .ok_or(SiteRefusal::Unregistered)?
             .map_err(SiteRefusal::Origin)
+    }
+
+    /// Makes a tag secret for `advertiser`; it verifies URLs here as soon as this returns.
+    pub async fn create_tag_secret(
+        &self,
+        advertiser: AdvertiserId,
+        now: DateTime<Utc>,
+    ) -> Result<TagSecret, StoreError> {
+        let secret = TagSecret::generate(advertiser, now);
+        self.store.put_tag_secret(&secret).await?;
+        self.tag_secrets.insert(secret.id, secret.clone());
+        Ok(secret)
+    }
+
+    /// `advertiser`'s tag secrets as stored now, oldest first.
+    pub async fn stored_tag_secrets(
+        &self,
+        advertiser: AdvertiserId,
+    ) -> Result<Vec<TagSecret>, StoreError> {
+        let mut secrets: Vec<TagSecret> = self
+            .store
+            .tag_secrets()
+            .await?
+            .into_iter()
+            .filter(|secret| secret.advertiser == advertiser)
+            .collect();
+        secrets.sort_by_key(|secret| (secret.created_at, secret.id));
+        Ok(secrets)
+    }
+
+    /// Deletes `advertiser`'s tag secret `id`; `false` if it has no such secret.
+    pub async fn delete_tag_secret(
+        &self,
+        advertiser: AdvertiserId,
+        id: TagSecretId,
+    ) -> Result<bool, StoreError> {
+        let owned = self
+            .store
+            .tag_secrets()
+            .await?
+            .iter()
+            .any(|secret| secret.id == id && secret.advertiser == advertiser);
+        if owned {
+            self.store.delete_tag_secret(id).await?;
+            self.tag_secrets.remove(id);
+        }
+        Ok(owned)
+    }
+
+    /// The tag secret `id` of `advertiser`, as this process knows it; an id it does not know
+    /// reads the secrets again, at most once a second.
+    pub async fn tag_secret(&self, advertiser: AdvertiserId, id: TagSecretId) -> Option<TagSecret> {
+        let known = |secret: &TagSecret| (secret.advertiser == advertiser).then(|| secret.clone());
+        if let Some(found) = self.tag_secrets.with(&id, known) {
+            return found;
+        }
+        if !self.may_read_secrets_on_miss() {
+            return None;
+        }
+        let started = self.tag_secrets.read_starts();
+        match self.store.tag_secrets().await {
+            Ok(secrets) => self.tag_secrets.replace(
+                started,
+                secrets.into_iter().map(|secret| (secret.id, secret)),
+            ),
+            Err(error) => {
+                tracing::warn!(error = %error.chain(), "cannot read tag secrets");
+                return None;
+            }
+        }
+        self.tag_secrets.with(&id, known).flatten()
+    }
+
+    fn may_read_secrets_on_miss(&self) -> bool {
+        let now = Instant::now();
+        let mut last = match self.secrets_read_on_miss.lock() {
+            Ok(last) => last,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if last.is_some_and(|at| now.duration_since(at) < SECRET_MISS_READ_INTERVAL) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 }

@@ -467,6 +467,8 @@ mod tests {
             guid: Guid::parse(guid).expect("valid guid"),
             timestamp: EventTime::from_epoch_millis(1_764_158_400_000, Utc::now()).expect("valid"),
             features: Features::new(features).expect("valid features"),
+            user_agent: None,
+            invalid: None,
         }
     }
 
@@ -501,6 +503,8 @@ mod budget_tests {
             timestamp: EventTime::from_epoch_millis(1_764_158_400_000, Utc::now()).expect("valid"),
             features: Features::new([("page".to_owned(), format!("/p/{n}"))].into())
                 .expect("valid features"),
+            user_agent: None,
+            invalid: None,
         }
     }
 

@@ -83,8 +83,11 @@ impl BeaconIngestor {
         if self.sealing.is_late(partition.day, now) {
             self.store.mark_late(&owner, partition.day, now).await?;
         }
-        self.live.record(&beacon);
-        self.registry.counted(&owner, partition.day);
+        // Invalid traffic is stored, never counted as a visitor.
+        if beacon.invalid.is_none() {
+            self.live.record(&beacon);
+            self.registry.counted(&owner, partition.day);
+        }
         Ok(())
     }
 

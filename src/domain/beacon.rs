@@ -182,6 +182,10 @@ pub struct Beacon {
     pub guid: Guid,
     pub timestamp: EventTime,
     pub features: Features,
+    /// The browser's user agent.
+    pub user_agent: Option<super::traffic::UserAgent>,
+    /// Why this beacon is invalid traffic; `None`: valid.
+    pub invalid: Option<super::traffic::InvalidReason>,
 }
 
 /// The partition a beacon is stored in: site, UTC day and bucket (from the guid).

@@ -2,6 +2,7 @@
 
 use super::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use super::time::EventTime;
+use super::traffic::{InvalidReason, UserAgent};
 use super::user_data::UserData;
 use std::net::IpAddr;
 
@@ -15,6 +16,10 @@ pub struct Impression {
     pub timestamp: EventTime,
     pub user_ip: Option<IpAddr>,
     pub user_data: UserData,
+    /// The viewer's user agent (never the ad server's HTTP client's).
+    pub user_agent: Option<UserAgent>,
+    /// Why this copy is invalid traffic; `None`: valid.
+    pub invalid: Option<InvalidReason>,
 }
 
 /// A click on an impression. Identified by the impression it clicks: however often an
@@ -25,6 +30,10 @@ pub struct Click {
     pub campaign: CampaignKey,
     pub ad_id: AdId,
     pub timestamp: EventTime,
+    /// The clicker's user agent.
+    pub user_agent: Option<UserAgent>,
+    /// Why this copy is invalid traffic; `None`: valid.
+    pub invalid: Option<InvalidReason>,
 }
 
 /// What the stores and queries need of any event: its campaign, time and identity.

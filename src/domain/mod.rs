@@ -14,5 +14,7 @@ pub mod partition;
 pub mod process;
 pub mod sealing;
 pub mod sketch;
+pub mod tag;
 pub mod time;
+pub mod traffic;
 pub mod user_data;

@@ -44,7 +44,8 @@ pub fn need(method: &Method, route: &str) -> Need {
         return Need::Public;
     }
     match (method.as_str(), route) {
-        (_, "/healthz" | "/readyz" | "/openapi.json" | "/track") => Need::Public,
+        // The ad tags are signed instead, and ignore any key.
+        (_, "/healthz" | "/readyz" | "/openapi.json" | "/track" | "/i" | "/c") => Need::Public,
         (_, "/metrics") => Need::Metrics,
         ("POST", "/v1/impressions" | "/v1/clicks") => Need::Ingest,
         ("GET", "/v1/keys/self") => Need::AnyKey,
@@ -148,6 +149,11 @@ mod tests {
         assert_eq!(need(&Method::PUT, SITE), Need::Admin);
         assert_eq!(need(&Method::GET, "/v1/keys"), Need::Admin);
         assert_eq!(need(&Method::GET, "/v1/keys/self"), Need::AnyKey);
+        assert_eq!(need(&Method::GET, "/i"), Need::Public);
+        assert_eq!(need(&Method::GET, "/c"), Need::Public);
+        let secrets = "/v1/advertisers/{advertiser_id}/tag-secrets";
+        assert_eq!(need(&Method::GET, secrets), Need::Admin);
+        assert_eq!(need(&Method::POST, secrets), Need::Admin);
         assert_eq!(need(&Method::GET, "/metrics"), Need::Metrics);
         assert_eq!(need(&Method::GET, "/v1/something-new"), Need::Admin);
     }

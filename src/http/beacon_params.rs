@@ -95,11 +95,14 @@ pub fn parse_beacon(
     let features =
         Features::new(features).map_err(|(field, message)| BeaconError::new(field, message));
     match (site, guid, timestamp, features) {
+        // Who sent it is the request's business, not the parameters' (see `track`).
         (Ok(site), Ok(guid), Ok(timestamp), Ok(features)) if errors.is_empty() => Ok(Beacon {
             site,
             guid,
             timestamp,
             features,
+            user_agent: None,
+            invalid: None,
         }),
         (site, guid, timestamp, features) => {
             errors.extend(site.err());

@@ -120,6 +120,7 @@ fn parse<'de, W: IntoEvent<'de>>(
         now: chrono::Utc::now(),
         client_ip: client_ip(parts, &state.options.trusted_proxies),
         advertiser,
+        classifier: std::sync::Arc::clone(&state.classifier),
     };
     parse_body::<W>(
         bytes,

@@ -11,6 +11,7 @@ use super::error::{ApiError, ErrorAnswer};
 use super::params::{Params, campaign_key};
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
+use crate::domain::traffic::{InvalidReason, UserAgent};
 use crate::query::export::Export;
 use crate::query::recent::MAX_LIMIT;
 use axum::Json;
@@ -29,7 +30,7 @@ enum Format {
     Csv,
 }
 
-const CSV_COLUMNS: [&str; 9] = [
+const CSV_COLUMNS: [&str; 11] = [
     "impression_id",
     "advertiser_id",
     "campaign_id",
@@ -39,6 +40,8 @@ const CSV_COLUMNS: [&str; 9] = [
     "user_ip",
     "user_data",
     "clicked",
+    "user_agent",
+    "invalid",
 ];
 
 /// An impression as exports and `recent` show it: every stored field.
@@ -58,6 +61,11 @@ pub struct ImpressionRecord<'a> {
     /// after the impression's UTC day.
     #[serde(skip_serializing_if = "Option::is_none")]
     clicked: Option<bool>,
+    /// The viewer's user agent, as stored (at most 512 bytes).
+    user_agent: Option<&'a str>,
+    /// Why the impression is invalid traffic (`bot_user_agent`, `prefetch`,
+    /// `denied_address`); null when it is valid (any copy of it is).
+    invalid: Option<&'static str>,
 }
 
 impl<'a> ImpressionRecord<'a> {
@@ -72,6 +80,8 @@ impl<'a> ImpressionRecord<'a> {
             user_ip: impression.user_ip.map(|ip| ip.to_string()),
             user_data: impression.user_data.entries(),
             clicked,
+            user_agent: impression.user_agent.as_ref().map(UserAgent::as_str),
+            invalid: impression.invalid.map(InvalidReason::as_str),
         }
     }
 }
@@ -108,6 +118,8 @@ fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> 
                             record.user_ip.as_deref().unwrap_or(""),
                             &user_data,
                             if *clicked { "true" } else { "false" },
+                            record.user_agent.unwrap_or(""),
+                            record.invalid.unwrap_or(""),
                         ]
                         .map(inert_cell),
                     )

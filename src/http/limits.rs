@@ -220,6 +220,13 @@ impl Limiters {
     }
 
     /// Takes one beacon request from the address's bucket, or says how long to wait.
+    /// A place among the in-flight writes, if one is free: the ad tags take it by hand, since
+    /// past the cap they still answer (the pixel its GIF, the redirect its `Location`) and only
+    /// leave the event uncounted.
+    pub fn try_write_slot(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.writes).try_acquire_owned().ok()
+    }
+
     pub fn admit_beacon(&self, address: Option<IpAddr>) -> Result<(), ApiError> {
         let (Some(limiter), Some(address)) = (&self.beacons, address) else {
             return Ok(());

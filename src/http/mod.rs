@@ -22,7 +22,11 @@ mod settings_wire;
 mod sites;
 mod state;
 mod summary;
+mod tag_query;
+mod tag_secrets;
+mod tags;
 mod track;
+mod viewer;
 mod wire;
 
 pub use body::BodyLimits;
@@ -84,6 +88,16 @@ fn beacons() -> OpenApiRouter<AppState> {
         )
 }
 
+/// Ad tags are requested by viewers' browsers, from any page; they answer no CORS (an image and
+/// a navigation need none).
+fn ad_tags() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(tags::get_pixel))
+        .routes(routes!(tags::get_click))
+        .route("/i", head(tags::head_pixel))
+        .route("/c", head(tags::head_click))
+}
+
 /// The whole API as one router, ready for `axum::serve` or for tests.
 pub fn router(state: AppState) -> Router {
     metrics::prometheus();
@@ -97,6 +111,12 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(keys::create_key, keys::list_keys))
         .routes(routes!(keys::delete_key))
         .routes(routes!(keys::key_self))
+        .routes(routes!(
+            tag_secrets::create_tag_secret,
+            tag_secrets::list_tag_secrets
+        ))
+        .routes(routes!(tag_secrets::delete_tag_secret))
+        .merge(ad_tags())
         .merge(queries(&state))
         .merge(beacons())
         .split_for_parts();

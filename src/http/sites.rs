@@ -90,8 +90,12 @@ pub async fn get_settings(
 /// Visits (exact) and unique visitors (HyperLogLog++) of a period or of the whole range.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VisitCountsAnswer {
+    /// Valid beacons.
     pub visits: u64,
+    /// Distinct guids of valid beacons.
     pub unique_visitors: u64,
+    /// Beacons from bots, prefetches or denied addresses: kept, never counted above.
+    pub invalid_visits: u64,
 }
 
 impl From<&VisitCounts> for VisitCountsAnswer {
@@ -99,6 +103,7 @@ impl From<&VisitCounts> for VisitCountsAnswer {
         Self {
             visits: counts.visits,
             unique_visitors: counts.unique_visitors,
+            invalid_visits: counts.invalid_visits,
         }
     }
 }

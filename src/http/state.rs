@@ -11,6 +11,7 @@ use crate::beacons::rebuild::rebuild_days;
 use crate::domain::beacon::BeaconRules;
 use crate::domain::time::Day;
 use crate::ingest::Ingestor;
+use crate::ivt::Classifier;
 use crate::processes::ProcessRegistry;
 use crate::processes::repair::{Repaired, repair_gone_processes};
 use crate::query::{Queries, QueryOptions};
@@ -59,6 +60,12 @@ pub struct ServiceOptions {
     /// Bytes of live unique-visitor sketches held in memory; past it the least recently used
     /// are stored and dropped.
     pub sketch_memory: u64,
+    /// Client addresses whose events are invalid traffic (data-centre ranges, say).
+    pub ivt_deny_cidrs: Vec<IpNet>,
+    /// How long after its `t` an impression pixel still counts.
+    pub tag_ttl: Duration,
+    /// How long after the impression's `t` a click redirect still counts.
+    pub click_ttl: Duration,
 }
 
 impl Default for ServiceOptions {
@@ -83,6 +90,9 @@ impl Default for ServiceOptions {
             rate_limits: RateLimits::default(),
             in_flight: InFlight::default(),
             sketch_memory: 256 * 1024 * 1024,
+            ivt_deny_cidrs: Vec::new(),
+            tag_ttl: Duration::from_secs(3600),
+            click_ttl: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -102,6 +112,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub access: Arc<Access>,
     pub limiters: Arc<Limiters>,
+    /// Tells general invalid traffic at write time.
+    pub classifier: Arc<Classifier>,
     pub options: Arc<ServiceOptions>,
 }
 
@@ -165,6 +177,7 @@ impl AppState {
             settings,
             access,
             limiters,
+            classifier: Arc::new(Classifier::new(options.ivt_deny_cidrs.clone())),
             options: Arc::new(options),
         }
     }

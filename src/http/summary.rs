@@ -13,16 +13,23 @@ use utoipa::ToSchema;
 /// The counts of one row, or of the totals.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CountsAnswer {
-    /// Distinct impressions (each id once per UTC day, at its earliest timestamp).
+    /// Distinct valid impressions (each id once per UTC day, at its earliest timestamp; valid
+    /// if any copy is).
     pub impressions: u64,
-    /// Impressions first clicked in the period.
+    /// Valid impressions first clicked in the period (valid if any click copy is).
     pub clicks: u64,
     /// clicks ÷ impressions (0 without impressions).
     pub ctr: f64,
-    /// Distinct users (HyperLogLog++: exact or ±1 below 1,000, within 2 % above).
+    /// Distinct users of valid impressions (HyperLogLog++: exact or ±1 below 1,000, within
+    /// 2 % above).
     pub unique_users: u64,
-    /// Impressions once per user and billable window.
+    /// Valid impressions once per user and billable window.
     pub billable_impressions: u64,
+    /// Impressions every copy of which is invalid traffic (a bot, a prefetch, a denied
+    /// address): kept, never counted above.
+    pub invalid_impressions: u64,
+    /// First clicks every copy of which is invalid traffic.
+    pub invalid_clicks: u64,
 }
 
 impl From<&Counts> for CountsAnswer {
@@ -33,6 +40,8 @@ impl From<&Counts> for CountsAnswer {
             ctr: counts.ctr(),
             unique_users: counts.unique_users,
             billable_impressions: counts.billable_impressions,
+            invalid_impressions: counts.invalid_impressions,
+            invalid_clicks: counts.invalid_clicks,
         }
     }
 }

@@ -7,6 +7,7 @@ use super::beacon_params::{BeaconError, parse_beacon};
 use super::body::{BodyLimits, read_body};
 use super::client_ip::client_ip;
 use super::error::{ApiError, ErrorAnswer, FieldError};
+use super::viewer::Viewer;
 use crate::domain::echo::echo;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
@@ -51,6 +52,7 @@ pub async fn post_track(
     let (parts, body) = request.into_parts();
     // Before a byte of the body is read: an address past its rate costs next to nothing.
     admit_address(&state, &parts)?;
+    let client_address = client_ip(&parts, &state.options.trusted_proxies);
     let headers = parts.headers;
     let query = parts.uri.query();
     let limits = BodyLimits {
@@ -73,13 +75,18 @@ pub async fn post_track(
     let body = read_body(&headers, body, limits).await.map_err(as_400)?;
     let mut params = query_params(query)?;
     params.extend(body_params(&headers, &body).map_err(as_400)?);
-    track(&state, &headers, params).await?;
+    track(&state, &headers, client_address, params).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `HEAD` answers like `GET` without recording a visit: link checkers and prefetchers send
 /// it, and a page view did not happen.
 pub async fn head_track() -> Response {
+    pixel_response()
+}
+
+/// The 1×1 GIF answer of `/track` and `/i`, never cached (each load must reach the server).
+pub fn pixel_response() -> Response {
     (
         [
             (header::CONTENT_TYPE, "image/gif"),
@@ -110,15 +117,15 @@ pub async fn head_track() -> Response {
 )]
 pub async fn get_track(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
     admit_address(&state, &parts)?;
-    track(&state, &parts.headers, query_params(parts.uri.query())?).await?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, "image/gif"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        PIXEL,
+    let client_address = client_ip(&parts, &state.options.trusted_proxies);
+    track(
+        &state,
+        &parts.headers,
+        client_address,
+        query_params(parts.uri.query())?,
     )
-        .into_response())
+    .await?;
+    Ok(pixel_response())
 }
 
 /// A plain `OPTIONS` (not a CORS preflight, which the CORS layer answers) says what is allowed.
@@ -149,10 +156,11 @@ fn admit_address(state: &AppState, parts: &Parts) -> Result<(), ApiError> {
 async fn track(
     state: &AppState,
     headers: &HeaderMap,
+    client_address: Option<std::net::IpAddr>,
     params: Vec<(String, String)>,
 ) -> Result<(), ApiError> {
     let fallback = page_host(headers);
-    let beacon = parse_beacon(
+    let mut beacon = parse_beacon(
         params,
         fallback.as_deref(),
         Utc::now(),
@@ -170,6 +178,9 @@ async fn track(
             .increment(1);
         return Err(ApiError::Forbidden(format!("the site {refusal}")));
     }
+    let viewer = Viewer::of(headers, client_address);
+    beacon.user_agent = viewer.user_agent.clone();
+    beacon.invalid = state.classifier.classify(viewer.signals());
     state.beacons.track(beacon).await?;
     metrics::counter!("adevents_events_accepted_total", "kind" => "beacon").increment(1);
     Ok(())

@@ -8,7 +8,9 @@ use crate::domain::echo::echo;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
 use crate::domain::time::{EventTime, EventTimeError};
+use crate::domain::traffic::UserAgent;
 use crate::domain::user_data::UserData;
+use crate::ivt::{Classifier, Signals};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -103,6 +105,10 @@ pub struct ImpressionWire<'a> {
     user_ip: Option<Cow<'a, str>>,
     /// At most 64 entries; key ≤ 64 bytes, value ≤ 1024 bytes.
     user_data: Option<BTreeMap<String, String>>,
+    /// The viewer's browser user agent (not the ad server's own client's); at most 512 bytes
+    /// are kept. Classifies the impression as invalid traffic when it is a known bot.
+    #[serde(borrow)]
+    user_agent: Option<Cow<'a, str>>,
 }
 
 /// A click as an ad server sends it: the impression clicked and when.
@@ -125,6 +131,9 @@ pub struct ClickWire<'a> {
     #[serde(borrow)]
     #[schema(value_type = String, example = "2026-11-26T12:00:05.000Z")]
     timestamp: Option<WireTimestamp<'a>>,
+    /// The clicker's browser user agent; at most 512 bytes are kept.
+    #[serde(borrow)]
+    user_agent: Option<Cow<'a, str>>,
 }
 
 /// What conversion needs besides the item itself.
@@ -134,6 +143,9 @@ pub struct Context {
     pub client_ip: Option<IpAddr>,
     /// The only advertiser whose events the caller may send (an `ingest` key's); `None`: any.
     pub advertiser: Option<AdvertiserId>,
+    /// Tells invalid traffic from the event's own `user_agent` and explicit `user_ip` (the
+    /// request itself comes from the ad server, not the viewer).
+    pub classifier: std::sync::Arc<Classifier>,
 }
 
 /// Collects one item's field problems while converting it.
@@ -219,8 +231,8 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
         let ad_id = item.uuid("ad_id", self.ad_id);
         let user_id = item.uuid("user_id", self.user_id);
         let timestamp = item.timestamp(self.timestamp, cx.context.now);
-        let user_ip = match self.user_ip {
-            None => cx.context.client_ip,
+        let viewer_ip = match self.user_ip {
+            None => None,
             Some(text) => match text.trim().parse::<IpAddr>() {
                 Ok(ip) => Some(ip),
                 Err(_) => item.fail(
@@ -229,6 +241,13 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
                 ),
             },
         };
+        let user_ip = viewer_ip.or(cx.context.client_ip);
+        let user_agent = self.user_agent.as_deref().and_then(UserAgent::new);
+        let invalid = cx.context.classifier.classify(Signals {
+            user_agent: user_agent.as_ref(),
+            prefetch: false,
+            address: viewer_ip,
+        });
         let user_data = match UserData::new(self.user_data.unwrap_or_default()) {
             Ok(user_data) => Some(user_data),
             Err(message) => item.fail("user_data", message),
@@ -244,6 +263,8 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
             timestamp: timestamp?,
             user_ip,
             user_data: user_data?,
+            user_agent,
+            invalid,
         })
     }
 
@@ -266,6 +287,11 @@ impl<'de> IntoEvent<'de> for ClickWire<'de> {
         let campaign_id = item.uuid("campaign_id", self.campaign_id);
         let ad_id = item.uuid("ad_id", self.ad_id);
         let timestamp = item.timestamp(self.timestamp, cx.context.now);
+        let user_agent = self.user_agent.as_deref().and_then(UserAgent::new);
+        let invalid = cx.context.classifier.classify(Signals {
+            user_agent: user_agent.as_ref(),
+            ..Signals::default()
+        });
         Some(Click {
             impression_id: ImpressionId::new(impression_id?),
             campaign: CampaignKey {
@@ -274,6 +300,8 @@ impl<'de> IntoEvent<'de> for ClickWire<'de> {
             },
             ad_id: AdId::new(ad_id?),
             timestamp: timestamp?,
+            user_agent,
+            invalid,
         })
     }
 
@@ -439,6 +467,7 @@ mod tests {
             now: "2026-11-26T12:00:00Z".parse().expect("valid"),
             client_ip: Some("203.0.113.9".parse().expect("valid")),
             advertiser: None,
+            classifier: std::sync::Arc::new(Classifier::default()),
         }
     }
 

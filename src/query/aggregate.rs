@@ -15,6 +15,7 @@ use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
+use crate::domain::traffic::any_valid;
 use crate::query::clicks::first_clicks;
 use crate::store::{
     ClickRow, EventStore, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice,
@@ -47,12 +48,15 @@ impl BillableWindow {
     }
 }
 
-/// Additive counts of one slice (or any sum of slices).
+/// Additive counts of one slice (or any sum of slices). `impressions`, `clicks` and
+/// `billable_impressions` count valid events only; invalid traffic is counted beside them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SliceCounts {
     pub impressions: u64,
     pub clicks: u64,
     pub billable_impressions: u64,
+    pub invalid_impressions: u64,
+    pub invalid_clicks: u64,
 }
 
 impl SliceCounts {
@@ -60,6 +64,8 @@ impl SliceCounts {
         self.impressions += other.impressions;
         self.clicks += other.clicks;
         self.billable_impressions += other.billable_impressions;
+        self.invalid_impressions += other.invalid_impressions;
+        self.invalid_clicks += other.invalid_clicks;
     }
 }
 
@@ -153,6 +159,8 @@ impl DayAggregate {
                     impressions: counts.impressions,
                     clicks: counts.clicks,
                     billable_impressions: counts.billable_impressions,
+                    invalid_impressions: counts.invalid_impressions,
+                    invalid_clicks: counts.invalid_clicks,
                 })
                 .collect(),
             reach,
@@ -173,6 +181,8 @@ impl DayAggregate {
                     impressions: row.impressions,
                     clicks: row.clicks,
                     billable_impressions: row.billable_impressions,
+                    invalid_impressions: row.invalid_impressions,
+                    invalid_clicks: row.invalid_clicks,
                 },
             );
         }
@@ -237,6 +247,7 @@ pub async fn aggregate_day(
         levels,
     } = read;
     let concurrency = concurrency.max(1);
+    // Each id at its earliest copy of the day, valid if any copy is.
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
     let mut reads = stream::iter(partitions.iter().copied())
         .map(|partition| async move { store.read_impression_summaries(&partition).await })
@@ -246,9 +257,11 @@ pub async fn aggregate_day(
             earliest
                 .entry(row.impression_id)
                 .and_modify(|seen| {
+                    let invalid = any_valid([seen.invalid, row.invalid]);
                     if row.timestamp < seen.timestamp {
                         *seen = row;
                     }
+                    seen.invalid = invalid;
                 })
                 .or_insert(row);
         }
@@ -259,6 +272,11 @@ pub async fn aggregate_day(
     };
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
     for row in earliest.into_values() {
+        if row.invalid.is_some() {
+            // Kept and counted apart: never an impression, a user reached or billable.
+            day.slice(row.timestamp, row.ad_id).invalid_impressions += 1;
+            continue;
+        }
         day.slice(row.timestamp, row.ad_id).impressions += 1;
         day.reach.insert(
             row.timestamp.epoch_millis().div_euclid(HOUR_MILLIS),
@@ -284,11 +302,18 @@ pub async fn aggregate_day(
         return Ok(day);
     };
     for ClickRow {
-        ad_id, timestamp, ..
+        ad_id,
+        timestamp,
+        invalid,
+        ..
     } in first_clicks(store, *campaign, partitions.clone(), concurrency, |_| true).await?
     {
         if timestamp.utc_day() == utc_day {
-            day.slice(timestamp, ad_id).clicks += 1;
+            let slice = day.slice(timestamp, ad_id);
+            match invalid {
+                None => slice.clicks += 1,
+                Some(_) => slice.invalid_clicks += 1,
+            }
         }
     }
     Ok(day)

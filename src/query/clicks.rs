@@ -65,7 +65,8 @@ pub async fn first_clicks(
         .await
 }
 
-/// Impressions whose first click ever falls in `[start, end)`, as the summary counts clicks:
+/// Valid impressions' clicks whose first click ever falls in `[start, end)` and is valid (any
+/// copy), as the summary counts clicks:
 /// the clicks stored in `partitions` (the range's days) narrow it down, and each candidate's
 /// first click is looked up, since an earlier click may lie before the range.
 pub async fn first_clicked_between(
@@ -80,7 +81,7 @@ pub async fn first_clicked_between(
         first_clicks(store, campaign, partitions, fan_out.concurrency, in_range)
             .await?
             .into_iter()
-            .filter(in_range)
+            .filter(|click| in_range(click) && click.invalid.is_none())
             .map(|click| click.impression_id)
             .collect(),
     )

@@ -2,7 +2,9 @@
 //! partitions at a time, each read oldest first, so the first row of an id within its partition is the
 //! one the counting rules keep (an impression counts once per UTC day, at its earliest
 //! timestamp; its id always hashes to the same bucket). Only a few pages and the ids of the
-//! partitions being read are held, whatever the length of the range.
+//! partitions being read are held, whatever the length of the range. An impression is valid
+//! if any copy is: an invalid first copy is held back until its partition is read through (a
+//! later valid copy makes it valid), which costs memory only for invalid traffic.
 
 use crate::domain::event::Impression;
 use crate::domain::ids::ImpressionId;
@@ -13,7 +15,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 /// Partitions read at once. Each holds at most one page in flight, so memory stays a few
@@ -35,6 +37,8 @@ struct PartitionScan {
     partition: EventPartition,
     cursor: Option<PageCursor>,
     seen: HashSet<ImpressionId>,
+    /// First copies that are invalid traffic, until the partition is read through.
+    held: HashMap<ImpressionId, Impression>,
 }
 
 impl ImpressionScan {
@@ -72,6 +76,7 @@ impl ImpressionScan {
                 partition,
                 cursor: None,
                 seen: HashSet::new(),
+                held: HashMap::new(),
             });
             self.reads.push(read);
         }
@@ -79,21 +84,35 @@ impl ImpressionScan {
             return Ok(None);
         };
         let page = page?;
-        let impressions = page
-            .impressions
-            .into_iter()
+        let mut impressions = Vec::with_capacity(page.impressions.len());
+        for impression in page.impressions {
+            let id = impression.impression_id;
             // Out-of-range rows still claim their id: a later copy is not the earliest.
-            .filter(|impression| scan.seen.insert(impression.impression_id))
-            .filter(|impression| {
-                let at = impression.timestamp.instant();
-                at >= self.start && at < self.end
-            })
-            .collect();
+            if !scan.seen.insert(id) {
+                if impression.invalid.is_none()
+                    && let Some(held) = scan.held.get_mut(&id)
+                {
+                    held.invalid = None;
+                }
+                continue;
+            }
+            let at = impression.timestamp.instant();
+            if at < self.start || at >= self.end {
+                continue;
+            }
+            if impression.invalid.is_some() {
+                scan.held.insert(id, impression);
+            } else {
+                impressions.push(impression);
+            }
+        }
         // The partition's next page is read while the caller handles this one.
         if page.next.is_some() {
             scan.cursor = page.next;
             let read = self.read(scan);
             self.reads.push(read);
+        } else {
+            impressions.extend(scan.held.into_values());
         }
         Ok(Some(impressions))
     }

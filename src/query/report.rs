@@ -134,7 +134,11 @@ pub async fn campaign_report(
     let mut counts: HashMap<Option<String>, (u64, u64)> = HashMap::new();
     let mut scan = ImpressionScan::new(Arc::clone(&reader.store), range, partitions);
     while let Some(page) = scan.next_page().await? {
-        for impression in page {
+        // Valid traffic only, as summaries count.
+        for impression in page
+            .into_iter()
+            .filter(|impression| impression.invalid.is_none())
+        {
             let (impressions, clicks) = counts.entry(dimension.value_of(&impression)).or_default();
             *impressions += 1;
             // An impression shown on two UTC days counts twice, its click once.

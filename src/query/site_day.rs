@@ -1,5 +1,6 @@
 //! One UTC day of one site, added up from its stored beacons: exact visits per 15-minute
-//! slice and visitors per hour, for every feature combination. The sealer stores it as the
+//! slice and visitors per hour, for every feature combination. Invalid traffic is counted
+//! beside the visits (never as one), and never as a visitor. The sealer stores it as the
 //! day's rollup; the start-up repair stores its sketches as the day's live state.
 
 use super::FanOut;
@@ -9,7 +10,7 @@ use crate::domain::owner::Owner;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
 use crate::settings::SettingsCache;
-use crate::store::{StoreError, VisitStore};
+use crate::store::{SliceVisits, StoreError, VisitStore};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Default)]
 pub struct CombinationDay {
     /// Visits by 15-minute slice since the epoch.
-    pub slices: BTreeMap<i64, u64>,
+    pub slices: BTreeMap<i64, SliceVisits>,
     /// Visitors by hour since the epoch.
     pub hours: BTreeMap<i64, UniqueSketch>,
 }
@@ -55,7 +56,12 @@ pub async fn aggregate_site_day(
             let member = MemberHash::of(row.guid.as_str().as_bytes());
             for combination in row.features.subset_keys() {
                 let entry = aggregate.combinations.entry(combination).or_default();
-                *entry.slices.entry(slice).or_default() += 1;
+                let visits = entry.slices.entry(slice).or_default();
+                if row.invalid.is_some() {
+                    visits.invalid += 1;
+                    continue;
+                }
+                visits.valid += 1;
                 entry.hours.entry(hour).or_default().insert(member);
             }
             aggregate.beacons += 1;

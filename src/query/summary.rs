@@ -30,6 +30,8 @@ pub struct Counts {
     pub clicks: u64,
     pub billable_impressions: u64,
     pub unique_users: u64,
+    pub invalid_impressions: u64,
+    pub invalid_clicks: u64,
 }
 
 impl Counts {
@@ -85,6 +87,8 @@ impl Tally {
             billable_impressions: self.counts.billable_impressions,
             // Never more users than impressions (an estimate must not contradict exact counts).
             unique_users: reached.min(self.counts.impressions),
+            invalid_impressions: self.counts.invalid_impressions,
+            invalid_clicks: self.counts.invalid_clicks,
         }
     }
 }
@@ -232,7 +236,12 @@ impl Rows {
             .ads
             .into_iter()
             .map(|(ad, tally)| (ad, tally.finish()))
-            .filter(|(_, counts)| counts.impressions > 0 || counts.clicks > 0)
+            .filter(|(_, counts)| {
+                counts.impressions > 0
+                    || counts.clicks > 0
+                    || counts.invalid_impressions > 0
+                    || counts.invalid_clicks > 0
+            })
             .collect();
         by_ad
             .sort_by(|(a_id, a), (b_id, b)| b.impressions.cmp(&a.impressions).then(a_id.cmp(b_id)));

@@ -16,7 +16,7 @@ use crate::domain::beacon::{Features, SiteId};
 use crate::domain::owner::Owner;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
-use crate::store::{SketchPartition, StoreError};
+use crate::store::{SketchPartition, SliceVisits, StoreError};
 use chrono::{DateTime, Datelike, NaiveDate, TimeDelta, Utc};
 use futures::{StreamExt, stream};
 use std::collections::HashMap;
@@ -45,11 +45,13 @@ impl Granularity {
     }
 }
 
-/// Visits and unique visitors of one period (or of the whole range).
+/// Visits and unique visitors of one period (or of the whole range): valid beacons only;
+/// invalid traffic is counted beside them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VisitCounts {
     pub visits: u64,
     pub unique_visitors: u64,
+    pub invalid_visits: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +88,7 @@ impl Periods {
 #[derive(Default)]
 struct Tally {
     visits: u64,
+    invalid_visits: u64,
     sketch: UniqueSketch,
 }
 
@@ -101,6 +104,7 @@ impl Tally {
             } else {
                 estimate.clamp(1, self.visits)
             },
+            invalid_visits: self.invalid_visits,
         }
     }
 }
@@ -193,13 +197,16 @@ struct Tallies<'a> {
 impl Tallies<'_> {
     /// Visits at `at` (exact: a beacon's time, or the start of a 15-minute slice, which lies
     /// within one local day in every zone).
-    fn visits(&mut self, at: DateTime<Utc>, visits: u64) {
+    fn visits(&mut self, at: DateTime<Utc>, visits: SliceVisits) {
         if !self.range.contains(at) {
             return;
         }
-        self.total.visits += visits;
+        self.total.visits += visits.valid;
+        self.total.invalid_visits += visits.invalid;
         if let Some(period) = self.periods.of_day.get(&self.range.local_day(at)) {
-            self.rows[*period].visits += visits;
+            let row = &mut self.rows[*period];
+            row.visits += visits.valid;
+            row.invalid_visits += visits.invalid;
         }
     }
 
@@ -299,7 +306,17 @@ impl SiteReads<'_> {
         while let Some(rows) = reads.next().await {
             for row in rows? {
                 if row.features.matches(self.filter) {
-                    tallies.visits(row.timestamp.instant(), 1);
+                    let visit = match row.invalid {
+                        None => SliceVisits {
+                            valid: 1,
+                            invalid: 0,
+                        },
+                        Some(_) => SliceVisits {
+                            valid: 0,
+                            invalid: 1,
+                        },
+                    };
+                    tallies.visits(row.timestamp.instant(), visit);
                 }
             }
         }
@@ -360,6 +377,7 @@ mod tests {
     #[test]
     fn an_estimate_never_contradicts_the_exact_visits() {
         let tally = Tally {
+            invalid_visits: 0,
             visits: 3,
             sketch: UniqueSketch::new(),
         };

@@ -15,6 +15,7 @@ use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
+use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -255,6 +256,18 @@ impl AccessStore for Instrumented {
     async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError> {
         let call = self.inner.mark_admin_bootstrapped();
         timed("mark_admin_bootstrapped", call).await
+    }
+
+    async fn tag_secrets(&self) -> Result<Vec<TagSecret>, StoreError> {
+        timed("tag_secrets", self.inner.tag_secrets()).await
+    }
+
+    async fn put_tag_secret(&self, secret: &TagSecret) -> Result<(), StoreError> {
+        timed("put_tag_secret", self.inner.put_tag_secret(secret)).await
+    }
+
+    async fn delete_tag_secret(&self, id: TagSecretId) -> Result<(), StoreError> {
+        timed("delete_tag_secret", self.inner.delete_tag_secret(id)).await
     }
 }
 

@@ -24,7 +24,7 @@ pub use crate::domain::sealing::SealState;
 pub use error::StoreError;
 pub use rows::{
     ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, RollupReach,
-    RollupSlice, SiteRollup, SketchPartition, SketchRow, VisitRow,
+    RollupSlice, SiteRollup, SketchPartition, SketchRow, SliceVisits, VisitRow,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -36,6 +36,7 @@ use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
+use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -194,7 +195,7 @@ pub trait RollupStore: Send + Sync {
     -> Result<SiteRollup, StoreError>;
 }
 
-/// API keys and registered sites: few rows, each read whole by every server process into its
+/// API keys, registered sites and tag secrets: few rows, each read whole by every server process into its
 /// memory (an unknown key or site costs no read), refreshed within the settings cache lifetime.
 #[async_trait]
 pub trait AccessStore: Send + Sync {
@@ -218,6 +219,16 @@ pub trait AccessStore: Send + Sync {
 
     /// Records that the bootstrap admin key was made.
     async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError>;
+
+    /// Every advertiser's tag secrets (the secrets themselves: verifying a signature needs
+    /// them).
+    async fn tag_secrets(&self) -> Result<Vec<TagSecret>, StoreError>;
+
+    /// Records a tag secret.
+    async fn put_tag_secret(&self, secret: &TagSecret) -> Result<(), StoreError>;
+
+    /// Removes a tag secret: URLs it signed stop counting within the cache lifetime.
+    async fn delete_tag_secret(&self, id: TagSecretId) -> Result<(), StoreError>;
 }
 
 /// The server processes sharing the store: each reports every second, and records each

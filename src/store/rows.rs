@@ -3,6 +3,7 @@
 use crate::domain::beacon::{Features, Guid, SiteId};
 use crate::domain::ids::{AdId, ImpressionId, UserId};
 use crate::domain::time::{Day, EventTime};
+use crate::domain::traffic::InvalidReason;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -13,6 +14,8 @@ pub struct ImpressionSummaryRow {
     pub ad_id: AdId,
     pub user_id: UserId,
     pub timestamp: EventTime,
+    /// `None`: this copy is valid (rows written before invalid traffic was classified too).
+    pub invalid: Option<InvalidReason>,
 }
 
 /// One stored click.
@@ -21,6 +24,7 @@ pub struct ClickRow {
     pub impression_id: ImpressionId,
     pub ad_id: AdId,
     pub timestamp: EventTime,
+    pub invalid: Option<InvalidReason>,
 }
 
 /// One stored beacon, without its partition's site and day.
@@ -29,6 +33,7 @@ pub struct VisitRow {
     pub timestamp: EventTime,
     pub guid: Guid,
     pub features: Features,
+    pub invalid: Option<InvalidReason>,
 }
 
 /// Where the hourly sketches of one site, UTC day and feature combination are kept.
@@ -64,6 +69,8 @@ pub struct RollupSlice {
     pub impressions: u64,
     pub clicks: u64,
     pub billable_impressions: u64,
+    pub invalid_impressions: u64,
+    pub invalid_clicks: u64,
 }
 
 /// How much of a sealed campaign-day one users sketch covers. A summary reads only the
@@ -130,10 +137,17 @@ pub struct Rollup {
 /// One feature combination's part of a sealed site-day.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SiteRollup {
-    /// (15-minute slice since the epoch, exact visits).
-    pub visits: Vec<(i64, u64)>,
+    /// (15-minute slice since the epoch, exact valid visits, exact invalid visits).
+    pub visits: Vec<(i64, SliceVisits)>,
     /// (hour since the epoch, [`crate::domain::sketch::UniqueSketch::to_bytes`]).
     pub reach: Vec<(i64, Vec<u8>)>,
+}
+
+/// A slice's visits: valid ones (the visits counted) and invalid traffic beside them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SliceVisits {
+    pub valid: u64,
+    pub invalid: u64,
 }
 
 /// Where a paged read resumes. Opaque above the store: a driver's paging state, or the last

@@ -29,7 +29,9 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
     assert_eq!(
         documented,
         [
+            "/c",
             "/healthz",
+            "/i",
             "/metrics",
             "/openapi.json",
             "/readyz",
@@ -39,6 +41,8 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/impressions/recent",
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/report",
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary",
+            "/v1/advertisers/{advertiser_id}/tag-secrets",
+            "/v1/advertisers/{advertiser_id}/tag-secrets/{id}",
             "/v1/clicks",
             "/v1/impressions",
             "/v1/keys",

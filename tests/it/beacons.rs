@@ -116,7 +116,7 @@ async fn every_beacon_form_is_counted(backend: Backend) {
     let base = server.url("");
     let counted = eventually(Duration::from_secs(10), || async {
         let all = uniques(&base, &site, &day_query(&[])).await;
-        all["total"] == json!({"visits": 7, "unique_visitors": 7})
+        all["total"] == json!({"visits": 7, "unique_visitors": 7, "invalid_visits": 0})
     })
     .await;
     let all = uniques(&base, &site, &day_query(&[])).await;
@@ -124,14 +124,14 @@ async fn every_beacon_form_is_counted(backend: Backend) {
     let x = uniques(&base, &site, &day_query(&[("feature.ref", "x")])).await;
     assert_eq!(
         x["total"],
-        json!({"visits": 2, "unique_visitors": 2}),
+        json!({"visits": 2, "unique_visitors": 2, "invalid_visits": 0}),
         "{x}"
     );
     assert_eq!(x["filter"], json!({"ref": "x"}));
     let y = uniques(&base, &site, &day_query(&[("feature.ref", "y")])).await;
     assert_eq!(
         y["total"],
-        json!({"visits": 2, "unique_visitors": 2}),
+        json!({"visits": 2, "unique_visitors": 2, "invalid_visits": 0}),
         "{y}"
     );
 }
@@ -298,7 +298,7 @@ async fn invalid_beacons_name_the_field_and_store_nothing(backend: Backend) {
     let counted = uniques(&server.url(""), &site, &day_query(&[])).await;
     assert_eq!(
         counted["total"],
-        json!({"visits": 0, "unique_visitors": 0}),
+        json!({"visits": 0, "unique_visitors": 0, "invalid_visits": 0}),
         "{counted}"
     );
 }

@@ -29,6 +29,8 @@ struct Sent {
 async fn export(server: &TestServer, campaign: &Campaign, query: &str) -> (String, String) {
     let response = http()
         .get(server.url(&format!("{}/impressions?{query}", campaign.path())))
+        // 200,000 records on a shared 2-core machine: a bound against a hang, not a speed test.
+        .timeout(std::time::Duration::from_secs(180))
         .send()
         .await
         .expect("export answered");
@@ -58,6 +60,15 @@ fn check_record(sent: &HashMap<Uuid, Sent>, record: &Value, seen: &mut HashMap<U
     assert_eq!(record["ad_id"], expected.ad_id.to_string(), "{record}");
     assert_eq!(record["user_data"], expected.user_data, "{record}");
     assert_eq!(record["clicked"], expected.clicked, "{record}");
+    // Posted without a user agent: valid, with an empty (CSV) or null (NDJSON) user agent.
+    assert!(
+        record["user_agent"].is_null() || record["user_agent"] == "",
+        "{record}"
+    );
+    assert!(
+        record["invalid"].is_null() || record["invalid"] == "",
+        "{record}"
+    );
     assert!(
         record["user_id"]
             .as_str()
@@ -167,7 +178,9 @@ async fn an_export_of_200_000_impressions_has_each_once_with_clicked_in_both_for
             "timestamp",
             "user_ip",
             "user_data",
-            "clicked"
+            "clicked",
+            "user_agent",
+            "invalid"
         ]
     );
     let mut seen = HashMap::new();

@@ -307,6 +307,50 @@ async fn every_endpoint_answers_each_caller_as_the_contract_says(backend: Backen
             Allowed::Public,
             StatusCode::OK,
         ),
+        (
+            Method::GET,
+            format!("/v1/advertisers/{}/tag-secrets", campaign.advertiser_id),
+            None,
+            Allowed::Admin,
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            format!("/v1/advertisers/{}/tag-secrets", campaign.advertiser_id),
+            None,
+            Allowed::Admin,
+            StatusCode::CREATED,
+        ),
+        (
+            Method::DELETE,
+            format!(
+                "/v1/advertisers/{}/tag-secrets/{}",
+                campaign.advertiser_id,
+                Uuid::new_v4()
+            ),
+            None,
+            Allowed::Admin,
+            StatusCode::NOT_FOUND,
+        ),
+        // The ad tags are signed, not keyed: any Authorization is ignored, so every caller
+        // gets the same answer (the pixel's GIF; the unsigned redirect's 403).
+        (
+            Method::GET,
+            format!("/i?a={}", campaign.advertiser_id),
+            None,
+            Allowed::Public,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            format!(
+                "/c?a={}&url=https%3A%2F%2Fexample.com%2F",
+                campaign.advertiser_id
+            ),
+            None,
+            Allowed::Public,
+            StatusCode::FORBIDDEN,
+        ),
     ];
     let client = anonymous_http();
     let mut mismatches = Vec::new();

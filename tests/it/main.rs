@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 
+mod ad_tags;
 mod api_docs;
 mod beacons;
 mod campaigns;
@@ -11,6 +12,7 @@ mod embedded_process;
 mod exports;
 mod health;
 mod ingest;
+mod invalid_traffic;
 mod keys;
 mod keys_process;
 mod limits;

@@ -257,7 +257,10 @@ async fn days_are_cut_in_the_query_time_zone(backend: Backend) {
     };
     assert_eq!(visits(&kolkata), [1, 1], "{kolkata}");
     assert_eq!(visits(&utc), [2, 0], "{utc}");
-    assert_eq!(kolkata["total"], json!({"visits": 2, "unique_visitors": 2}));
+    assert_eq!(
+        kolkata["total"],
+        json!({"visits": 2, "unique_visitors": 2, "invalid_visits": 0})
+    );
     assert_eq!(kolkata["tz"], "Asia/Kolkata");
 }
 

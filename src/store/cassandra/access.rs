@@ -1,5 +1,6 @@
-//! API keys and registered sites on Cassandra: `api_key` and `site_registry`, each one small
-//! partition read whole (see `migrations/0006_access.cql`), and `access_meta`.
+//! API keys, registered sites and tag secrets on Cassandra: `api_key`, `site_registry` and
+//! `tag_secret`, each one small partition read whole (see `migrations/0006_access.cql` and
+//! `0008_invalid_traffic.cql`), and `access_meta`.
 
 use super::CassandraStore;
 use super::config::KeyspaceName;
@@ -8,6 +9,7 @@ use super::statements::{execute, prepare_all, read_all, read_one};
 use crate::domain::access::{ApiKey, Grant, KeyId, OriginPattern, SecretHash, SiteProfile};
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::AdvertiserId;
+use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::store::error::Message;
 use crate::store::{AccessStore, StoreError};
 use async_trait::async_trait;
@@ -30,6 +32,9 @@ pub struct AccessStatements {
     insert_site: PreparedStatement,
     select_meta: PreparedStatement,
     insert_meta: PreparedStatement,
+    select_tag_secrets: PreparedStatement,
+    insert_tag_secret: PreparedStatement,
+    delete_tag_secret: PreparedStatement,
 }
 
 impl AccessStatements {
@@ -42,6 +47,9 @@ impl AccessStatements {
             insert_site,
             select_meta,
             insert_meta,
+            select_tag_secrets,
+            insert_tag_secret,
+            delete_tag_secret,
         ] = prepare_all(
             session,
             [
@@ -64,6 +72,15 @@ impl AccessStatements {
                 ),
                 format!("SELECT value FROM {keyspace}.access_meta WHERE name = ?"),
                 format!("INSERT INTO {keyspace}.access_meta (name, value) VALUES (?, ?)"),
+                format!(
+                    "SELECT id, advertiser_id, secret, created_at \
+                     FROM {keyspace}.tag_secret WHERE shard = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.tag_secret (shard, id, advertiser_id, secret, created_at) \
+                     VALUES (?, ?, ?, ?, ?)"
+                ),
+                format!("DELETE FROM {keyspace}.tag_secret WHERE shard = ? AND id = ?"),
             ],
         )
         .await?;
@@ -75,6 +92,9 @@ impl AccessStatements {
             insert_site,
             select_meta,
             insert_meta,
+            select_tag_secrets,
+            insert_tag_secret,
+            delete_tag_secret,
         })
     }
 }
@@ -145,6 +165,25 @@ impl StoredSite {
                 .collect::<Option<_>>()?,
             require_origin: self.require_origin.unwrap_or(false),
             created_at: self.created_at.unwrap_or_default(),
+        })
+    }
+}
+
+#[derive(DeserializeRow)]
+struct StoredTagSecret {
+    id: Uuid,
+    advertiser_id: Uuid,
+    secret: Vec<u8>,
+    created_at: DateTime<Utc>,
+}
+
+impl StoredTagSecret {
+    fn into_secret(self) -> Option<TagSecret> {
+        Some(TagSecret {
+            id: TagSecretId::new(self.id),
+            advertiser: AdvertiserId::new(self.advertiser_id),
+            secret: self.secret.try_into().ok()?,
+            created_at: self.created_at,
         })
     }
 }
@@ -280,5 +319,59 @@ impl AccessStore for CassandraStore {
         let values = (BOOTSTRAP_MARKER, Utc::now().to_rfc3339());
         let context = "writing the bootstrap marker";
         execute(&self.session, &statements.insert_meta, values, context).await
+    }
+
+    async fn tag_secrets(&self) -> Result<Vec<TagSecret>, StoreError> {
+        const CONTEXT: &str = "reading tag secrets";
+        let statements = &self.prepared().await?.access;
+        let rows: Vec<StoredTagSecret> = read_all(
+            &self.session,
+            &statements.select_tag_secrets,
+            (SHARD,),
+            CONTEXT,
+        )
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                row.into_secret().ok_or_else(|| {
+                    decode_error(
+                        CONTEXT,
+                        Message("a stored tag secret does not decode".into()),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    async fn put_tag_secret(&self, secret: &TagSecret) -> Result<(), StoreError> {
+        let statements = &self.prepared().await?.access;
+        let values = (
+            SHARD,
+            secret.id.as_uuid(),
+            secret.advertiser.as_uuid(),
+            secret.secret.as_slice(),
+            secret.created_at,
+        );
+        let context = "writing a tag secret";
+        execute(
+            &self.session,
+            &statements.insert_tag_secret,
+            values,
+            context,
+        )
+        .await
+    }
+
+    async fn delete_tag_secret(&self, id: TagSecretId) -> Result<(), StoreError> {
+        let statements = &self.prepared().await?.access;
+        let values = (SHARD, id.as_uuid());
+        let context = "deleting a tag secret";
+        execute(
+            &self.session,
+            &statements.delete_tag_secret,
+            values,
+            context,
+        )
+        .await
     }
 }

@@ -5,11 +5,12 @@
 
 use super::errors::decode_error;
 use super::events::EventStatements;
-use super::statements::{failed, partition_values, read_all, read_one};
+use super::statements::{failed, partition_values, read_all};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::EventTime;
+use crate::domain::traffic::{InvalidReason, UserAgent, any_valid};
 use crate::domain::user_data::UserData;
 use crate::store::{ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, StoreError};
 use chrono::{DateTime, Utc};
@@ -20,6 +21,19 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use uuid::Uuid;
 
+/// A row's validity from its two cells (see `Validity` in [`super::event_writes`]): valid
+/// when a valid copy wrote `valid`, or when no copy wrote `invalid` (rows from before
+/// invalid traffic was classified too). An unknown reason (a newer release's) reads as the
+/// bot rule, never as valid.
+pub fn validity(valid: Option<bool>, invalid: Option<&str>) -> Option<InvalidReason> {
+    match (valid, invalid) {
+        (Some(true), _) | (_, None) => None,
+        (_, Some(reason)) => {
+            Some(InvalidReason::parse(reason).unwrap_or(InvalidReason::BotUserAgent))
+        }
+    }
+}
+
 /// A row of `impression_summary`.
 #[derive(DeserializeRow)]
 struct SummaryRow {
@@ -27,6 +41,8 @@ struct SummaryRow {
     ad_id: Uuid,
     user_id: Uuid,
     timestamp: DateTime<Utc>,
+    valid: Option<bool>,
+    invalid: Option<String>,
 }
 
 /// A row of `click` or `click_by_impression`.
@@ -35,6 +51,8 @@ struct StoredClick {
     impression_id: Uuid,
     ad_id: Uuid,
     timestamp: DateTime<Utc>,
+    valid: Option<bool>,
+    invalid: Option<String>,
 }
 
 impl From<StoredClick> for ClickRow {
@@ -43,6 +61,7 @@ impl From<StoredClick> for ClickRow {
             impression_id: ImpressionId::new(row.impression_id),
             ad_id: AdId::new(row.ad_id),
             timestamp: EventTime::from_stored(row.timestamp),
+            invalid: validity(row.valid, row.invalid.as_deref()),
         }
     }
 }
@@ -56,6 +75,9 @@ pub struct FullImpressionRow {
     user_id: Uuid,
     user_ip: Option<IpAddr>,
     user_data: Option<BTreeMap<String, String>>,
+    user_agent: Option<String>,
+    valid: Option<bool>,
+    invalid: Option<String>,
 }
 
 impl FullImpressionRow {
@@ -68,6 +90,8 @@ impl FullImpressionRow {
             timestamp: EventTime::from_stored(self.timestamp),
             user_ip: self.user_ip,
             user_data: UserData::from_stored(self.user_data.unwrap_or_default()),
+            user_agent: self.user_agent.as_deref().and_then(UserAgent::new),
+            invalid: validity(self.valid, self.invalid.as_deref()),
         }
     }
 }
@@ -91,6 +115,7 @@ pub async fn impression_summaries(
             ad_id: AdId::new(row.ad_id),
             user_id: UserId::new(row.user_id),
             timestamp: EventTime::from_stored(row.timestamp),
+            invalid: validity(row.valid, row.invalid.as_deref()),
         })
         .collect())
 }
@@ -121,14 +146,19 @@ pub async fn first_click(
         campaign.campaign_id.as_uuid(),
         impression_id.as_uuid(),
     );
-    let row: Option<StoredClick> = read_one(
+    // Oldest first: the first is the first click; the click is valid if any copy is.
+    let rows: Vec<StoredClick> = read_all(
         session,
         &statements.select_first_click,
         values,
         "reading the click index",
     )
     .await?;
-    Ok(row.map(ClickRow::from))
+    let mut clicks = rows.into_iter().map(ClickRow::from);
+    Ok(clicks.next().map(|first| ClickRow {
+        invalid: any_valid(std::iter::once(first.invalid).chain(clicks.map(|copy| copy.invalid))),
+        ..first
+    }))
 }
 
 fn decode_impressions(

@@ -7,6 +7,7 @@ use super::events::EventStatements;
 use super::statements::{PartitionValues, failed, partition_values};
 use crate::domain::event::{Click, Impression};
 use crate::domain::partition::EventPartition;
+use crate::domain::traffic::{InvalidReason, UserAgent};
 use crate::store::StoreError;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::future::try_join_all;
@@ -48,6 +49,36 @@ where
     Ok(())
 }
 
+/// A copy's `valid` and `invalid` cells: a valid copy sets only `valid`, an invalid one only
+/// `invalid`, so copies of one row merge cell by cell into "valid if any copy is" whatever
+/// their order (migrations/0008_invalid_traffic.cql).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct Validity {
+    valid: MaybeUnset<bool>,
+    invalid: MaybeUnset<&'static str>,
+}
+
+impl Validity {
+    pub fn of(invalid: Option<InvalidReason>) -> Self {
+        match invalid {
+            None => Self {
+                valid: MaybeUnset::Set(true),
+                invalid: MaybeUnset::Unset,
+            },
+            Some(reason) => Self {
+                valid: MaybeUnset::Unset,
+                invalid: MaybeUnset::Set(reason.as_str()),
+            },
+        }
+    }
+}
+
+/// A user agent as a bound value: unset when there is none (no tombstone).
+pub fn user_agent(agent: Option<&UserAgent>) -> MaybeUnset<&str> {
+    agent.map_or(MaybeUnset::Unset, |agent| MaybeUnset::Set(agent.as_str()))
+}
+
 /// The bound values of an `impression` insert, in the statement's order.
 #[derive(SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
@@ -63,6 +94,9 @@ struct ImpressionValues<'a> {
     // Unset, not null: a null would write a tombstone.
     user_ip: MaybeUnset<IpAddr>,
     user_data: MaybeUnset<&'a BTreeMap<String, String>>,
+    user_agent: MaybeUnset<&'a str>,
+    #[scylla(flatten)]
+    validity: Validity,
     ttl: i32,
 }
 
@@ -84,6 +118,8 @@ impl<'a> ImpressionValues<'a> {
             } else {
                 MaybeUnset::Set(event.user_data.entries())
             },
+            user_agent: user_agent(event.user_agent.as_ref()),
+            validity: Validity::of(event.invalid),
             ttl,
         }
     }
@@ -101,6 +137,8 @@ struct SummaryValues {
     impression_id: Uuid,
     ad_id: Uuid,
     user_id: Uuid,
+    #[scylla(flatten)]
+    validity: Validity,
     ttl: i32,
 }
 
@@ -116,6 +154,7 @@ impl SummaryValues {
             impression_id: event.impression_id.as_uuid(),
             ad_id: event.ad_id.as_uuid(),
             user_id: event.user_id.as_uuid(),
+            validity: Validity::of(event.invalid),
             ttl,
         }
     }
@@ -124,7 +163,7 @@ impl SummaryValues {
 /// The bound values of a `click` insert.
 #[derive(SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
-struct ClickValues {
+struct ClickValues<'a> {
     advertiser_id: Uuid,
     campaign_id: Uuid,
     day: NaiveDate,
@@ -132,11 +171,14 @@ struct ClickValues {
     timestamp: DateTime<Utc>,
     impression_id: Uuid,
     ad_id: Uuid,
+    user_agent: MaybeUnset<&'a str>,
+    #[scylla(flatten)]
+    validity: Validity,
     ttl: i32,
 }
 
-impl ClickValues {
-    fn new(key: PartitionValues, click: &Click, ttl: i32) -> Self {
+impl<'a> ClickValues<'a> {
+    fn new(key: PartitionValues, click: &'a Click, ttl: i32) -> Self {
         let (advertiser_id, campaign_id, day, bucket_id) = key;
         Self {
             advertiser_id,
@@ -146,6 +188,8 @@ impl ClickValues {
             timestamp: click.timestamp.instant(),
             impression_id: click.impression_id.as_uuid(),
             ad_id: click.ad_id.as_uuid(),
+            user_agent: user_agent(click.user_agent.as_ref()),
+            validity: Validity::of(click.invalid),
             ttl,
         }
     }
@@ -160,6 +204,8 @@ struct ClickIndexValues {
     impression_id: Uuid,
     timestamp: DateTime<Utc>,
     ad_id: Uuid,
+    #[scylla(flatten)]
+    validity: Validity,
     ttl: i32,
 }
 
@@ -296,6 +342,7 @@ pub async fn write_clicks(
             impression_id: click.impression_id.as_uuid(),
             timestamp: click.timestamp.instant(),
             ad_id: click.ad_id.as_uuid(),
+            validity: Validity::of(click.invalid),
             ttl,
         };
         session
@@ -334,6 +381,8 @@ mod tests {
             timestamp: EventTime::from_stored(chrono::Utc::now()),
             user_ip: None,
             user_data,
+            user_agent: None,
+            invalid: None,
         }
     }
 

@@ -19,8 +19,13 @@ use scylla::statement::prepared::PreparedStatement;
 /// trip, small enough that an export holds little.
 const PAGE_ROWS: i32 = 2_000;
 
+/// Clicks of one impression read to find its first and whether any is valid: an impression is
+/// clicked a handful of times; past this many copies, the first ones decide.
+const MAX_CLICKS_READ: usize = 100;
+
 /// The columns of a full impression, as [`event_reads::FullImpressionRow`] names them.
-const FULL_COLUMNS: &str = "timestamp, impression_id, ad_id, user_id, user_ip, user_data";
+const FULL_COLUMNS: &str =
+    "timestamp, impression_id, ad_id, user_id, user_ip, user_data, user_agent, valid, invalid";
 
 pub struct EventStatements {
     pub insert_impression: PreparedStatement,
@@ -53,30 +58,31 @@ impl EventStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.impression (advertiser_id, campaign_id, day, bucket_id, timestamp, \
-                     impression_id, ad_id, user_id, user_ip, user_data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                     impression_id, ad_id, user_id, user_ip, user_data, user_agent, valid, invalid) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.impression_summary (advertiser_id, campaign_id, day, bucket_id, timestamp, \
-                     impression_id, ad_id, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                     impression_id, ad_id, user_id, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.click (advertiser_id, campaign_id, day, bucket_id, timestamp, \
-                     impression_id, ad_id) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                     impression_id, ad_id, user_agent, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
-                    "INSERT INTO {keyspace}.click_by_impression (advertiser_id, campaign_id, impression_id, timestamp, ad_id) \
-                     VALUES (?, ?, ?, ?, ?) USING TTL ?"
+                    "INSERT INTO {keyspace}.click_by_impression (advertiser_id, campaign_id, impression_id, timestamp, ad_id, \
+                     valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
-                    "SELECT impression_id, ad_id, user_id, timestamp FROM {keyspace}.impression_summary \
+                    "SELECT impression_id, ad_id, user_id, timestamp, valid, invalid FROM {keyspace}.impression_summary \
                      WHERE {EVENT_PARTITION}"
                 ),
                 format!(
-                    "SELECT impression_id, ad_id, timestamp FROM {keyspace}.click WHERE {EVENT_PARTITION}"
+                    "SELECT impression_id, ad_id, timestamp, valid, invalid FROM {keyspace}.click WHERE {EVENT_PARTITION}"
                 ),
                 format!(
-                    "SELECT impression_id, ad_id, timestamp FROM {keyspace}.click_by_impression \
-                     WHERE advertiser_id = ? AND campaign_id = ? AND impression_id = ? LIMIT 1"
+                    "SELECT impression_id, ad_id, timestamp, valid, invalid FROM {keyspace}.click_by_impression \
+                     WHERE advertiser_id = ? AND campaign_id = ? AND impression_id = ? LIMIT {MAX_CLICKS_READ}"
                 ),
                 // The reverse of the table's clustering order: oldest first.
                 format!(

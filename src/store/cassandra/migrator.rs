@@ -180,10 +180,18 @@ async fn apply_pending(
                 number: index + 1,
                 source,
             };
-            session
-                .query_unpaged(statement.as_str(), ())
-                .await
-                .map_err(|error| failed(execution_error("executing", error)))?;
+            if let Err(error) = session.query_unpaged(statement.as_str(), ()).await {
+                // A migration cut short (a lost node, a killed process) is run again whole:
+                // a column its first run added is there already, which is what it wanted.
+                let column_exists = is_alter_add(statement)
+                    && error
+                        .to_string()
+                        .to_ascii_lowercase()
+                        .contains("already exist");
+                if !column_exists {
+                    return Err(failed(execution_error("executing", error)));
+                }
+            }
             // The next statement may go to another node; it must already know this change.
             await_schema_agreement(session).await.map_err(failed)?;
         }
@@ -197,6 +205,18 @@ async fn apply_pending(
         report.applied.push(migration.file_name().to_owned());
     }
     Ok(report)
+}
+
+/// Whether `statement` adds columns to a table (Cassandra 4.1 has no `ADD IF NOT EXISTS`).
+fn is_alter_add(statement: &str) -> bool {
+    let words: Vec<String> = statement
+        .split_whitespace()
+        .take(5)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    words.first().is_some_and(|word| word == "ALTER")
+        && words.get(1).is_some_and(|word| word == "TABLE")
+        && words.iter().skip(3).any(|word| word == "ADD")
 }
 
 async fn record_applied(

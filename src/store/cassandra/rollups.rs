@@ -16,7 +16,7 @@ use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::store::{
     ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup, SketchPartition,
-    StoreError,
+    SliceVisits, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -65,15 +65,16 @@ impl RollupStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.campaign_rollup (advertiser_id, campaign_id, day, slice, ad_id, \
-                     impressions, clicks, billable_impressions) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_reach_level (advertiser_id, campaign_id, day, level, hour, \
                      ad_id, sketch) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
-                    "SELECT slice, ad_id, impressions, clicks, billable_impressions FROM {keyspace}.campaign_rollup \
-                     WHERE {CAMPAIGN_DAY}"
+                    "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
+                     invalid_clicks FROM {keyspace}.campaign_rollup WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach_level WHERE {CAMPAIGN_DAY} AND level = ?"
@@ -85,14 +86,16 @@ impl RollupStatements {
                     "DELETE FROM {keyspace}.campaign_reach_level USING TIMESTAMP ? WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
-                    "INSERT INTO {keyspace}.site_visits (site, day, combination, slice, visits) \
-                     VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                    "INSERT INTO {keyspace}.site_visits (site, day, combination, slice, visits, invalid_visits) \
+                     VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.site_reach (site, day, combination, hour, sketch) \
                      VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
-                format!("SELECT slice, visits FROM {keyspace}.site_visits WHERE {SITE_COMBINATION}"),
+                format!(
+                    "SELECT slice, visits, invalid_visits FROM {keyspace}.site_visits WHERE {SITE_COMBINATION}"
+                ),
                 format!("SELECT hour, sketch FROM {keyspace}.site_reach WHERE {SITE_COMBINATION}"),
             ],
         )
@@ -143,6 +146,8 @@ struct SliceValues {
     impressions: i64,
     clicks: i64,
     billable_impressions: i64,
+    invalid_impressions: i64,
+    invalid_clicks: i64,
     written_at: i64,
 }
 
@@ -153,6 +158,22 @@ struct StoredSlice {
     impressions: i64,
     clicks: i64,
     billable_impressions: i64,
+    // Absent in a rollup sealed before invalid traffic was counted.
+    invalid_impressions: Option<i64>,
+    invalid_clicks: Option<i64>,
+}
+
+/// The bound values of a `site_visits` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SiteVisitValues<'a> {
+    site: &'a str,
+    day: NaiveDate,
+    combination: &'a str,
+    slice: i32,
+    visits: i64,
+    invalid_visits: i64,
+    written_at: i64,
 }
 
 /// The bound values of a `campaign_reach_level` insert.
@@ -226,6 +247,8 @@ impl RollupStore for CassandraStore {
                 impressions: stored_count(row.impressions),
                 clicks: stored_count(row.clicks),
                 billable_impressions: stored_count(row.billable_impressions),
+                invalid_impressions: stored_count(row.invalid_impressions),
+                invalid_clicks: stored_count(row.invalid_clicks),
                 written_at,
             },
             CONTEXT,
@@ -286,6 +309,8 @@ impl RollupStore for CassandraStore {
                     impressions: read_count(row.impressions),
                     clicks: read_count(row.clicks),
                     billable_impressions: read_count(row.billable_impressions),
+                    invalid_impressions: read_count(row.invalid_impressions.unwrap_or_default()),
+                    invalid_clicks: read_count(row.invalid_clicks.unwrap_or_default()),
                 })
                 .collect(),
             reach: reach
@@ -316,16 +341,12 @@ impl RollupStore for CassandraStore {
         let written_at = read_started.timestamp_micros();
         let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
         let date = day.date();
-        // (combination, slice or hour within the day, value) of every row.
-        let visits: Vec<(&str, i32, i64)> = combinations
+        // (combination, slice within the day, visits) of every row.
+        let visits: Vec<(&str, i32, SliceVisits)> = combinations
             .iter()
             .flat_map(|(combination, rollup)| {
                 rollup.visits.iter().map(move |(slice, visits)| {
-                    (
-                        combination.as_str(),
-                        (slice - slice_base) as i32,
-                        stored_count(*visits),
-                    )
+                    (combination.as_str(), (slice - slice_base) as i32, *visits)
                 })
             })
             .collect();
@@ -334,12 +355,13 @@ impl RollupStore for CassandraStore {
             &statements.insert_site_visits,
             &visits,
             ROWS_IN_FLIGHT,
-            |(combination, slice, visits)| SiteUnitValues {
+            |(combination, slice, visits)| SiteVisitValues {
                 site: site.as_str(),
                 day: date,
                 combination,
-                unit: *slice,
-                value: *visits,
+                slice: *slice,
+                visits: stored_count(visits.valid),
+                invalid_visits: stored_count(visits.invalid),
                 written_at,
             },
             CONTEXT,
@@ -388,14 +410,25 @@ impl RollupStore for CassandraStore {
             partition.combination.as_str(),
         );
         let (visits, reach) = futures::try_join!(
-            read_all::<(i32, i64)>(&self.session, &statements.select_site_visits, key, CONTEXT),
+            read_all::<(i32, i64, Option<i64>)>(
+                &self.session,
+                &statements.select_site_visits,
+                key,
+                CONTEXT
+            ),
             read_all::<(i32, Vec<u8>)>(&self.session, &statements.select_site_reach, key, CONTEXT),
         )?;
         let (slice_base, hour_base) = (partition.day.first_slice(), partition.day.first_hour());
         Ok(SiteRollup {
             visits: visits
                 .into_iter()
-                .map(|(slice, visits)| (slice_base + i64::from(slice), read_count(visits)))
+                .map(|(slice, visits, invalid)| {
+                    let visits = SliceVisits {
+                        valid: read_count(visits),
+                        invalid: read_count(invalid.unwrap_or_default()),
+                    };
+                    (slice_base + i64::from(slice), visits)
+                })
                 .collect(),
             reach: reach
                 .into_iter()

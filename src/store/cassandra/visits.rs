@@ -3,6 +3,8 @@
 use super::CassandraStore;
 use super::config::KeyspaceName;
 use super::errors::decode_error;
+use super::event_reads::validity;
+use super::event_writes::{Validity, user_agent};
 use super::statements::{execute_each, failed, prepare_all, read_all};
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::time::EventTime;
@@ -13,6 +15,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
+use scylla::value::MaybeUnset;
 use scylla::{DeserializeRow, SerializeRow};
 use uuid::Uuid;
 
@@ -34,11 +37,11 @@ impl VisitStatements {
             session,
             [
                 format!(
-                    "INSERT INTO {keyspace}.visit (site, day, bucket_id, timestamp, guid, features) \
-                     VALUES (?, ?, ?, ?, ?, ?) USING TTL ?"
+                    "INSERT INTO {keyspace}.visit (site, day, bucket_id, timestamp, guid, features, \
+                     user_agent, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
-                    "SELECT timestamp, guid, features FROM {keyspace}.visit \
+                    "SELECT timestamp, guid, features, valid, invalid FROM {keyspace}.visit \
                      WHERE site = ? AND day = ? AND bucket_id = ?"
                 ),
                 format!(
@@ -80,6 +83,9 @@ struct VisitValues<'a> {
     timestamp: DateTime<Utc>,
     guid: &'a str,
     features: String,
+    user_agent: MaybeUnset<&'a str>,
+    #[scylla(flatten)]
+    validity: Validity,
     ttl: i32,
 }
 
@@ -88,6 +94,8 @@ struct StoredVisit {
     timestamp: DateTime<Utc>,
     guid: String,
     features: String,
+    valid: Option<bool>,
+    invalid: Option<String>,
 }
 
 /// The bound values of a `visit_sketch` insert.
@@ -130,6 +138,8 @@ impl VisitStore for CassandraStore {
                 timestamp: visit.timestamp.instant(),
                 guid: visit.guid.as_str(),
                 features: visit.features.combination_key(),
+                user_agent: user_agent(visit.user_agent.as_ref()),
+                validity: Validity::of(visit.invalid),
                 ttl: self.ttl_seconds,
             })
             .collect();
@@ -172,6 +182,7 @@ impl VisitStore for CassandraStore {
                     features: Features::from_combination_key(&row.features).ok_or_else(|| {
                         decode_error(CONTEXT, Message("stored features do not decode".into()))
                     })?,
+                    invalid: validity(row.valid, row.invalid.as_deref()),
                 })
             })
             .collect()

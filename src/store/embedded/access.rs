@@ -1,11 +1,12 @@
-//! API keys and registered sites in the embedded store: one row per key (by id) and per site,
-//! each value a small postcard record, and the bootstrap marker in the folder's `meta`.
+//! API keys, registered sites and tag secrets in the embedded store: one row per key (by id),
+//! per site and per tag secret, each value a small postcard record, and the bootstrap marker in the folder's `meta`.
 
 use super::EmbeddedStore;
 use super::engine::{Table, corrupt};
 use crate::domain::access::{ApiKey, Grant, KeyId, OriginPattern, SecretHash, SiteProfile};
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::AdvertiserId;
+use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::store::{AccessStore, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -95,6 +96,32 @@ fn decode_site(site: &[u8], value: &[u8]) -> Option<SiteProfile> {
     })
 }
 
+#[derive(Serialize, Deserialize)]
+struct StoredTagSecret {
+    advertiser: [u8; 16],
+    secret: [u8; 32],
+    created_millis: i64,
+}
+
+fn tag_secret_value(secret: &TagSecret) -> Vec<u8> {
+    let stored = StoredTagSecret {
+        advertiser: *secret.advertiser.as_uuid().as_bytes(),
+        secret: secret.secret,
+        created_millis: secret.created_at.timestamp_millis(),
+    };
+    postcard::to_stdvec(&stored).unwrap_or_default()
+}
+
+fn decode_tag_secret(id: &[u8], value: &[u8]) -> Option<TagSecret> {
+    let stored: StoredTagSecret = postcard::from_bytes(value).ok()?;
+    Some(TagSecret {
+        id: TagSecretId::new(Uuid::from_slice(id).ok()?),
+        advertiser: AdvertiserId::new(Uuid::from_bytes(stored.advertiser)),
+        secret: stored.secret,
+        created_at: DateTime::from_timestamp_millis(stored.created_millis)?,
+    })
+}
+
 #[async_trait]
 impl AccessStore for EmbeddedStore {
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
@@ -155,5 +182,31 @@ impl AccessStore for EmbeddedStore {
     async fn mark_admin_bootstrapped(&self) -> Result<(), StoreError> {
         let row = (Table::Meta, BOOTSTRAP_MARKER.as_bytes().to_vec(), vec![1]);
         self.write("writing the bootstrap marker", vec![row]).await
+    }
+
+    async fn tag_secrets(&self) -> Result<Vec<TagSecret>, StoreError> {
+        const CONTEXT: &str = "reading tag secrets";
+        let rows = self
+            .scan(Table::TagSecret, Vec::new(), None, CONTEXT)
+            .await?;
+        rows.iter()
+            .map(|(id, value)| decode_tag_secret(id, value).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn put_tag_secret(&self, secret: &TagSecret) -> Result<(), StoreError> {
+        let row = (
+            Table::TagSecret,
+            secret.id.as_uuid().as_bytes().to_vec(),
+            tag_secret_value(secret),
+        );
+        self.write("writing a tag secret", vec![row]).await
+    }
+
+    async fn delete_tag_secret(&self, id: TagSecretId) -> Result<(), StoreError> {
+        let removal = (Table::TagSecret, id.as_uuid().as_bytes().to_vec());
+        self.committer
+            .commit_replacing("deleting a tag secret", vec![removal], Vec::new())
+            .await
     }
 }

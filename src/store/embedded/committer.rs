@@ -14,6 +14,16 @@ pub type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
 /// Keys (table, key) one write call removes; never also among its rows.
 pub type Removals = Vec<(Table, Vec<u8>)>;
 
+/// A row written only if its key holds no value that `keeps` (an invalid copy of an event,
+/// which must not replace a valid copy: an event is valid if any copy is). The check and the
+/// write happen in the commit thread, in order, so no other write slips between them.
+pub struct Guarded {
+    pub table: Table,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub keeps: fn(&[u8]) -> bool,
+}
+
 /// Rows gathered into one commit at most; a larger backlog is split over several.
 const MAX_ROWS_PER_COMMIT: usize = 50_000;
 /// Write calls waiting for a commit at most; past it the store answers "unavailable" (503,
@@ -24,6 +34,7 @@ struct Pending {
     context: &'static str,
     removals: Removals,
     rows: Rows,
+    guarded: Vec<Guarded>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -76,6 +87,27 @@ impl Committer {
         removals: Removals,
         rows: Rows,
     ) -> Result<(), StoreError> {
+        self.submit(context, removals, rows, Vec::new()).await
+    }
+
+    /// Applies `rows`, and each of `guarded` unless its key holds a value it keeps,
+    /// atomically; returns once they are durable.
+    pub async fn commit_guarded(
+        &self,
+        context: &'static str,
+        rows: Rows,
+        guarded: Vec<Guarded>,
+    ) -> Result<(), StoreError> {
+        self.submit(context, Vec::new(), rows, guarded).await
+    }
+
+    async fn submit(
+        &self,
+        context: &'static str,
+        removals: Removals,
+        rows: Rows,
+        guarded: Vec<Guarded>,
+    ) -> Result<(), StoreError> {
         let (done, committed) = oneshot::channel();
         let stopped =
             || StoreError::internal_message(format!("{context}: the commit thread stopped"));
@@ -84,6 +116,7 @@ impl Committer {
                 context,
                 removals,
                 rows,
+                guarded,
                 done,
             })
             .map_err(|error| match error {
@@ -94,6 +127,34 @@ impl Committer {
             })?;
         committed.await.map_err(|_| stopped())?
     }
+}
+
+/// The guarded rows to write: those whose key no row of this group writes (an unguarded row is
+/// a valid copy, which wins) and whose stored value, if any, is not one they must keep. A read
+/// that fails writes the row: at worst an invalid copy replaces a valid one, never a loss.
+fn kept_guarded(tables: &Tables, rows: &[Rows], guarded: Vec<Guarded>) -> Rows {
+    if guarded.is_empty() {
+        return Vec::new();
+    }
+    let written: std::collections::HashSet<(Table, &[u8])> = rows
+        .iter()
+        .flatten()
+        .map(|(table, key, _)| (*table, key.as_slice()))
+        .collect();
+    let mut kept: Rows = Vec::with_capacity(guarded.len());
+    for row in guarded {
+        if written.contains(&(row.table, row.key.as_slice())) {
+            continue;
+        }
+        let keeps_stored = matches!(
+            tables.get(row.table).get(&row.key),
+            Ok(Some(stored)) if (row.keeps)(&stored)
+        );
+        if !keeps_stored {
+            kept.push((row.table, row.key, row.value));
+        }
+    }
+    kept
 }
 
 fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Option<String>>) {
@@ -112,17 +173,21 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Optio
         let mut waiting = Vec::with_capacity(group.len());
         let mut rows = Vec::with_capacity(group.len());
         let mut removals = Vec::new();
+        let mut guarded = Vec::new();
         for Pending {
             context,
             removals: call_removals,
             rows: call_rows,
+            guarded: call_guarded,
             done,
         } in group
         {
             removals.extend(call_removals);
             rows.push(call_rows);
+            guarded.extend(call_guarded);
             waiting.push((context, done));
         }
+        let kept = kept_guarded(tables, &rows, guarded);
         // A panic inside the engine (an assertion on a key) fails this group, not the thread:
         // later writes still commit.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -130,7 +195,7 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Optio
             for (table, key) in removals {
                 batch.remove(tables.get(table), key);
             }
-            for (table, key, value) in rows.into_iter().flatten() {
+            for (table, key, value) in rows.into_iter().flatten().chain(kept) {
                 batch.insert(tables.get(table), key, value);
             }
             batch.commit()

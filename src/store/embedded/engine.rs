@@ -33,6 +33,7 @@ pub struct Tables {
     pub site_reach: Keyspace,
     pub site_seal: Keyspace,
     pub api_key: Keyspace,
+    pub tag_secret: Keyspace,
     pub site_registry: Keyspace,
     pub late_day: Keyspace,
     pub process: Keyspace,
@@ -43,7 +44,7 @@ pub struct Tables {
 }
 
 /// A table, named for the write batches that list their rows.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Table {
     Impression,
     ImpressionSummary,
@@ -62,6 +63,7 @@ pub enum Table {
     SiteReach,
     SiteSeal,
     ApiKey,
+    TagSecret,
     SiteRegistry,
     LateDay,
     Process,
@@ -89,6 +91,7 @@ impl Tables {
             Table::SiteReach => &self.site_reach,
             Table::SiteSeal => &self.site_seal,
             Table::ApiKey => &self.api_key,
+            Table::TagSecret => &self.tag_secret,
             Table::SiteRegistry => &self.site_registry,
             Table::LateDay => &self.late_day,
             Table::Process => &self.process,

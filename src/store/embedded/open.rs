@@ -66,6 +66,7 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         site_reach: open("site_reach")?,
         site_seal: open("site_seal")?,
         api_key: open("api_key")?,
+        tag_secret: open("tag_secret")?,
         site_registry: open("site_registry")?,
         late_day: open("late_day")?,
         process: open("process")?,

@@ -89,17 +89,26 @@ pub fn decode_day_index_key(key: &[u8]) -> Option<CampaignKey> {
     })
 }
 
-/// Three counts, 8 bytes each.
-pub fn counts_value(impressions: u64, clicks: u64, billable: u64) -> Vec<u8> {
-    [impressions, clicks, billable]
+/// Counts, 8 bytes each: impressions, clicks, billable impressions, invalid impressions,
+/// invalid clicks (a site slice: valid and invalid visits).
+pub fn counts_value(counts: &[u64]) -> Vec<u8> {
+    counts
         .iter()
         .flat_map(|count| count.to_be_bytes())
         .collect()
 }
 
-pub fn decode_counts_value(value: &[u8]) -> Option<(u64, u64, u64)> {
-    let count = |at: usize| Some(u64::from_be_bytes(value.get(at..at + 8)?.try_into().ok()?));
-    Some((count(0)?, count(8)?, count(16)?))
+/// [`counts_value`] back, `N` counts: those an older row lacks (written before invalid
+/// traffic was counted) are 0; fewer than `required` is a damaged row.
+pub fn decode_counts_value<const N: usize>(value: &[u8], required: usize) -> Option<[u64; N]> {
+    if !value.len().is_multiple_of(8) || value.len() < required * 8 {
+        return None;
+    }
+    let mut counts = [0u64; N];
+    for (count, bytes) in counts.iter_mut().zip(value.chunks_exact(8)) {
+        *count = u64::from_be_bytes(bytes.try_into().ok()?);
+    }
+    Some(counts)
 }
 
 #[cfg(test)]
@@ -121,7 +130,16 @@ mod tests {
             decode_day_index_key(&day_index_key(day, campaign)),
             Some(campaign)
         );
-        assert_eq!(decode_counts_value(&counts_value(1, 2, 3)), Some((1, 2, 3)));
+        assert_eq!(
+            decode_counts_value::<5>(&counts_value(&[1, 2, 3, 4, 5]), 3),
+            Some([1, 2, 3, 4, 5])
+        );
+        assert_eq!(
+            decode_counts_value::<5>(&counts_value(&[1, 2, 3]), 3),
+            Some([1, 2, 3, 0, 0]),
+            "a row sealed before invalid traffic was counted"
+        );
+        assert_eq!(decode_counts_value::<5>(&[0; 12], 3), None);
         for (level, ad_id) in [
             (ReachLevel::CampaignDay, None),
             (ReachLevel::AdHour, Some(ad)),

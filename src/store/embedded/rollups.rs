@@ -12,7 +12,8 @@ use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::store::{
-    ReachLevel, Rollup, RollupSlice, RollupStore, SiteRollup, SketchPartition, StoreError,
+    ReachLevel, Rollup, RollupSlice, RollupStore, SiteRollup, SketchPartition, SliceVisits,
+    StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -34,11 +35,13 @@ impl RollupStore for EmbeddedStore {
                 (
                     Table::CampaignRollup,
                     rollup_keys::rollup_key(campaign, day, row.slice, row.ad_id),
-                    rollup_keys::counts_value(
+                    rollup_keys::counts_value(&[
                         row.impressions,
                         row.clicks,
                         row.billable_impressions,
-                    ),
+                        row.invalid_impressions,
+                        row.invalid_clicks,
+                    ]),
                 )
             })
             .collect();
@@ -100,14 +103,22 @@ impl RollupStore for EmbeddedStore {
                 .map(|(key, value)| {
                     let (slice, ad_id) =
                         rollup_keys::decode_rollup_key(key).ok_or_else(|| corrupt(CONTEXT))?;
-                    let (impressions, clicks, billable_impressions) =
-                        rollup_keys::decode_counts_value(value).ok_or_else(|| corrupt(CONTEXT))?;
+                    let [
+                        impressions,
+                        clicks,
+                        billable_impressions,
+                        invalid_impressions,
+                        invalid_clicks,
+                    ] = rollup_keys::decode_counts_value(value, 3)
+                        .ok_or_else(|| corrupt(CONTEXT))?;
                     Ok(RollupSlice {
                         slice,
                         ad_id,
                         impressions,
                         clicks,
                         billable_impressions,
+                        invalid_impressions,
+                        invalid_clicks,
                     })
                 })
                 .collect::<Result<_, StoreError>>()?,
@@ -133,7 +144,7 @@ impl RollupStore for EmbeddedStore {
                 (
                     Table::SiteVisits,
                     site_keys::rollup_unit_key(&partition, *slice),
-                    visits.to_be_bytes().to_vec(),
+                    rollup_keys::counts_value(&[visits.valid, visits.invalid]),
                 )
             }));
             rows.extend(rollup.reach.iter().map(|(hour, sketch)| {
@@ -167,8 +178,9 @@ impl RollupStore for EmbeddedStore {
             visits: visits
                 .iter()
                 .map(|(key, value)| {
-                    let count: [u8; 8] = value.as_ref().try_into().map_err(|_| corrupt(CONTEXT))?;
-                    Ok((unit(key)?, u64::from_be_bytes(count)))
+                    let [valid, invalid] = rollup_keys::decode_counts_value(value, 1)
+                        .ok_or_else(|| corrupt(CONTEXT))?;
+                    Ok((unit(key)?, SliceVisits { valid, invalid }))
                 })
                 .collect::<Result<_, StoreError>>()?,
             reach: reach

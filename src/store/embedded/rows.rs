@@ -1,13 +1,63 @@
 //! Value encodings of the embedded store's rows: fixed-width ids first, then the optional
 //! parts. Keys carry the time and the impression id.
+//!
+//! Rows written before invalid traffic was classified end where their fixed part ends (or,
+//! for a full impression, go from the address to `user_data`): they read as valid with no
+//! user agent. Newer rows add the traffic part: a reason code (0: valid), then the user agent.
 
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdId, UserId};
+use crate::domain::traffic::{InvalidReason, UserAgent};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use uuid::Uuid;
 
-/// The full impression row: ad, user, ip (tag 0, 4 or 6, then the address), user_data (JSON).
+/// Marks the traffic part of a full impression row; JSON (`user_data`) never starts so.
+const TRAFFIC_MARK: u8 = 0xFE;
+
+/// The traffic part of a row: the copy's reason code, then its user agent (the rest).
+pub fn traffic_suffix(invalid: Option<InvalidReason>, user_agent: Option<&UserAgent>) -> Vec<u8> {
+    let mut bytes = vec![invalid.map_or(0, InvalidReason::code)];
+    if let Some(agent) = user_agent {
+        bytes.extend_from_slice(agent.as_str().as_bytes());
+    }
+    bytes
+}
+
+/// [`traffic_suffix`] back; an empty part (an older row) is valid with no user agent.
+pub fn decode_traffic_suffix(bytes: &[u8]) -> Option<(Option<InvalidReason>, Option<UserAgent>)> {
+    let Some((code, agent)) = bytes.split_first() else {
+        return Some((None, None));
+    };
+    let invalid = InvalidReason::from_code(*code).ok()?;
+    let agent = std::str::from_utf8(agent).ok().and_then(UserAgent::new);
+    Some((invalid, agent))
+}
+
+/// Whether a row whose traffic part starts at `at` is a valid copy (the guard of an invalid
+/// copy's write: see [`super::committer::Guarded`]).
+fn valid_from(value: &[u8], at: usize) -> bool {
+    value.get(at).is_none_or(|code| *code == 0)
+}
+
+pub fn summary_is_valid(value: &[u8]) -> bool {
+    valid_from(value, 32)
+}
+
+pub fn click_is_valid(value: &[u8]) -> bool {
+    valid_from(value, 16)
+}
+
+pub fn visit_is_valid(value: &[u8]) -> bool {
+    valid_from(value, 0)
+}
+
+pub fn impression_is_valid(value: &[u8]) -> bool {
+    decode_impression_value(value).is_some_and(|row| row.invalid.is_none())
+}
+
+/// The full impression row: ad, user, ip (tag 0, 4 or 6, then the address), the traffic part
+/// (its mark, reason code, user agent length and bytes), user_data (JSON).
 pub fn impression_value(event: &Impression) -> Vec<u8> {
     let mut value = Vec::with_capacity(64);
     value.extend_from_slice(event.ad_id.as_uuid().as_bytes());
@@ -23,6 +73,12 @@ pub fn impression_value(event: &Impression) -> Vec<u8> {
             value.extend_from_slice(&ip.octets());
         }
     }
+    value.push(TRAFFIC_MARK);
+    value.push(event.invalid.map_or(0, InvalidReason::code));
+    let agent = event.user_agent.as_ref().map_or("", UserAgent::as_str);
+    // A stored user agent is at most 512 bytes.
+    value.extend_from_slice(&(agent.len() as u16).to_be_bytes());
+    value.extend_from_slice(agent.as_bytes());
     if !event.user_data.is_empty() {
         // A map of strings always serialises.
         value.extend_from_slice(&serde_json::to_vec(event.user_data.entries()).unwrap_or_default());
@@ -30,8 +86,15 @@ pub fn impression_value(event: &Impression) -> Vec<u8> {
     value
 }
 
-/// The full row's fields besides its key: ad, user, ip and user_data.
-pub type FullRow = (AdId, UserId, Option<IpAddr>, BTreeMap<String, String>);
+/// The full row's fields besides its key.
+pub struct FullRow {
+    pub ad_id: AdId,
+    pub user_id: UserId,
+    pub user_ip: Option<IpAddr>,
+    pub user_data: BTreeMap<String, String>,
+    pub user_agent: Option<UserAgent>,
+    pub invalid: Option<InvalidReason>,
+}
 
 /// Decodes [`impression_value`].
 pub fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
@@ -49,20 +112,45 @@ pub fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
         }
         _ => return None,
     };
+    let (invalid, user_agent, rest) = match rest.split_first() {
+        Some((&TRAFFIC_MARK, traffic)) => {
+            let invalid = InvalidReason::from_code(*traffic.first()?).ok()?;
+            let len = usize::from(u16::from_be_bytes(traffic.get(1..3)?.try_into().ok()?));
+            let agent = std::str::from_utf8(traffic.get(3..3 + len)?).ok()?;
+            (invalid, UserAgent::new(agent), traffic.get(3 + len..)?)
+        }
+        _ => (None, None, rest),
+    };
     let user_data = if rest.is_empty() {
         BTreeMap::new()
     } else {
         serde_json::from_slice(rest).ok()?
     };
-    Some((AdId::new(ad), UserId::new(user), ip, user_data))
+    Some(FullRow {
+        ad_id: AdId::new(ad),
+        user_id: UserId::new(user),
+        user_ip: ip,
+        user_data,
+        user_agent,
+        invalid,
+    })
 }
 
-/// The thin row: ad and user.
+/// The thin row: ad, user and the copy's reason code.
 pub fn summary_value(event: &Impression) -> Vec<u8> {
-    let mut value = Vec::with_capacity(32);
+    let mut value = Vec::with_capacity(33);
     value.extend_from_slice(event.ad_id.as_uuid().as_bytes());
     value.extend_from_slice(event.user_id.as_uuid().as_bytes());
+    value.push(event.invalid.map_or(0, InvalidReason::code));
     value
+}
+
+/// The thin row's reason (none in an older row).
+pub fn decode_summary_invalid(value: &[u8]) -> Option<Option<InvalidReason>> {
+    match value.get(32) {
+        None => Some(None),
+        Some(code) => InvalidReason::from_code(*code).ok(),
+    }
 }
 
 pub fn decode_two_ids(value: &[u8]) -> Option<(Uuid, Uuid)> {
@@ -115,11 +203,33 @@ mod tests {
             user_ip: Some("2001:db8::1".parse().expect("ip")),
             user_data: UserData::new(BTreeMap::from([("country".into(), "FR".into())]))
                 .expect("valid"),
+            user_agent: UserAgent::new("Mozilla/5.0 (X11; Linux x86_64)"),
+            invalid: Some(InvalidReason::Prefetch),
         };
-        let (ad, user, ip, data) =
-            decode_impression_value(&impression_value(&event)).expect("decodes");
-        assert_eq!((ad, user, ip), (event.ad_id, event.user_id, event.user_ip));
-        assert_eq!(&data, event.user_data.entries());
+        let row = decode_impression_value(&impression_value(&event)).expect("decodes");
+        assert_eq!(
+            (row.ad_id, row.user_id, row.user_ip),
+            (event.ad_id, event.user_id, event.user_ip)
+        );
+        assert_eq!(&row.user_data, event.user_data.entries());
+        assert_eq!(
+            (row.user_agent, row.invalid),
+            (event.user_agent.clone(), event.invalid)
+        );
+        assert!(!impression_is_valid(&impression_value(&event)));
+        // A row of the layout before invalid traffic: ids, no address, user_data.
+        let mut older = event.ad_id.as_uuid().as_bytes().to_vec();
+        older.extend_from_slice(event.user_id.as_uuid().as_bytes());
+        older.push(0);
+        older.extend_from_slice(br#"{"country":"FR"}"#);
+        let row = decode_impression_value(&older).expect("an older row decodes");
+        assert_eq!((row.invalid, row.user_agent), (None, None));
+        assert_eq!(row.user_data.len(), 1);
+        assert!(summary_is_valid(&older[..32]));
+        assert_eq!(
+            decode_traffic_suffix(&traffic_suffix(Some(InvalidReason::BotUserAgent), None)),
+            Some((Some(InvalidReason::BotUserAgent), None))
+        );
         assert_eq!(
             decode_settings_value(&settings_value(8, Some(5000))),
             Some((8, Some(5000)))

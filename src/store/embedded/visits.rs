@@ -1,7 +1,8 @@
 //! Beacons and live unique-visitor sketches in the embedded store.
 
+use super::committer::Guarded;
 use super::engine::{Table, corrupt};
-use super::{EmbeddedStore, site_keys};
+use super::{EmbeddedStore, rows, site_keys};
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::time::EventTime;
 use crate::store::{SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
@@ -14,19 +15,30 @@ impl VisitStore for EmbeddedStore {
         partition: &VisitPartition,
         visits: &[Beacon],
     ) -> Result<(), StoreError> {
-        let rows = visits
-            .iter()
-            .map(|visit| {
-                let key = site_keys::visit_key(
-                    partition,
-                    visit.timestamp.instant(),
-                    visit.guid.as_str(),
-                    &visit.features.combination_key(),
-                );
-                (Table::Visit, key, Vec::new())
-            })
-            .collect();
-        self.write("writing beacons", rows).await
+        let mut rows = Vec::with_capacity(visits.len());
+        let mut guarded = Vec::new();
+        for visit in visits {
+            let key = site_keys::visit_key(
+                partition,
+                visit.timestamp.instant(),
+                visit.guid.as_str(),
+                &visit.features.combination_key(),
+            );
+            let value = rows::traffic_suffix(visit.invalid, visit.user_agent.as_ref());
+            if visit.invalid.is_none() {
+                rows.push((Table::Visit, key, value));
+            } else {
+                guarded.push(Guarded {
+                    table: Table::Visit,
+                    key,
+                    value,
+                    keeps: rows::visit_is_valid,
+                });
+            }
+        }
+        self.committer
+            .commit_guarded("writing beacons", rows, guarded)
+            .await
     }
 
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
@@ -35,14 +47,17 @@ impl VisitStore for EmbeddedStore {
         let prefix_len = prefix.len();
         let rows = self.scan(Table::Visit, prefix, None, CONTEXT).await?;
         rows.iter()
-            .map(|(key, _)| {
+            .map(|(key, value)| {
                 let (at, guid, features) =
                     site_keys::decode_visit_key(key, prefix_len).ok_or_else(|| corrupt(CONTEXT))?;
+                let (invalid, _) =
+                    rows::decode_traffic_suffix(value).ok_or_else(|| corrupt(CONTEXT))?;
                 Ok(VisitRow {
                     timestamp: EventTime::from_stored(at),
                     guid: Guid::from_stored(guid.to_owned()),
                     features: Features::from_combination_key(features)
                         .ok_or_else(|| corrupt(CONTEXT))?,
+                    invalid,
                 })
             })
             .collect()

@@ -9,6 +9,7 @@ pub mod beacons;
 pub mod events;
 pub mod process;
 pub mod proxy;
+pub mod tags;
 
 use adevents::access::OperatorKey;
 use adevents::http::{AppState, ServiceOptions};
