@@ -6,18 +6,19 @@
 //! A sketch evicted from memory and needed again (a late beacon for an old hour) starts afresh
 //! under a new writer id rather than overwrite the state already stored with less.
 //!
-//! Memory is bounded by a byte budget: past it, the flusher stores every sketch and drops the
-//! least recently used from memory (counts are unchanged: readers merge what is stored). Should
-//! new sketches outrun the flusher by a quarter of the budget, beacons are refused until it
-//! catches up ([`LiveSketches::has_room`]).
+//! Memory is bounded by a byte budget: from four fifths of it, the flusher stores every sketch
+//! and drops the least recently used from memory (counts are unchanged: readers merge what is
+//! stored). Should new sketches outrun the flusher up to the budget itself, beacons are refused
+//! until it catches up ([`LiveSketches::has_room`]). Sketches are spread over shards by site,
+//! hour and combination, so no single map holds a busy site's whole hour (growing one map
+//! briefly holds its old and new tables).
 
 use crate::domain::beacon::{Beacon, SiteId};
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::processes::ProcessRegistry;
-use crate::store::{SketchPartition, SketchRow, StoreError, VisitStore};
+use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitStore};
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -28,8 +29,9 @@ use uuid::Uuid;
 
 /// Independent locks, so concurrent beacons rarely wait for each other.
 const SHARDS: usize = 16;
-/// Sketch partitions written at once by one flush.
-const FLUSH_CONCURRENCY: usize = 16;
+/// Dirty sketches copied out and written as one store call: a flush holds this many copies
+/// at most, and the embedded store commits them (one fsync) together.
+const FLUSH_CHUNK: usize = 4096;
 /// The default memory budget of the live sketches.
 pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 
@@ -152,9 +154,14 @@ impl LiveSketches {
     }
 
     /// Whether a beacon may be counted now: false only when new sketches have outrun the
-    /// flusher by a quarter of the budget (the answer is then 503, and nothing is stored).
+    /// flusher up to the whole budget (the answer is then 503, and nothing is stored).
     pub fn has_room(&self) -> bool {
-        self.held_bytes() <= self.budget + self.budget / 4
+        self.held_bytes() <= self.budget
+    }
+
+    /// From here on the flusher stores and drops sketches: four fifths of the budget.
+    fn pressure_mark(&self) -> u64 {
+        self.budget / 5 * 4
     }
 
     /// Counts `beacon`'s visitor in the sketch of every subset of its features. Runs for every
@@ -167,12 +174,6 @@ impl LiveSketches {
         let mut key = String::with_capacity(pairs.iter().map(|pair| pair.len() + 1).sum());
         let now = Instant::now();
         let mut charged = 0u64;
-        let mut shard = self.shard(&beacon.site);
-        let hours = match shard.get_mut(&beacon.site) {
-            Some(hours) => hours,
-            None => shard.entry(beacon.site.clone()).or_default(),
-        };
-        let combinations = hours.entry(hour).or_default();
         for mask in 0u32..(1 << pairs.len()) {
             key.clear();
             for (bit, pair) in pairs.iter().enumerate() {
@@ -183,6 +184,12 @@ impl LiveSketches {
                     key.push_str(pair);
                 }
             }
+            let mut shard = self.shard(&beacon.site, hour, &key);
+            let hours = match shard.get_mut(&beacon.site) {
+                Some(hours) => hours,
+                None => shard.entry(beacon.site.clone()).or_default(),
+            };
+            let combinations = hours.entry(hour).or_default();
             let entry = match combinations.get_mut(key.as_str()) {
                 Some(entry) => entry,
                 None => {
@@ -206,52 +213,52 @@ impl LiveSketches {
                 charged += BYTES_PER_INSERT;
             }
         }
-        drop(shard);
         let held = self.held.fetch_add(charged, Ordering::Relaxed) + charged;
-        if held > self.budget {
+        if held > self.pressure_mark() {
             self.pressure.notify_one();
         }
     }
 
-    /// Writes every sketch changed since its last flush, a shard at a time (so the copies a
-    /// flush holds are a sixteenth of the dirty sketches at most). A sketch whose write fails
-    /// stays dirty and is written by the next flush; the first failure is returned after
-    /// every shard was tried.
+    /// Writes every sketch changed since its last flush, at most [`FLUSH_CHUNK`] at a time
+    /// (the copies a flush holds stay small, and each chunk is one store call). A sketch
+    /// dirtied again while its shard is written waits for the next flush, so a flush ends
+    /// under any load. A sketch whose write fails stays dirty and is written by the next flush;
+    /// the first failure is returned after every shard was tried.
     pub async fn flush(&self, store: &dyn VisitStore) -> Result<Flushed, StoreError> {
         let mut written = Flushed::default();
         let mut first_error = None;
         for shard in 0..SHARDS {
-            let mut by_partition: BTreeMap<SketchPartition, Vec<Snapshot>> = BTreeMap::new();
-            for snapshot in self.dirty_in(shard) {
-                by_partition
-                    .entry(snapshot.cell.partition())
-                    .or_default()
-                    .push(snapshot);
-            }
-            let mut writes = stream::iter(by_partition)
-                .map(|(partition, snapshots)| async move {
-                    let rows: Vec<SketchRow> = snapshots
-                        .iter()
-                        .map(|snapshot| SketchRow {
+            let mut chunks_left = None;
+            loop {
+                let (mut snapshots, dirty) = self.dirty_in(shard, FLUSH_CHUNK);
+                let left = chunks_left.get_or_insert(dirty.div_ceil(FLUSH_CHUNK));
+                if snapshots.is_empty() || *left == 0 {
+                    break;
+                }
+                *left -= 1;
+                let bytes: usize = snapshots.iter().map(|s| s.bytes.len()).sum();
+                let mut by_partition: BTreeMap<SketchPartition, Vec<SketchRow>> = BTreeMap::new();
+                for snapshot in &mut snapshots {
+                    by_partition
+                        .entry(snapshot.cell.partition())
+                        .or_default()
+                        .push(SketchRow {
                             hour: snapshot.cell.hour_start(),
                             writer: snapshot.writer,
-                            sketch: snapshot.bytes.clone(),
+                            sketch: std::mem::take(&mut snapshot.bytes),
                             captured_at: snapshot.captured_at,
-                        })
-                        .collect();
-                    let result = store.write_sketches(&partition, &rows).await;
-                    (snapshots, result)
-                })
-                .buffer_unordered(FLUSH_CONCURRENCY);
-            while let Some((snapshots, result)) = writes.next().await {
-                match result {
+                        });
+                }
+                let batches: Vec<SketchBatch> = by_partition.into_iter().collect();
+                match store.write_sketches(&batches).await {
                     Ok(()) => {
                         written.sketches += snapshots.len();
-                        written.bytes += snapshots.iter().map(|s| s.bytes.len()).sum::<usize>();
+                        written.bytes += bytes;
                         self.mark_flushed(&snapshots);
                     }
                     Err(error) => {
                         first_error.get_or_insert(error);
+                        break;
                     }
                 }
             }
@@ -268,14 +275,14 @@ impl LiveSketches {
         self.evict_stored(|entry| now.saturating_duration_since(entry.touched) >= idle);
     }
 
-    /// Once past the budget, drops the least recently used stored sketches until a quarter of
-    /// the budget is free, so the next eviction is not due at once.
+    /// Once past four fifths of the budget, drops the least recently used stored sketches
+    /// until two fifths of it are free, so the next eviction is not due at once.
     pub fn evict_least_recent(&self) {
         let held = self.held_bytes();
-        if held <= self.budget {
+        if held <= self.pressure_mark() {
             return;
         }
-        let to_free = held - self.budget * 3 / 4;
+        let to_free = held - self.budget / 5 * 3;
         let mut stored: Vec<(Instant, u64)> = Vec::new();
         for shard in &self.shards {
             for hours in lock(shard).values() {
@@ -315,6 +322,11 @@ impl LiveSketches {
                         }
                         !drop
                     });
+                    // A map never shrinks by itself: one that held a burst would keep its
+                    // table (and grow it again over its tombstones) for the hour.
+                    if combinations.capacity() > 4 * combinations.len() + 64 {
+                        combinations.shrink_to_fit();
+                    }
                     !combinations.is_empty()
                 });
                 !hours.is_empty()
@@ -344,17 +356,25 @@ impl LiveSketches {
     /// Every dirty sketch, copied out (tests).
     #[cfg(test)]
     fn dirty(&self) -> Vec<Snapshot> {
-        (0..SHARDS).flat_map(|shard| self.dirty_in(shard)).collect()
+        (0..SHARDS)
+            .flat_map(|shard| self.dirty_in(shard, usize::MAX).0)
+            .collect()
     }
 
-    /// The dirty sketches of one shard, copied out for a flush.
-    fn dirty_in(&self, shard: usize) -> Vec<Snapshot> {
+    /// Up to `limit` dirty sketches of one shard, copied out for a flush, and how many of its
+    /// sketches are dirty.
+    fn dirty_in(&self, shard: usize, limit: usize) -> (Vec<Snapshot>, usize) {
         let mut dirty = Vec::new();
+        let mut count = 0;
         let captured_at = capture_time();
         for (site, hours) in lock(&self.shards[shard]).iter() {
             for (hour, combinations) in hours {
                 for (combination, entry) in combinations {
-                    if entry.is_dirty() {
+                    if !entry.is_dirty() {
+                        continue;
+                    }
+                    count += 1;
+                    if dirty.len() < limit {
                         dirty.push(Snapshot {
                             cell: Cell {
                                 site: site.clone(),
@@ -370,7 +390,7 @@ impl LiveSketches {
                 }
             }
         }
-        dirty
+        (dirty, count)
     }
 
     fn mark_flushed(&self, snapshots: &[Snapshot]) {
@@ -381,7 +401,7 @@ impl LiveSketches {
                 combination,
             } = &snapshot.cell;
             if let Some(entry) = self
-                .shard(site)
+                .shard(site, *hour, combination)
                 .get_mut(site)
                 .and_then(|hours| hours.get_mut(hour))
                 .and_then(|combinations| combinations.get_mut(combination))
@@ -392,8 +412,8 @@ impl LiveSketches {
         }
     }
 
-    fn shard(&self, site: &SiteId) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(site) as usize) % SHARDS;
+    fn shard(&self, site: &SiteId, hour: i64, combination: &str) -> MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one((site, hour, combination)) as usize) % SHARDS;
         lock(&self.shards[index])
     }
 }
@@ -524,13 +544,22 @@ mod budget_tests {
         let dirty = live.dirty();
         live.mark_flushed(&dirty);
         live.evict_least_recent();
-        assert!(live.held_bytes() <= 48 * 1024, "{}", live.held_bytes());
+        assert!(
+            live.held_bytes() <= 64 * 1024 * 3 / 5,
+            "{}",
+            live.held_bytes()
+        );
         assert!(live.has_room());
         // The site-wide sketch is used by every beacon: the most recent, it stays.
+        let site = fresh_beacon(0).site;
+        let hour = fresh_beacon(0)
+            .timestamp
+            .epoch_millis()
+            .div_euclid(HOUR_MILLIS);
         let site_wide = live
-            .shard(&fresh_beacon(0).site)
-            .get(&fresh_beacon(0).site)
-            .and_then(|hours| hours.values().next())
+            .shard(&site, hour, "")
+            .get(&site)
+            .and_then(|hours| hours.get(&hour))
             .is_some_and(|combinations| combinations.contains_key(""));
         assert!(site_wide);
         live.evict_idle(Duration::ZERO);

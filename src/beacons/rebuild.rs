@@ -54,7 +54,7 @@ pub async fn rebuild_site_day(
                     captured_at,
                 })
                 .collect();
-            store.write_sketches(&partition, &rows).await
+            store.write_sketches(&[(partition, rows)]).await
         })
         .buffer_unordered(fan_out.concurrency.max(1))
         .try_collect::<()>()

@@ -4,7 +4,7 @@
 use super::{
     AccessStore, ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor,
     ProcessStore, ReachLevel, Rollup, RollupStore, SealState, SealStore, SettingsStore, SiteRollup,
-    SketchPartition, SketchRow, Store, StoreError, VisitRow, VisitStore,
+    SketchBatch, SketchPartition, SketchRow, Store, StoreError, VisitRow, VisitStore,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -122,12 +122,8 @@ impl VisitStore for Instrumented {
         timed("read_visits", self.inner.read_visits(partition)).await
     }
 
-    async fn write_sketches(
-        &self,
-        partition: &SketchPartition,
-        rows: &[SketchRow],
-    ) -> Result<(), StoreError> {
-        timed("write_sketches", self.inner.write_sketches(partition, rows)).await
+    async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError> {
+        timed("write_sketches", self.inner.write_sketches(batches)).await
     }
 
     async fn read_sketches(

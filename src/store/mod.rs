@@ -24,7 +24,7 @@ pub use crate::domain::sealing::SealState;
 pub use error::StoreError;
 pub use rows::{
     ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, RollupReach,
-    RollupSlice, SiteRollup, SketchPartition, SketchRow, SliceVisits, VisitRow,
+    RollupSlice, SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceVisits, VisitRow,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -106,12 +106,10 @@ pub trait VisitStore: Send + Sync {
     /// Every beacon of one partition, in no promised order.
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError>;
 
-    /// Writes writers' absolute sketch states into one sketch partition.
-    async fn write_sketches(
-        &self,
-        partition: &SketchPartition,
-        rows: &[SketchRow],
-    ) -> Result<(), StoreError>;
+    /// Writes writers' absolute sketch states, each into its sketch partition: the live
+    /// flusher writes thousands of one-row partitions at a time, so they travel together (one
+    /// commit on the embedded store, concurrent statements on Cassandra).
+    async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError>;
 
     /// Every writer's sketch of every hour of one sketch partition.
     async fn read_sketches(

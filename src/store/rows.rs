@@ -45,6 +45,9 @@ pub struct SketchPartition {
     pub combination: String,
 }
 
+/// Sketch rows of one partition, written together with others'.
+pub type SketchBatch = (SketchPartition, Vec<SketchRow>);
+
 /// One writer's absolute state of one hour's sketch: rewriting it is harmless, and writers
 /// never overwrite each other (each has its own `writer` id); readers merge them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use super::statements::{execute_each, failed, prepare_all, read_all};
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::time::EventTime;
 use crate::store::error::Message;
-use crate::store::{SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
+use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use scylla::client::session::Session;
@@ -188,18 +188,18 @@ impl VisitStore for CassandraStore {
             .collect()
     }
 
-    async fn write_sketches(
-        &self,
-        partition: &SketchPartition,
-        rows: &[SketchRow],
-    ) -> Result<(), StoreError> {
+    async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError> {
         let statements = &self.prepared().await?.visits;
+        let rows: Vec<(&SketchPartition, &SketchRow)> = batches
+            .iter()
+            .flat_map(|(partition, rows)| rows.iter().map(move |row| (partition, row)))
+            .collect();
         execute_each(
             &self.session,
             &statements.insert_sketch,
-            rows,
+            &rows,
             SKETCHES_IN_FLIGHT,
-            |row| SketchValues {
+            |(partition, row)| SketchValues {
                 site: partition.site.as_str(),
                 day: partition.day.date(),
                 combination: partition.combination.as_str(),

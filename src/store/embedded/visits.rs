@@ -5,7 +5,7 @@ use super::engine::{Table, corrupt};
 use super::{EmbeddedStore, rows, site_keys};
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::time::EventTime;
-use crate::store::{SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
+use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
 use async_trait::async_trait;
 
 #[async_trait]
@@ -63,19 +63,17 @@ impl VisitStore for EmbeddedStore {
             .collect()
     }
 
-    async fn write_sketches(
-        &self,
-        partition: &SketchPartition,
-        rows: &[SketchRow],
-    ) -> Result<(), StoreError> {
-        let rows = rows
+    async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError> {
+        let rows = batches
             .iter()
-            .map(|row| {
-                (
-                    Table::VisitSketch,
-                    site_keys::sketch_key(partition, row.hour, row.writer),
-                    row.sketch.clone(),
-                )
+            .flat_map(|(partition, rows)| {
+                rows.iter().map(move |row| {
+                    (
+                        Table::VisitSketch,
+                        site_keys::sketch_key(partition, row.hour, row.writer),
+                        row.sketch.clone(),
+                    )
+                })
             })
             .collect();
         self.write("writing sketches", rows).await
