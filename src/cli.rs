@@ -218,8 +218,9 @@ pub struct LimitArgs {
     /// day (whole days, e.g. `30d`).
     #[arg(long, env = "ADEVENTS_CLICK_LOOKBACK", default_value = "30d", value_parser = parse_whole_days)]
     pub click_lookback: u32,
-    /// Memory for live unique-visitor sketches, e.g. `256MiB`; past it the least recently used
-    /// are stored and dropped from memory (counts are unchanged).
+    /// Memory for live unique-visitor sketches, e.g. `256MiB`, a hard bound: from four fifths
+    /// of it the least recently used are stored and dropped from memory (counts are
+    /// unchanged); at it, beacons are refused (503) until the flusher catches up.
     #[arg(long, env = "ADEVENTS_SKETCH_MEMORY", default_value = "256MiB")]
     pub sketch_memory: bytesize::ByteSize,
 }
