@@ -3,7 +3,7 @@
 //! and in sealed days alike; an event stored more than once is valid if any copy is.
 
 use crate::common::beacons::{register_site, uniques};
-use crate::common::events::{Campaign, post, summary};
+use crate::common::events::{Campaign, export_records, post, summary};
 use crate::common::tags::{
     click_query, create_secret, fire_pixel, follow_click, pixel_query, signed,
 };
@@ -14,7 +14,6 @@ use adevents::settings::SettingsCache;
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -194,29 +193,9 @@ async fn invalid_traffic_is_counted_apart_raw_and_sealed_and_exported_with_its_r
     assert!(days["sealed_days"].as_u64().unwrap_or(0) >= 3, "{days}");
 
     // The export says who each impression came from and why it is invalid.
-    let export = http()
-        .get(server.url(&format!(
-            "{}/impressions?from={day}&to={day}",
-            campaign.path()
-        )))
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .expect("NDJSON");
-    let records: HashMap<String, Value> = export
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON record"))
-        .map(|record| {
-            (
-                record["impression_id"].as_str().unwrap_or("").to_owned(),
-                record,
-            )
-        })
-        .collect();
+    let records = export_records(&server, &campaign, &format!("from={day}&to={day}")).await;
     let reason = |id: Uuid| records[&id.to_string()]["invalid"].clone();
-    assert_eq!(records.len(), 6, "{export}");
+    assert_eq!(records.len(), 6, "{records:?}");
     assert_eq!(reason(ids[0]), Value::Null);
     assert_eq!(reason(ids[1]), "bot_user_agent");
     assert_eq!(reason(ids[2]), "denied_address");

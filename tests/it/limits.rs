@@ -4,7 +4,7 @@
 //! sealer) are in `limits_process.rs`.
 
 use crate::common::beacons::{fresh_site, register_site, uniques};
-use crate::common::events::{Campaign, get, post, summary};
+use crate::common::events::{Campaign, export_records, get, post, summary};
 use crate::common::{Backend, TestServer, http, test_options};
 use adevents::http::{ConnectionLimits, InFlight, RateLimits};
 use chrono::{Duration, NaiveDate, Utc};
@@ -329,28 +329,12 @@ async fn an_export_counts_a_click_only_within_the_look_back_after_its_impression
     assert_eq!(status, StatusCode::OK);
     let (status, _) = post(&server, "/v1/clicks", &Value::Array(clicks)).await;
     assert_eq!(status, StatusCode::OK);
-    let body = http()
-        .get(server.url(&format!(
-            "{}/impressions?from={day}&to={day}",
-            campaign.path()
-        )))
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .expect("body");
-    let clicked: std::collections::HashMap<String, bool> = body
-        .lines()
-        .map(|line| {
-            let record: Value = serde_json::from_str(line).expect("NDJSON");
-            (
-                record["impression_id"].as_str().expect("id").to_owned(),
-                record["clicked"].as_bool().expect("clicked"),
-            )
-        })
+    let records = export_records(&server, &campaign, &format!("from={day}&to={day}")).await;
+    let clicked: std::collections::HashMap<String, bool> = records
+        .iter()
+        .map(|(id, record)| (id.clone(), record["clicked"].as_bool().expect("clicked")))
         .collect();
-    assert_eq!(clicked.len(), 3, "{body}");
+    assert_eq!(clicked.len(), 3, "{records:?}");
     assert!(clicked[&soon.to_string()], "clicked two days after: within");
     assert!(
         !clicked[&late.to_string()],

@@ -96,6 +96,28 @@ pub async fn get(server: &TestServer, path: &str, query: &str) -> (StatusCode, V
     (status, response.json().await.expect("JSON answer"))
 }
 
+/// The NDJSON export of `query` (which must be a 200), its records by impression id.
+pub async fn export_records(
+    server: &TestServer,
+    campaign: &Campaign,
+    query: &str,
+) -> std::collections::HashMap<String, Value> {
+    let response = super::http()
+        .get(server.url(&format!("{}/impressions?{query}", campaign.path())))
+        .send()
+        .await
+        .expect("export answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.text().await.expect("NDJSON");
+    body.lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("an NDJSON record"))
+        .map(|record| {
+            let id = record["impression_id"].as_str().expect("an id").to_owned();
+            (id, record)
+        })
+        .collect()
+}
+
 /// The summary, which must be a 200.
 pub async fn summary(server: &TestServer, campaign: &Campaign, query: &str) -> Value {
     let (status, body) = get(server, &format!("{}/summary", campaign.path()), query).await;
