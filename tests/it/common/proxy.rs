@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
 
 pub struct TcpProxy {
     pub address: SocketAddr,
@@ -54,7 +55,7 @@ impl TcpProxy {
         self.shared.open.store(true, Ordering::SeqCst);
     }
 
-    /// Holds every chunk sent towards the node for `delay` before forwarding it.
+    /// Forwards every chunk sent towards the node `delay` after it arrived.
     pub fn delay_requests(&self, delay: Duration) {
         let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.shared.delay_millis.store(millis, Ordering::SeqCst);
@@ -87,21 +88,36 @@ async fn forward(client: TcpStream, shared: Arc<Shared>) {
     };
     let (mut client_read, mut client_write) = client.into_split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
-    let towards_node = async {
+    // The delay is latency, not a slower link: each chunk leaves `delay` after it arrived,
+    // so chunks sent together (a background write beside the request under test) do not
+    // queue behind one another's delays.
+    let (chunks, mut delayed) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let read_from_client = async move {
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
             let n = match client_read.read(&mut buffer).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            let delay = shared.delay_millis.load(Ordering::SeqCst);
-            if delay > 0 {
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-            }
-            if upstream_write.write_all(&buffer[..n]).await.is_err() {
+            let delay = Duration::from_millis(shared.delay_millis.load(Ordering::SeqCst));
+            if chunks
+                .send((Instant::now() + delay, buffer[..n].to_vec()))
+                .is_err()
+            {
                 break;
             }
         }
+    };
+    let write_to_node = async move {
+        while let Some((due, chunk)) = delayed.recv().await {
+            tokio::time::sleep_until(due).await;
+            if upstream_write.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+    };
+    let towards_node = async {
+        tokio::join!(read_from_client, write_to_node);
     };
     let towards_client = tokio::io::copy(&mut upstream_read, &mut client_write);
     tokio::select! {
