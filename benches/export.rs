@@ -67,6 +67,8 @@ async fn load(store: Arc<dyn Store>, size: usize) {
                 buckets: BucketCount::new(BUCKETS).expect("valid"),
                 effective_from: EventTime::earliest(),
                 daily_cap: None,
+                total_cap: None,
+                tz: chrono_tz::Tz::UTC,
             },
         )
         .await
@@ -75,7 +77,7 @@ async fn load(store: Arc<dyn Store>, size: usize) {
         store.clone(),
         std::time::Duration::from_secs(600),
     ));
-    let ingestor = Ingestor::new(store, settings, 64, SealerOptions::default().rule);
+    let ingestor = Ingestor::standalone(store, settings, 64, SealerOptions::default().rule);
     support::load_month(&ingestor, campaign, size, first_day(), DAYS, true).await;
 }
 

@@ -85,7 +85,7 @@ async fn load(
     campaign: CampaignKey,
     size: usize,
 ) {
-    let ingestor = Ingestor::new(
+    let ingestor = Ingestor::standalone(
         Arc::clone(&store),
         Arc::clone(&settings),
         64,
@@ -95,7 +95,12 @@ async fn load(
     // Past the clock margin after the late marks this historical load wrote.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     seal(
-        &Sealer::new(store, settings, SealerOptions::default()),
+        &Sealer::new(
+            store,
+            settings,
+            SealerOptions::default(),
+            Default::default(),
+        ),
         campaign,
     )
     .await;
@@ -157,7 +162,12 @@ async fn main() {
             } else if sealed != DAYS as usize {
                 // Loaded by an earlier run, sealed by an older rollup layout.
                 let options = SealerOptions::default();
-                let sealer = Sealer::new(Arc::clone(&store), Arc::clone(&settings), options);
+                let sealer = Sealer::new(
+                    Arc::clone(&store),
+                    Arc::clone(&settings),
+                    options,
+                    Default::default(),
+                );
                 seal(&sealer, campaign).await;
             }
         }

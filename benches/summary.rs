@@ -57,6 +57,8 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
         buckets: BucketCount::new(BUCKETS).expect("valid"),
         effective_from: EventTime::earliest(),
         daily_cap: None,
+        total_cap: None,
+        tz: chrono_tz::Tz::UTC,
     };
     store
         .put_settings(&Owner::Campaign(campaign), &settings)
@@ -72,7 +74,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
         dyn_store.clone(),
         std::time::Duration::from_secs(60),
     ));
-    let ingestor = Ingestor::new(dyn_store, cache, 64, SealerOptions::default().rule);
+    let ingestor = Ingestor::standalone(dyn_store, cache, 64, SealerOptions::default().rule);
     let start: DateTime<Utc> = first_day().and_hms_opt(0, 0, 0).expect("valid").and_utc();
     let step = Duration::milliseconds(DAYS * 86_400_000 / impressions as i64);
     let ads: Vec<AdId> = (0..50).map(|_| AdId::new(Uuid::new_v4())).collect();

@@ -293,6 +293,7 @@ impl ServeArgs {
                 max_features: usize::from(self.max_features),
             },
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
+            delivery_flush_interval: crate::delivery::live::FLUSH_INTERVAL,
             queries: QueryOptions {
                 fan_out,
                 billable_window: self.billable_window,

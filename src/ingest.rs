@@ -1,7 +1,9 @@
 //! The write path: validated events are placed in their partitions (campaign, UTC day, bucket
 //! in force at the event's own time) and written partition by partition, several at once.
-//! An answer is given only after every write was acknowledged.
+//! An answer is given only after every write was acknowledged, and, for impressions, after
+//! they are counted in this process's live delivery counts.
 
+use crate::delivery::live::LiveDelivery;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
 use crate::domain::event::{CampaignEvent, Click, Impression};
@@ -10,6 +12,7 @@ use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
+use crate::processes::ProcessRegistry;
 use crate::remembered::Remembered;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
@@ -28,6 +31,10 @@ pub struct Ingestor {
     /// Campaign-days this process already wrote to the day index (de-duplicated in the
     /// process: one write per campaign and day, not one per request).
     indexed: Remembered<(Day, CampaignKey)>,
+    /// This process's live billable-impression counts, for delivery against caps.
+    delivery: Arc<LiveDelivery>,
+    /// Where this process records the days it holds live counts of.
+    registry: Arc<ProcessRegistry>,
 }
 
 /// Campaign-days remembered as indexed; past this, the memory starts over.
@@ -39,6 +46,8 @@ impl Ingestor {
         settings: Arc<SettingsCache>,
         write_concurrency: usize,
         sealing: SealingRule,
+        delivery: Arc<LiveDelivery>,
+        registry: Arc<ProcessRegistry>,
     ) -> Self {
         Self {
             store,
@@ -46,16 +55,61 @@ impl Ingestor {
             write_concurrency: write_concurrency.max(1),
             sealing,
             indexed: Remembered::new(INDEXED_DAYS_REMEMBERED),
+            delivery,
+            registry,
         }
     }
 
+    /// An ingestor outside a server (benchmarks, tools): its live delivery counts stay in
+    /// its memory, under a process id of its own that never reports.
+    pub fn standalone(
+        store: Arc<dyn Store>,
+        settings: Arc<SettingsCache>,
+        write_concurrency: usize,
+        sealing: SealingRule,
+    ) -> Self {
+        let registry = Arc::new(ProcessRegistry::new(
+            Arc::clone(&store) as Arc<dyn crate::store::ProcessStore>
+        ));
+        let delivery = Arc::new(LiveDelivery::new(
+            registry.id(),
+            crate::query::aggregate::BillableWindow::DEFAULT,
+            sealing,
+        ));
+        Self::new(
+            store,
+            settings,
+            write_concurrency,
+            sealing,
+            delivery,
+            registry,
+        )
+    }
+
     pub async fn impressions(&self, events: Vec<Impression>) -> Result<(), StoreError> {
+        let countable = self.delivery.countable(&events);
+        let counted_days: BTreeSet<(CampaignKey, Day)> = countable
+            .iter()
+            .map(|counted| (counted.campaign, counted.day))
+            .collect();
+        // Before anything is acknowledged, the store learns that this process is about to
+        // hold live counts of these days (a successor repairs them should it vanish).
+        for (campaign, day) in &counted_days {
+            self.registry
+                .mark(&Owner::Campaign(*campaign), *day)
+                .await?;
+        }
         let partitions = self.partition(events).await?;
         let late = self.index_days(&partitions, &[]).await?;
         self.write_all(partitions, |store, partition, events| async move {
             store.write_impressions(&partition, &events).await
         })
         .await?;
+        // Counted once stored, before the answer: delivery includes every acknowledged one.
+        self.delivery.count(&countable);
+        for (campaign, day) in &counted_days {
+            self.registry.counted(&Owner::Campaign(*campaign), *day);
+        }
         self.mark_late(late).await
     }
 

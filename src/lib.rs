@@ -19,6 +19,7 @@ pub mod access;
 pub mod beacons;
 pub mod cli;
 pub mod commands;
+pub mod delivery;
 pub mod domain;
 pub mod http;
 pub mod ingest;

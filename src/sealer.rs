@@ -26,8 +26,8 @@ use crate::query::site_day::aggregate_site_day;
 use crate::settings::SettingsCache;
 use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How many days of marks the sealer reads from the late index each pass (the index keeps ten).
@@ -62,11 +62,26 @@ impl Default for SealerOptions {
     }
 }
 
+/// What is sealed, as the latest pass found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealProgress {
+    pub as_of: DateTime<Utc>,
+    /// The newest day such that every closed day up to it is sealed (days older than the
+    /// look-back window count as sealed unless the late index says otherwise).
+    pub sealed_through: Option<Day>,
+    /// Owner-days whose late events wait for their next seal.
+    pub late_days: usize,
+}
+
+/// The latest progress, shared by the sealer and `/v1/freshness`.
+pub type SharedProgress = Arc<Mutex<Option<SealProgress>>>;
+
 /// Seals days: what the background task and `adevents rollup` share.
 pub struct Sealer {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     options: SealerOptions,
+    progress: SharedProgress,
     /// When the read behind each owner-day's seal started, as far as this process knows.
     known_seals: Mutex<HashMap<(Owner, Day), DateTime<Utc>>>,
 }
@@ -76,11 +91,13 @@ impl Sealer {
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         options: SealerOptions,
+        progress: SharedProgress,
     ) -> Self {
         Self {
             store,
             settings,
             options,
+            progress,
             known_seals: Mutex::new(HashMap::new()),
         }
     }
@@ -117,7 +134,13 @@ impl Sealer {
         let aggregate = aggregate_day(store, &read, self.options.window, concurrency).await?;
         store
             .write_campaign_rollup(campaign, day, &aggregate.to_rollup(day), read_started)
-            .await
+            .await?;
+        // Delivery counts the day from its sealed total from now on; the live rows of every
+        // writer are no longer read for it.
+        store
+            .write_sealed_counts(campaign, day, &aggregate.billable_slices(day))
+            .await?;
+        store.delete_live_counts(campaign, day).await
     }
 
     /// Aggregates one site-day from its stored beacons and stores the rollup: exact visits per
@@ -159,18 +182,37 @@ impl Sealer {
 
     /// Seals every owner-day that is due and not current: those in the late index whatever
     /// their age, oldest mark first, then those of the look-back window; returns how many were
-    /// sealed.
+    /// sealed, and publishes what is sealed now (`/v1/freshness`).
     pub async fn seal_due(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let (sealed, progress) = self.pass(now, true).await?;
+        *lock(&self.progress) = Some(progress);
+        Ok(sealed)
+    }
+
+    /// What is sealed now, found by the same reads as a pass but sealing nothing: what
+    /// `/v1/freshness` answers before this process's first pass.
+    pub async fn survey(&self, now: DateTime<Utc>) -> Result<SealProgress, StoreError> {
+        let (_, progress) = self.pass(now, false).await?;
+        let mut published = lock(&self.progress);
+        Ok(published.get_or_insert(progress).clone())
+    }
+
+    async fn pass(
+        &self,
+        now: DateTime<Utc>,
+        seal: bool,
+    ) -> Result<(usize, SealProgress), StoreError> {
         let today = Day::new(now.date_naive());
         let store = self.store.as_ref();
         let mut sealed = 0;
+        // Closed days some owner of which is not sealed at the end of this pass.
+        let mut unsealed: BTreeSet<Day> = BTreeSet::new();
+        let mut late_days = 0;
         let since = Day::new(today.date() - TimeDelta::days(LATE_INDEX_SCAN_DAYS));
         let mut marks = store.late_marks(since).await?;
         marks.sort_by_key(|mark| mark.late_at);
         for mark in marks {
-            if !self.options.rule.may_seal(mark.day, now)
-                || self.known_current(&mark.owner, mark.day, mark.late_at)
-            {
+            if self.known_current(&mark.owner, mark.day, mark.late_at) {
                 continue;
             }
             let state = store.seal_state(&mark.owner, mark.day).await?;
@@ -180,24 +222,42 @@ impl Sealer {
                 }
                 continue;
             }
-            self.seal_remembered(&mark.owner, mark.day).await?;
-            sealed += 1;
+            if seal && self.options.rule.may_seal(mark.day, now) {
+                self.seal_remembered(&mark.owner, mark.day).await?;
+                sealed += 1;
+            } else {
+                late_days += 1;
+                unsealed.insert(mark.day);
+            }
         }
         for back in (1..=i64::from(self.options.lookback_days)).rev() {
             let day = Day::new(today.date() - TimeDelta::days(back));
-            if !self.options.rule.may_seal(day, now) {
-                continue;
-            }
+            let may_seal = self.options.rule.may_seal(day, now);
             for kind in [OwnerKind::Campaign, OwnerKind::Site] {
                 for owner in store.owners_of_day(kind, day).await? {
-                    if !store.seal_state(&owner, day).await?.is_current() {
+                    if store.seal_state(&owner, day).await?.is_current() {
+                        continue;
+                    }
+                    if seal && may_seal {
                         self.seal_remembered(&owner, day).await?;
                         sealed += 1;
+                    } else {
+                        unsealed.insert(day);
                     }
                 }
             }
         }
-        Ok(sealed)
+        let yesterday = Day::new(today.date() - TimeDelta::days(1));
+        let sealed_through = match unsealed.first() {
+            None => Some(yesterday),
+            Some(oldest) => oldest.date().pred_opt().map(Day::new),
+        };
+        let progress = SealProgress {
+            as_of: now,
+            sealed_through,
+            late_days,
+        };
+        Ok((sealed, progress))
     }
 
     /// Seals one owner-day and remembers when its read started (no later than the seal's own).
@@ -259,4 +319,11 @@ impl Sealer {
             }
         })
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Progress and known seals stay valid whatever panicked while they were held.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

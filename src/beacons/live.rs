@@ -14,6 +14,7 @@
 //! briefly holds its old and new tables).
 
 use crate::domain::beacon::{Beacon, SiteId};
+use crate::domain::owner::OwnerKind;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::processes::ProcessRegistry;
@@ -453,7 +454,7 @@ pub fn spawn_flusher(
             metrics::gauge!("adevents_sketch_memory_bytes").set(live.held_bytes() as f64);
             match flushed {
                 Ok(_) => {
-                    registry.saved_through(started);
+                    registry.saved_through(OwnerKind::Site, started);
                     if failing {
                         tracing::info!("unique-visitor sketches are being stored again");
                     }

@@ -31,7 +31,7 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         window: args.billable_window,
         ..SealerOptions::default()
     };
-    let sealer = Sealer::new(store, settings, options);
+    let sealer = Sealer::new(store, settings, options, Default::default());
     let rule = sealer.rule();
     let first = Day::new(args.from);
     let days: Vec<Day> = first.through(Day::new(args.to)).collect();

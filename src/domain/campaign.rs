@@ -3,16 +3,23 @@
 //! same partition, before or after the change.
 
 use super::bucket::BucketCount;
+use super::delivery::Caps;
 use super::time::{Day, EventTime};
 use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
 
 /// One configuration of a campaign, in force from `effective_from` until the next one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CampaignSettings {
     pub buckets: BucketCount,
     pub effective_from: DateTime<Utc>,
-    /// Stored for the pacing work to come.
+    /// Billable impressions per local day of `tz`; these three take effect at once (every
+    /// entry a change writes carries the newest values).
     pub daily_cap: Option<u64>,
+    /// Billable impressions over the campaign's life.
+    pub total_cap: Option<u64>,
+    /// The zone of the campaign's day, for `daily_cap` and pacing.
+    pub tz: Tz,
 }
 
 impl CampaignSettings {
@@ -22,6 +29,17 @@ impl CampaignSettings {
             buckets: BucketCount::ONE,
             effective_from: EventTime::earliest(),
             daily_cap: None,
+            total_cap: None,
+            tz: Tz::UTC,
+        }
+    }
+
+    /// The caps and the zone delivery is measured against.
+    pub fn caps(&self) -> Caps {
+        Caps {
+            daily_cap: self.daily_cap,
+            total_cap: self.total_cap,
+            tz: self.tz,
         }
     }
 }
@@ -94,6 +112,8 @@ mod tests {
             buckets: BucketCount::new(buckets).expect("valid"),
             effective_from: at(from),
             daily_cap: None,
+            total_cap: None,
+            tz: chrono_tz::Tz::UTC,
         }
     }
 

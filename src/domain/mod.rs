@@ -6,6 +6,7 @@ pub mod access;
 pub mod beacon;
 pub mod bucket;
 pub mod campaign;
+pub mod delivery;
 pub mod echo;
 pub mod event;
 pub mod ids;

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 pub enum Need {
     /// Anyone: beacons, health, readiness, this document, CORS preflights.
     Public,
-    /// Any valid key (`GET /v1/keys/self`).
+    /// Any valid key (`GET /v1/keys/self`, `GET /v1/freshness`).
     AnyKey,
     Admin,
     /// An `ingest` key (its advertiser's events only, checked per event) or admin.
@@ -48,7 +48,7 @@ pub fn need(method: &Method, route: &str) -> Need {
         (_, "/healthz" | "/readyz" | "/openapi.json" | "/track" | "/i" | "/c") => Need::Public,
         (_, "/metrics") => Need::Metrics,
         ("POST", "/v1/impressions" | "/v1/clicks") => Need::Ingest,
-        ("GET", "/v1/keys/self") => Need::AnyKey,
+        ("GET", "/v1/keys/self" | "/v1/freshness") => Need::AnyKey,
         ("GET", route) if route == format!("{CAMPAIGN}/delivery") => Need::CampaignDelivery,
         ("GET", route) if route.starts_with(CAMPAIGN) => Need::CampaignRead,
         ("GET", route) if route.starts_with(SITE) => Need::SiteRead,
@@ -149,6 +149,9 @@ mod tests {
         assert_eq!(need(&Method::PUT, SITE), Need::Admin);
         assert_eq!(need(&Method::GET, "/v1/keys"), Need::Admin);
         assert_eq!(need(&Method::GET, "/v1/keys/self"), Need::AnyKey);
+        assert_eq!(need(&Method::GET, "/v1/freshness"), Need::AnyKey);
+        let delivery = format!("{CAMPAIGN}/delivery");
+        assert_eq!(need(&Method::GET, &delivery), Need::CampaignDelivery);
         assert_eq!(need(&Method::GET, "/i"), Need::Public);
         assert_eq!(need(&Method::GET, "/c"), Need::Public);
         let secrets = "/v1/advertisers/{advertiser_id}/tag-secrets";

@@ -7,6 +7,7 @@ mod beacon_params;
 mod body;
 mod campaigns;
 mod client_ip;
+mod delivery;
 mod error;
 mod events;
 mod export;
@@ -52,6 +53,8 @@ fn queries(state: &AppState) -> OpenApiRouter<AppState> {
     let queries = OpenApiRouter::new()
         .routes(routes!(campaigns::get_settings, campaigns::put_settings))
         .routes(routes!(summary::get_summary))
+        .routes(routes!(delivery::get_delivery))
+        .routes(routes!(delivery::get_freshness))
         .routes(routes!(report::get_report))
         .routes(routes!(export::get_impressions))
         .routes(routes!(export::get_recent_impressions))

@@ -26,6 +26,7 @@ use utoipa::{Modify, OpenApi};
         (name = "ingestion", description = "Ad servers post impressions and clicks."),
         (name = "beacons", description = "Script tags on customers' pages send page views."),
         (name = "queries", description = "Dashboards read summaries, reports, exports and uniques."),
+        (name = "delivery", description = "Ad servers poll delivery against caps; dashboards ask whether numbers are final."),
         (name = "settings", description = "Campaign and site configuration."),
         (name = "operations", description = "Health, readiness, metrics and this document."),
     )

@@ -6,6 +6,7 @@ use crate::domain::access::{OriginPattern, SiteProfile};
 use crate::domain::bucket::BucketCount;
 use crate::settings::{CurrentSettings, SettingsChange};
 use chrono::{DateTime, SecondsFormat, Utc};
+use chrono_tz::Tz;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -31,6 +32,13 @@ pub struct CampaignSettingsWire {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u64>)]
     daily_cap: Option<Value>,
+    /// Billable impressions over the campaign's life, or null for none; takes effect at once.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u64>)]
+    total_cap: Option<Value>,
+    /// IANA zone of the campaign's day for `daily_cap` and pacing (default `UTC`); takes
+    /// effect at once.
+    tz: Option<String>,
 }
 
 /// A site settings change (`PUT`): also registers the site for beacons.
@@ -82,6 +90,19 @@ fn parse_buckets(value: Option<Value>) -> Result<Option<BucketCount>, ApiError> 
         .transpose()
 }
 
+/// A cap as sent: absent (keep), null (remove) or a whole number.
+fn parse_cap(field: &str, value: Option<Value>) -> Result<Option<Option<u64>>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(value) => value
+            .as_u64()
+            .filter(|cap| i64::try_from(*cap).is_ok())
+            .map(|cap| Some(Some(cap)))
+            .ok_or_else(|| ApiError::invalid(field, "must be null or a whole number below 2^63")),
+    }
+}
+
 impl CampaignSettingsWire {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         parse_json(body)
@@ -90,22 +111,20 @@ impl CampaignSettingsWire {
     /// The change asked for; `effective_from` is checked against the clock when it is made.
     pub fn into_change(self) -> Result<SettingsChange, ApiError> {
         let effective_from = parse_effective_from(self.effective_from)?;
-        let daily_cap = match self.daily_cap {
-            None => None,
-            Some(Value::Null) => Some(None),
-            Some(value) => Some(Some(
-                value
-                    .as_u64()
-                    .filter(|cap| i64::try_from(*cap).is_ok())
-                    .ok_or_else(|| {
-                        ApiError::invalid("daily_cap", "must be null or a whole number below 2^63")
-                    })?,
-            )),
-        };
+        let tz = self
+            .tz
+            .map(|name| {
+                name.parse::<Tz>().map_err(|_| {
+                    ApiError::invalid("tz", "must be an IANA time zone name such as Europe/Berlin")
+                })
+            })
+            .transpose()?;
         Ok(SettingsChange {
             buckets: parse_buckets(self.buckets)?,
             effective_from,
-            daily_cap,
+            daily_cap: parse_cap("daily_cap", self.daily_cap)?,
+            total_cap: parse_cap("total_cap", self.total_cap)?,
+            tz,
         })
     }
 }
@@ -145,7 +164,7 @@ impl SiteSettingsWire {
             settings: SettingsChange {
                 buckets: parse_buckets(self.buckets)?,
                 effective_from: parse_effective_from(self.effective_from)?,
-                daily_cap: None,
+                ..SettingsChange::default()
             },
             allowed_origins,
             require_origin: self.require_origin,
@@ -165,6 +184,9 @@ pub struct CampaignSettingsAnswer {
     /// When `buckets` takes effect, RFC 3339, UTC, milliseconds.
     pub effective_from: String,
     pub daily_cap: Option<u64>,
+    pub total_cap: Option<u64>,
+    /// IANA zone of the campaign's day.
+    pub tz: String,
     /// The bucket count in force now.
     pub in_force: u16,
 }
@@ -175,6 +197,8 @@ impl From<&CurrentSettings> for CampaignSettingsAnswer {
             buckets: current.latest.buckets.get(),
             effective_from: rfc3339(current.latest.effective_from),
             daily_cap: current.latest.daily_cap,
+            total_cap: current.latest.total_cap,
+            tz: current.latest.tz.name().to_owned(),
             in_force: current.in_force.get(),
         }
     }

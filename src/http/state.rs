@@ -8,14 +8,18 @@ use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
 use crate::beacons::live::{Flushed, LiveSketches, spawn_flusher};
 use crate::beacons::rebuild::rebuild_days;
+use crate::delivery::DeliveryService;
+use crate::delivery::live::{LiveDelivery, spawn_flusher as spawn_delivery_flusher};
 use crate::domain::beacon::BeaconRules;
+use crate::domain::owner::OwnerKind;
+use crate::domain::process::ProcessReport;
 use crate::domain::time::Day;
 use crate::ingest::Ingestor;
 use crate::ivt::Classifier;
 use crate::processes::ProcessRegistry;
 use crate::processes::repair::{Repaired, repair_gone_processes};
 use crate::query::{Queries, QueryOptions};
-use crate::sealer::{Sealer, SealerOptions};
+use crate::sealer::{SealProgress, Sealer, SealerOptions, SharedProgress};
 use crate::settings::{Settings, SettingsCache};
 use crate::store::instrumented::Instrumented;
 use crate::store::{Store, StoreError};
@@ -41,6 +45,9 @@ pub struct ServiceOptions {
     pub beacon_rules: BeaconRules,
     /// How often live unique-visitor sketches are stored.
     pub sketch_flush_interval: Duration,
+    /// How often live delivery counts are stored: well under a second, so `delivery` on any
+    /// process includes every impression acknowledged a second earlier.
+    pub delivery_flush_interval: Duration,
     /// Fan-out, billable window and look-backs of the read side.
     pub queries: QueryOptions,
     /// When closed days are sealed into rollups (the grace for late events, ...).
@@ -81,6 +88,7 @@ impl Default for ServiceOptions {
             cors_origins: Vec::new(),
             beacon_rules: BeaconRules::default(),
             sketch_flush_interval: Duration::from_secs(1),
+            delivery_flush_interval: crate::delivery::live::FLUSH_INTERVAL,
             queries: QueryOptions::default(),
             sealer: SealerOptions::default(),
             access: AccessOptions::default(),
@@ -103,12 +111,16 @@ pub struct AppState {
     store: Arc<dyn Store>,
     settings_cache: Arc<SettingsCache>,
     live_sketches: Arc<LiveSketches>,
+    live_delivery: Arc<LiveDelivery>,
     registry: Arc<ProcessRegistry>,
+    /// What the sealer found sealed at its latest pass.
+    seal_progress: SharedProgress,
     /// Set while a start-up repair runs: `/readyz` answers 503 until it is done.
     repairing: Arc<AtomicBool>,
     pub ingestor: Arc<Ingestor>,
     pub beacons: Arc<BeaconIngestor>,
     pub queries: Arc<Queries>,
+    pub delivery: Arc<DeliveryService>,
     pub settings: Arc<Settings>,
     pub access: Arc<Access>,
     pub limiters: Arc<Limiters>,
@@ -126,15 +138,27 @@ impl AppState {
             options.settings_lifetime,
         ));
         let rule = options.sealer.rule;
+        let live_sketches = Arc::new(LiveSketches::with_budget(options.sketch_memory));
+        let registry = Arc::new(ProcessRegistry::new(
+            Arc::clone(&store) as Arc<dyn crate::store::ProcessStore>
+        ));
+        let live_delivery = Arc::new(LiveDelivery::new(
+            registry.id(),
+            options.queries.billable_window,
+            rule,
+        ));
         let ingestor = Arc::new(Ingestor::new(
             Arc::clone(&store),
             Arc::clone(&settings_cache),
             options.write_concurrency,
             rule,
+            Arc::clone(&live_delivery),
+            Arc::clone(&registry),
         ));
-        let live_sketches = Arc::new(LiveSketches::with_budget(options.sketch_memory));
-        let registry = Arc::new(ProcessRegistry::new(
-            Arc::clone(&store) as Arc<dyn crate::store::ProcessStore>
+        let delivery = Arc::new(DeliveryService::new(
+            Arc::clone(&store),
+            Arc::clone(&settings_cache),
+            Arc::clone(&live_delivery),
         ));
         let beacons = Arc::new(BeaconIngestor::new(
             Arc::clone(&store),
@@ -169,11 +193,14 @@ impl AppState {
             store,
             settings_cache,
             live_sketches,
+            live_delivery,
             registry,
+            seal_progress: SharedProgress::default(),
             repairing: Arc::new(AtomicBool::new(false)),
             ingestor,
             beacons,
             queries,
+            delivery,
             settings,
             access,
             limiters,
@@ -208,7 +235,27 @@ impl AppState {
             Arc::clone(&self.store),
             Arc::clone(&self.settings_cache),
             self.options.sealer,
+            Arc::clone(&self.seal_progress),
         )
+    }
+
+    /// What is sealed, as this process's sealer last found it (surveyed now if it has not
+    /// made a pass yet).
+    pub async fn seal_progress(&self) -> Result<SealProgress, StoreError> {
+        let published = self
+            .seal_progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        match published {
+            Some(progress) => Ok(progress),
+            None => self.sealer().survey(chrono::Utc::now()).await,
+        }
+    }
+
+    /// Every server process sharing the store, as last reported.
+    pub async fn processes(&self) -> Result<Vec<ProcessReport>, StoreError> {
+        self.store.processes().await
     }
 
     /// Starts storing this process's live sketches every `sketch_flush_interval`.
@@ -219,6 +266,24 @@ impl AppState {
             Arc::clone(&self.registry),
             self.options.sketch_flush_interval,
         )
+    }
+
+    /// Starts storing this process's live delivery counts every `delivery_flush_interval`.
+    pub fn spawn_delivery_flusher(&self) -> tokio::task::JoinHandle<()> {
+        let registry = Arc::clone(&self.registry);
+        spawn_delivery_flusher(
+            Arc::clone(&self.live_delivery),
+            Arc::clone(&self.store) as Arc<dyn crate::store::DeliveryStore>,
+            self.options.delivery_flush_interval,
+            move |started| registry.saved_through(OwnerKind::Campaign, started),
+        )
+    }
+
+    /// Stores every acknowledged impression's live delivery count (before the process goes).
+    pub async fn flush_delivery(&self) -> Result<usize, StoreError> {
+        self.live_delivery
+            .flush(self.store.as_ref(), chrono::Utc::now())
+            .await
     }
 
     /// Lists this process among those sharing the store, reporting every second until the
@@ -245,6 +310,7 @@ impl AppState {
             self.store.as_ref(),
             &self.settings_cache,
             self.registry.id(),
+            self.options.queries.billable_window,
             self.options.queries.fan_out,
         )
         .await

@@ -6,7 +6,7 @@
 
 pub mod repair;
 
-use crate::domain::owner::Owner;
+use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::time::Day;
 use crate::store::{ProcessStore, StoreError};
@@ -28,8 +28,10 @@ pub struct ProcessRegistry {
     /// Held while a mark is written or cleared in the store, so a clear never lands after a
     /// newer write of the same mark.
     mark_writes: tokio::sync::Mutex<()>,
-    /// The start of the latest flush that stored every live state counted before it.
-    saved_through: Mutex<Option<Instant>>,
+    /// For each kind of live state (sites' sketches, campaigns' delivery counts, stored by
+    /// flushers of their own), the start of the latest flush that stored all of it counted
+    /// before.
+    saved_through: Mutex<HashMap<OwnerKind, Instant>>,
 }
 
 impl ProcessRegistry {
@@ -40,7 +42,7 @@ impl ProcessRegistry {
             started_at: Utc::now(),
             marks: Mutex::new(HashMap::new()),
             mark_writes: tokio::sync::Mutex::new(()),
-            saved_through: Mutex::new(None),
+            saved_through: Mutex::new(HashMap::new()),
         }
     }
 
@@ -80,22 +82,30 @@ impl ProcessRegistry {
         }
     }
 
-    /// Says a flush that started at `started` stored every live state counted before it.
-    pub fn saved_through(&self, started: Instant) {
+    /// Says a flush that started at `started` stored every live state of `kind` counted
+    /// before it.
+    pub fn saved_through(&self, kind: OwnerKind, started: Instant) {
         let mut saved = lock(&self.saved_through);
-        *saved = Some(saved.map_or(started, |earlier| earlier.max(started)));
+        let entry = saved.entry(kind).or_insert(started);
+        *entry = (*entry).max(started);
     }
 
     /// Clears the marks of owner-days whose live state is stored and quiet.
     async fn clear_saved(&self) -> Result<usize, StoreError> {
-        let Some(saved) = *lock(&self.saved_through) else {
+        let saved = lock(&self.saved_through).clone();
+        if saved.is_empty() {
             return Ok(0);
-        };
+        }
         let _writing = self.mark_writes.lock().await;
         let now = Instant::now();
         let saved_days: Vec<UnflushedDay> = lock(&self.marks)
             .iter()
-            .filter(|(_, last)| **last < saved && now.duration_since(**last) >= MARK_LINGER)
+            .filter(|(day, last)| {
+                saved
+                    .get(&day.owner.kind())
+                    .is_some_and(|saved| **last < *saved)
+                    && now.duration_since(**last) >= MARK_LINGER
+            })
             .map(|(day, _)| day.clone())
             .collect();
         for day in &saved_days {

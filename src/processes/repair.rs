@@ -8,9 +8,11 @@
 //! embedded store, whose folder one process holds at a time, every other process is gone.
 
 use crate::beacons::rebuild::rebuild_site_day;
+use crate::delivery::rebuild::rebuild_campaign_day;
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport};
 use crate::query::FanOut;
+use crate::query::aggregate::BillableWindow;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
@@ -21,7 +23,7 @@ use std::time::Duration;
 pub struct Repaired {
     /// Processes found gone and removed.
     pub processes: usize,
-    /// Owner-days rebuilt.
+    /// Owner-days rebuilt (sites' sketches, campaigns' delivery counts).
     pub days: usize,
     /// Beacons read to rebuild them.
     pub beacons: usize,
@@ -68,6 +70,7 @@ pub async fn repair_gone_processes(
     store: &dyn Store,
     settings: &SettingsCache,
     me: ProcessId,
+    window: BillableWindow,
     fan_out: FanOut,
 ) -> Result<Repaired, StoreError> {
     let mut repaired = Repaired::default();
@@ -78,8 +81,12 @@ pub async fn repair_gone_processes(
                     repaired.beacons +=
                         rebuild_site_day(store, settings, site, marked.day, fan_out).await?;
                 }
-                // Campaign-days hold no live state yet.
-                Owner::Campaign(_) => {}
+                Owner::Campaign(campaign) => {
+                    rebuild_campaign_day(
+                        store, settings, *campaign, marked.day, process, window, fan_out,
+                    )
+                    .await?;
+                }
             }
             repaired.days += 1;
         }

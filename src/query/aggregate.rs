@@ -11,6 +11,7 @@
 //! earliest impression. The window divides a day, so no window spans two UTC days and a day is
 //! aggregated on its own, exactly, whatever the order or delay in which its events arrived.
 
+use crate::domain::delivery::DaySlices;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
@@ -43,7 +44,7 @@ impl BillableWindow {
     }
 
     /// The window holding `at`.
-    fn of(&self, at: EventTime) -> i64 {
+    pub fn of(&self, at: EventTime) -> i64 {
         at.epoch_millis().div_euclid(i64::from(self.0) * 1000)
     }
 }
@@ -117,6 +118,17 @@ pub struct DayAggregate {
 }
 
 impl DayAggregate {
+    /// The day's billable impressions per 15-minute slice, every ad together: what delivery
+    /// against caps keeps of a sealed or rebuilt day.
+    pub fn billable_slices(&self, day: Day) -> DaySlices {
+        let mut slices = DaySlices::default();
+        for ((slice, _), counts) in &self.slices {
+            let at = slice * SLICE_MILLIS;
+            slices.add(DaySlices::slice_of(day, at), counts.billable_impressions);
+        }
+        slices
+    }
+
     /// The rows a sealed day keeps. The campaign-day row and all 24 campaign-hour rows are
     /// always written, empty or not: their presence tells a complete rollup.
     pub fn to_rollup(&self, day: Day) -> Rollup {

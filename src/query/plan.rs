@@ -69,6 +69,8 @@ mod tests {
                 .parse::<DateTime<Utc>>()
                 .expect("valid"),
             daily_cap: None,
+            total_cap: None,
+            tz: chrono_tz::Tz::UTC,
         }]);
         let first = Day::new(NaiveDate::from_ymd_opt(2026, 11, 1).expect("valid"));
         let last = Day::new(NaiveDate::from_ymd_opt(2026, 11, 3).expect("valid"));

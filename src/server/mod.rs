@@ -42,6 +42,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limits = state.options.connections;
     let flusher = AbortOnDrop(state.spawn_sketch_flusher());
+    let delivery_flusher = AbortOnDrop(state.spawn_delivery_flusher());
     let reporter = AbortOnDrop(state.start_reporting().await);
     // Keys and sites read now (a process that cannot is not ready until it can), then again
     // every settings cache lifetime.
@@ -105,6 +106,7 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     flusher.stop().await;
+    delivery_flusher.stop().await;
     reporter.stop().await;
     flush_before_exit(&last_flush).await;
     Ok(())
@@ -119,12 +121,16 @@ async fn refuse(mut stream: TcpStream) {
     .await;
 }
 
-/// Stores every answered beacon's sketches before the process goes, then leaves the list of
-/// processes; if the sketches cannot be stored, the process stays listed and the next one to
+/// Stores every answered beacon's sketches and every acknowledged impression's delivery count
+/// before the process goes, then leaves the list of processes; if they cannot be stored, the process stays listed and the next one to
 /// start rebuilds its days from the stored beacons.
 pub async fn flush_before_exit(state: &AppState) {
     if let Err(error) = state.flush_sketches().await {
         tracing::warn!(error = %error.chain(), "could not store the last unique-visitor sketches; the next process to start rebuilds them from the stored beacons");
+        return;
+    }
+    if let Err(error) = state.flush_delivery().await {
+        tracing::warn!(error = %error.chain(), "could not store the last delivery counts; the next process to start rebuilds them from the stored impressions");
         return;
     }
     if let Err(error) = state.leave().await {

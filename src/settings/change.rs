@@ -7,10 +7,12 @@
 use super::cache::SettingsCache;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::CampaignSettings;
+use crate::domain::delivery::Caps;
 use crate::domain::owner::Owner;
 use crate::domain::time::MAX_FUTURE_SKEW;
 use crate::store::{SettingsStore, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
+use chrono_tz::Tz;
 use std::sync::Arc;
 
 /// How far ahead a change may be scheduled.
@@ -28,6 +30,10 @@ pub struct SettingsChange {
     pub effective_from: Option<DateTime<Utc>>,
     /// Campaigns only: `Some(None)` removes the cap. It takes effect at once.
     pub daily_cap: Option<Option<u64>>,
+    /// Campaigns only, like `daily_cap`: billable impressions over the campaign's life.
+    pub total_cap: Option<Option<u64>>,
+    /// Campaigns only: the zone of the campaign's day. It takes effect at once.
+    pub tz: Option<Tz>,
 }
 
 /// Why a change was refused.
@@ -95,8 +101,8 @@ impl Settings {
 
     /// Merges `change` into `owner`'s settings and forgets this process's cached copy; returns
     /// the settings now in store. A new bucket count is a new entry, scheduled at its
-    /// `effective_from`; a cap alone replaces the newest entry's cap (same instant, nothing
-    /// scheduled), so it applies at once.
+    /// `effective_from`; caps and zone alone replace the newest entry's (same instant, nothing
+    /// scheduled), so they apply at once.
     pub async fn change(
         &self,
         owner: &Owner,
@@ -108,23 +114,30 @@ impl Settings {
         let effective_from = self.effective_from(change.effective_from, now)?;
         let history = self.store.settings(owner).await?;
         let latest = history.latest();
-        let daily_cap = match owner {
-            Owner::Campaign(_) => change.daily_cap.unwrap_or(latest.daily_cap),
-            Owner::Site(_) => None,
+        let caps = match owner {
+            Owner::Campaign(_) => Caps {
+                daily_cap: change.daily_cap.unwrap_or(latest.daily_cap),
+                total_cap: change.total_cap.unwrap_or(latest.total_cap),
+                tz: change.tz.unwrap_or(latest.tz),
+            },
+            Owner::Site(_) => CampaignSettings::unconfigured().caps(),
+        };
+        let with_caps = |entry: CampaignSettings| CampaignSettings {
+            daily_cap: caps.daily_cap,
+            total_cap: caps.total_cap,
+            tz: caps.tz,
+            ..entry
         };
         let written = match change.buckets.filter(|buckets| *buckets != latest.buckets) {
             Some(_) if history.scheduled_after(now) >= MAX_SCHEDULED => {
                 return Err(ChangeError::TooManyScheduled);
             }
-            Some(buckets) => Some(CampaignSettings {
+            Some(buckets) => Some(with_caps(CampaignSettings {
                 buckets,
                 effective_from,
-                daily_cap,
-            }),
-            None if daily_cap != latest.daily_cap => Some(CampaignSettings {
-                daily_cap,
-                ..latest
-            }),
+                ..latest.clone()
+            })),
+            None if caps != latest.caps() => Some(with_caps(latest.clone())),
             None => None,
         };
         if let Some(settings) = written {

@@ -2,13 +2,15 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    AccessStore, ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor,
-    ProcessStore, ReachLevel, Rollup, RollupStore, SealState, SealStore, SettingsStore, SiteRollup,
-    SketchBatch, SketchPartition, SketchRow, Store, StoreError, VisitRow, VisitStore,
+    AccessStore, ClickRow, DeliveryStore, EventStore, ImpressionPage, ImpressionSummaryRow,
+    LiveCountRow, PageCursor, ProcessStore, ReachLevel, Rollup, RollupStore, SealState, SealStore,
+    SettingsStore, SiteRollup, SketchBatch, SketchPartition, SketchRow, Store, StoreError,
+    VisitRow, VisitStore,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Owner, OwnerKind};
@@ -303,6 +305,46 @@ impl ProcessStore for Instrumented {
 
     fn is_shared(&self) -> bool {
         self.inner.is_shared()
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for Instrumented {
+    async fn write_live_counts(&self, rows: &[LiveCountRow]) -> Result<(), StoreError> {
+        timed("write_live_counts", self.inner.write_live_counts(rows)).await
+    }
+
+    async fn read_live_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<LiveCountRow>, StoreError> {
+        timed("read_live_counts", self.inner.read_live_counts(campaign)).await
+    }
+
+    async fn delete_live_counts(&self, campaign: CampaignKey, day: Day) -> Result<(), StoreError> {
+        let call = self.inner.delete_live_counts(campaign, day);
+        timed("delete_live_counts", call).await
+    }
+
+    async fn write_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &DaySlices,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.write_sealed_counts(campaign, day, slices);
+        timed("write_sealed_counts", call).await
+    }
+
+    async fn read_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<(Day, DaySlices)>, StoreError> {
+        timed(
+            "read_sealed_counts",
+            self.inner.read_sealed_counts(campaign),
+        )
+        .await
     }
 }
 

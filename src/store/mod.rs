@@ -11,7 +11,8 @@
 //! [`EventStore`] (impressions and clicks), [`VisitStore`] (beacons and live sketches),
 //! [`SettingsStore`], [`SealStore`] (the day index and seal states), [`RollupStore`] (sealed
 //! days), [`AccessStore`] (API keys and registered sites) and [`ProcessStore`] (the server
-//! processes sharing the store, and what each may leave unsaved). Campaigns and sites share one
+//! processes sharing the store, and what each may leave unsaved) and [`DeliveryStore`]
+//! (billable impressions counted for caps). Campaigns and sites share one
 //! method wherever they follow the same rule, keyed by [`Owner`]. [`Store`] is their sum.
 
 pub mod cassandra;
@@ -23,13 +24,15 @@ mod rows;
 pub use crate::domain::sealing::SealState;
 pub use error::StoreError;
 pub use rows::{
-    ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, ReachLevel, Rollup, RollupReach,
-    RollupSlice, SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceVisits, VisitRow,
+    ClickRow, ImpressionPage, ImpressionSummaryRow, LiveCountRow, PageCursor, ReachLevel, Rollup,
+    RollupReach, RollupSlice, SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceVisits,
+    VisitRow,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Owner, OwnerKind};
@@ -116,6 +119,40 @@ pub trait VisitStore: Send + Sync {
         &self,
         partition: &SketchPartition,
     ) -> Result<Vec<SketchRow>, StoreError>;
+}
+
+/// Billable impressions for delivery against caps: each writer's live counts of the UTC days
+/// it took impressions for (absolute rows, one per writer and day, added up by readers) and
+/// sealed days' totals written by the sealer. A campaign's rows are read whole: their number
+/// does not grow with its age (live rows are deleted as their days are sealed, and sealed
+/// totals are kept a month to a row on Cassandra).
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
+    /// Writes writers' absolute counts, replacing each writer's earlier row of the same day.
+    async fn write_live_counts(&self, rows: &[LiveCountRow]) -> Result<(), StoreError>;
+
+    /// Every writer's live row of every day of `campaign` still kept.
+    async fn read_live_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<LiveCountRow>, StoreError>;
+
+    /// Drops a day's live rows once its sealed total is stored.
+    async fn delete_live_counts(&self, campaign: CampaignKey, day: Day) -> Result<(), StoreError>;
+
+    /// Stores a sealed day's billable impressions, replacing any earlier total of the day.
+    async fn write_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &DaySlices,
+    ) -> Result<(), StoreError>;
+
+    /// Every sealed day's billable impressions of `campaign`.
+    async fn read_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<(Day, DaySlices)>, StoreError>;
 }
 
 /// Campaign and site configuration over time.
@@ -275,6 +312,7 @@ pub trait Store:
     + RollupStore
     + AccessStore
     + ProcessStore
+    + DeliveryStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

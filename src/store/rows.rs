@@ -1,7 +1,9 @@
 //! What reads return: the few fields queries need, as domain values.
 
 use crate::domain::beacon::{Features, Guid, SiteId};
-use crate::domain::ids::{AdId, ImpressionId, UserId};
+use crate::domain::delivery::DaySlices;
+use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
+use crate::domain::process::ProcessId;
 use crate::domain::time::{Day, EventTime};
 use crate::domain::traffic::InvalidReason;
 use chrono::{DateTime, Utc};
@@ -174,4 +176,13 @@ pub struct ImpressionPage {
     pub impressions: Vec<crate::domain::event::Impression>,
     /// Where the next page starts; `None` after the last.
     pub next: Option<PageCursor>,
+}
+
+/// One writer's absolute count of one campaign's UTC day, per 15-minute slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveCountRow {
+    pub campaign: CampaignKey,
+    pub day: Day,
+    pub writer: ProcessId,
+    pub slices: DaySlices,
 }

@@ -268,6 +268,8 @@ async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions(backend: B
         buckets: BucketCount::new(4).expect("valid"),
         effective_from: EventTime::earliest(),
         daily_cap: None,
+        total_cap: None,
+        tz: chrono_tz::Tz::UTC,
     };
     store
         .put_settings(

@@ -174,6 +174,7 @@ async fn invalid_traffic_is_counted_apart_raw_and_sealed_and_exported_with_its_r
         Arc::clone(&store),
         Arc::new(settings),
         SealerOptions::default(),
+        Default::default(),
     );
     let site_id = adevents::domain::beacon::SiteId::parse(&site).expect("site");
     for offset in 1..=3 {

@@ -20,6 +20,8 @@ enum Allowed {
     IngestOwner,
     /// Read keys of the campaign's advertiser.
     CampaignReader,
+    /// Read or ingest keys of the campaign's advertiser (ad servers poll delivery).
+    CampaignDelivery,
     /// Read keys of the site.
     SiteReader,
     /// Metrics keys.
@@ -73,6 +75,9 @@ fn expected(who: Who, allowed: Allowed, ok: StatusCode) -> StatusCode {
         Allowed::Admin => who == Who::Admin,
         Allowed::IngestOwner => matches!(who, Who::Admin | Who::IngestOwner),
         Allowed::CampaignReader => matches!(who, Who::Admin | Who::ReadOwner),
+        Allowed::CampaignDelivery => {
+            matches!(who, Who::Admin | Who::ReadOwner | Who::IngestOwner)
+        }
         Allowed::SiteReader => matches!(who, Who::Admin | Who::ReadSite),
         Allowed::Metrics => matches!(who, Who::Admin | Who::Metrics),
     };
@@ -249,6 +254,20 @@ async fn every_endpoint_answers_each_caller_as_the_contract_says(backend: Backen
             format!("{}/impressions/recent", campaign.path()),
             None,
             Allowed::CampaignReader,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            format!("{}/delivery", campaign.path()),
+            None,
+            Allowed::CampaignDelivery,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/v1/freshness".to_owned(),
+            None,
+            Allowed::AnyKey,
             StatusCode::OK,
         ),
         (

@@ -8,6 +8,7 @@ mod ad_tags;
 mod api_docs;
 mod beacons;
 mod campaigns;
+mod delivery;
 mod embedded_process;
 mod exports;
 mod health;

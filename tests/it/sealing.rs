@@ -79,7 +79,12 @@ fn sealed_days(answers: &[Value]) -> Vec<u64> {
 /// A sealer with the defaults, as `adevents rollup` builds one.
 fn sealer(store: &Arc<dyn Store>) -> Sealer {
     let settings = SettingsCache::new(store.clone(), std::time::Duration::from_secs(10));
-    Sealer::new(store.clone(), Arc::new(settings), SealerOptions::default())
+    Sealer::new(
+        store.clone(),
+        Arc::new(settings),
+        SealerOptions::default(),
+        Default::default(),
+    )
 }
 
 async fn seal_all(store: &Arc<dyn Store>, campaign: &Campaign) {

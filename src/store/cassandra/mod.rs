@@ -4,12 +4,14 @@
 //! Every table name is qualified with the configured keyspace, so statements never depend on
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
-//! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`]),
+//! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
+//! [`delivery`]),
 //! each with its prepared statements.
 
 mod access;
 mod backfill;
 pub mod config;
+mod delivery;
 mod errors;
 mod event_reads;
 mod event_writes;
@@ -28,6 +30,7 @@ use crate::store::{Store, StoreError};
 use access::AccessStatements;
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
+use delivery::DeliveryStatements;
 use event_writes::EventWriter;
 use events::EventStatements;
 use migrator::{MigrateError, MigrationReport};
@@ -57,6 +60,7 @@ struct Prepared {
     rollups: RollupStatements,
     access: AccessStatements,
     processes: ProcessStatements,
+    delivery: DeliveryStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -109,7 +113,7 @@ impl CassandraStore {
         self.prepared
             .get_or_try_init(|| async {
                 let (session, keyspace) = (&self.session, &self.config.keyspace);
-                let (events, visits, settings, seals, rollups, access, processes) = futures::try_join!(
+                let (events, visits, settings, seals, rollups, access, processes, delivery) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
                     SettingsStatements::prepare(session, keyspace),
@@ -117,6 +121,7 @@ impl CassandraStore {
                     RollupStatements::prepare(session, keyspace),
                     AccessStatements::prepare(session, keyspace),
                     ProcessStatements::prepare(session, keyspace),
+                    DeliveryStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -126,6 +131,7 @@ impl CassandraStore {
                     rollups,
                     access,
                     processes,
+                    delivery,
                 })
             })
             .await

@@ -12,6 +12,7 @@ use crate::store::error::Message;
 use crate::store::{SettingsStore, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use scylla::DeserializeRow;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -29,12 +30,12 @@ impl SettingsStatements {
             session,
             [
                 format!(
-                    "SELECT effective_from, buckets, daily_cap FROM {keyspace}.campaign_config \
+                    "SELECT effective_from, buckets, daily_cap, total_cap, tz FROM {keyspace}.campaign_config \
                      WHERE advertiser_id = ? AND campaign_id = ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_config (advertiser_id, campaign_id, effective_from, buckets, \
-                     daily_cap, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+                     daily_cap, total_cap, tz, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 format!(
                     "SELECT effective_from, buckets FROM {keyspace}.site_config WHERE site = ?"
@@ -61,6 +62,8 @@ struct StoredSettings {
     effective_from: DateTime<Utc>,
     buckets: i16,
     daily_cap: Option<i64>,
+    total_cap: Option<i64>,
+    tz: Option<String>,
 }
 
 /// A row of `site_config`.
@@ -81,10 +84,21 @@ impl StoredSettings {
                     Message(format!("stored bucket count {} is invalid", self.buckets)),
                 )
             })?;
+        let tz = match self.tz {
+            None => Tz::UTC,
+            Some(name) => name.parse().map_err(|_| {
+                decode_error(
+                    "reading settings",
+                    Message(format!("stored zone {name} is unknown")),
+                )
+            })?,
+        };
         Ok(CampaignSettings {
             buckets,
             effective_from: self.effective_from,
             daily_cap: self.daily_cap.and_then(|cap| u64::try_from(cap).ok()),
+            total_cap: self.total_cap.and_then(|cap| u64::try_from(cap).ok()),
+            tz,
         })
     }
 }
@@ -120,6 +134,8 @@ impl SettingsStore for CassandraStore {
                         effective_from: row.effective_from,
                         buckets: row.buckets,
                         daily_cap: None,
+                        total_cap: None,
+                        tz: None,
                     })
                     .collect()
             }
@@ -148,6 +164,8 @@ impl SettingsStore for CassandraStore {
                     settings.effective_from,
                     buckets,
                     settings.daily_cap.and_then(|cap| i64::try_from(cap).ok()),
+                    settings.total_cap.and_then(|cap| i64::try_from(cap).ok()),
+                    settings.tz.name(),
                     Utc::now(),
                 );
                 execute(&self.session, &statements.insert_campaign, values, CONTEXT).await

@@ -38,6 +38,8 @@ pub struct Tables {
     pub late_day: Keyspace,
     pub process: Keyspace,
     pub process_mark: Keyspace,
+    pub delivery_live: Keyspace,
+    pub delivery_sealed: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub meta: Keyspace,
     pub persist: PersistMode,
@@ -68,6 +70,8 @@ pub enum Table {
     LateDay,
     Process,
     ProcessMark,
+    DeliveryLive,
+    DeliverySealed,
     Meta,
 }
 
@@ -96,6 +100,8 @@ impl Tables {
             Table::LateDay => &self.late_day,
             Table::Process => &self.process,
             Table::ProcessMark => &self.process_mark,
+            Table::DeliveryLive => &self.delivery_live,
+            Table::DeliverySealed => &self.delivery_sealed,
             Table::Meta => &self.meta,
         }
     }

@@ -11,10 +11,11 @@
 //! Laid out like the Cassandra store: opening ([`open`]), the engine and its committer
 //! ([`engine`], [`committer`]), key and value encodings, and one file per subsystem of the
 //! contract ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`],
-//! [`processes`]).
+//! [`processes`], [`delivery`]).
 
 mod access;
 mod committer;
+mod delivery;
 mod engine;
 mod events;
 mod keys;

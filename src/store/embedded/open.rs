@@ -78,6 +78,8 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         late_day: open("late_day")?,
         process: open("process")?,
         process_mark: open("process_mark")?,
+        delivery_live: open("delivery_live")?,
+        delivery_sealed: open("delivery_sealed")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,

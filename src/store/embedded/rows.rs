@@ -5,9 +5,11 @@
 //! for a full impression, go from the address to `user_data`): they read as valid with no
 //! user agent. Newer rows add the traffic part: a reason code (0: valid), then the user agent.
 
+use crate::domain::delivery::Caps;
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdId, UserId};
 use crate::domain::traffic::{InvalidReason, UserAgent};
+use chrono_tz::Tz;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use uuid::Uuid;
@@ -165,21 +167,50 @@ pub fn decode_one_id(value: &[u8]) -> Option<Uuid> {
 }
 
 /// Settings: bucket count (2 bytes), then the daily cap (8 bytes) when there is one.
-pub fn settings_value(buckets: u16, daily_cap: Option<u64>) -> Vec<u8> {
+/// Marks a settings value that carries every delivery setting; older values are 2 bytes
+/// (buckets) or 10 (buckets and a daily cap).
+const SETTINGS_WITH_CAPS: u8 = 2;
+
+/// A settings row's value: buckets, then (campaigns) the marker, both caps (a presence byte
+/// and 8 bytes each) and the zone's name.
+pub fn settings_value(buckets: u16, caps: Option<&Caps>) -> Vec<u8> {
     let mut value = buckets.to_be_bytes().to_vec();
-    if let Some(cap) = daily_cap {
-        value.extend_from_slice(&cap.to_be_bytes());
+    if let Some(caps) = caps {
+        value.push(SETTINGS_WITH_CAPS);
+        for cap in [caps.daily_cap, caps.total_cap] {
+            value.push(u8::from(cap.is_some()));
+            value.extend_from_slice(&cap.unwrap_or(0).to_be_bytes());
+        }
+        value.extend_from_slice(caps.tz.name().as_bytes());
     }
     value
 }
 
-pub fn decode_settings_value(value: &[u8]) -> Option<(u16, Option<u64>)> {
+pub fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps)> {
     let buckets = u16::from_be_bytes(value.get(0..2)?.try_into().ok()?);
-    let cap = match value.get(2..10) {
-        Some(bytes) => Some(u64::from_be_bytes(bytes.try_into().ok()?)),
-        None => None,
+    let mut caps = Caps {
+        daily_cap: None,
+        total_cap: None,
+        tz: Tz::UTC,
     };
-    Some((buckets, cap))
+    match value.len() {
+        2 => {}
+        10 => caps.daily_cap = Some(u64::from_be_bytes(value.get(2..10)?.try_into().ok()?)),
+        _ => {
+            if *value.get(2)? != SETTINGS_WITH_CAPS {
+                return None;
+            }
+            let cap = |at: usize| -> Option<Option<u64>> {
+                let present = *value.get(at)? == 1;
+                let cap = u64::from_be_bytes(value.get(at + 1..at + 9)?.try_into().ok()?);
+                Some(present.then_some(cap))
+            };
+            caps.daily_cap = cap(3)?;
+            caps.total_cap = cap(12)?;
+            caps.tz = std::str::from_utf8(value.get(21..)?).ok()?.parse().ok()?;
+        }
+    }
+    Some((buckets, caps))
 }
 
 #[cfg(test)]
@@ -231,11 +262,22 @@ mod tests {
             Some((Some(InvalidReason::BotUserAgent), None))
         );
         assert_eq!(
-            decode_settings_value(&settings_value(8, Some(5000))),
-            Some((8, Some(5000)))
+            decode_settings_value(&[0, 8, 0, 0, 0, 0, 0, 0, 0x13, 0x88])
+                .map(|(b, caps)| (b, caps.daily_cap)),
+            Some((8, Some(5000))),
+            "a value written before total_cap and tz"
+        );
+        let caps = Caps {
+            daily_cap: Some(5000),
+            total_cap: None,
+            tz: chrono_tz::Pacific::Kiritimati,
+        };
+        assert_eq!(
+            decode_settings_value(&settings_value(8, Some(&caps))),
+            Some((8, caps))
         );
         assert_eq!(
-            decode_settings_value(&settings_value(8, None)),
+            decode_settings_value(&settings_value(8, None)).map(|(b, caps)| (b, caps.daily_cap)),
             Some((8, None))
         );
     }

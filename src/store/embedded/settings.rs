@@ -47,12 +47,14 @@ impl SettingsStore for EmbeddedStore {
                     Owner::Site(_) => site_keys::decode_site_settings_time(key, prefix_len),
                 }
                 .ok_or_else(|| corrupt(CONTEXT))?;
-                let (buckets, daily_cap) =
+                let (buckets, caps) =
                     rows::decode_settings_value(value).ok_or_else(|| corrupt(CONTEXT))?;
                 Ok(CampaignSettings {
                     buckets: BucketCount::new(buckets).map_err(|_| corrupt(CONTEXT))?,
                     effective_from,
-                    daily_cap,
+                    daily_cap: caps.daily_cap,
+                    total_cap: caps.total_cap,
+                    tz: caps.tz,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -64,14 +66,15 @@ impl SettingsStore for EmbeddedStore {
         owner: &Owner,
         settings: &CampaignSettings,
     ) -> Result<(), StoreError> {
-        let daily_cap = match owner {
-            Owner::Campaign(_) => settings.daily_cap,
+        let caps = settings.caps();
+        let caps = match owner {
+            Owner::Campaign(_) => Some(&caps),
             Owner::Site(_) => None,
         };
         let row = (
             table(owner),
             key(owner, settings.effective_from),
-            rows::settings_value(settings.buckets.get(), daily_cap),
+            rows::settings_value(settings.buckets.get(), caps),
         );
         self.write("writing settings", vec![row]).await
     }

@@ -136,6 +136,8 @@ pub async fn configure_buckets(backend: Backend, campaign: &Campaign, buckets: u
             at(from)
         },
         daily_cap: None,
+        total_cap: None,
+        tz: chrono_tz::Tz::UTC,
     };
     backend
         .store()

@@ -1,0 +1,321 @@
+//! This process's live billable-impression counts: per campaign and UTC day, per 15-minute
+//! slice, each user's window counted once (at its earliest impression this process saw), valid
+//! impressions only. Stored as this writer's absolute rows about four times a second, so any
+//! process answering `delivery` sees every impression acknowledged a second earlier.
+//!
+//! Bounded: the windows remembered for de-duplication are capped ([`MAX_WINDOWS`]); past it,
+//! impressions count without de-duplication (delivery then over-counts, which stops a campaign
+//! early, never late) until old days are dropped. A day is dropped once it may be sealed and
+//! has been quiet for a while: its sealed total answers for it from then on.
+
+use crate::domain::delivery::DaySlices;
+use crate::domain::event::Impression;
+use crate::domain::ids::CampaignKey;
+use crate::domain::process::ProcessId;
+use crate::domain::sealing::SealingRule;
+use crate::domain::time::Day;
+use crate::query::aggregate::BillableWindow;
+use crate::store::{DeliveryStore, LiveCountRow, StoreError};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How often a process stores its live counts: with the write's own latency, well inside the
+/// second within which `delivery` promises every acknowledged impression.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+/// Windows remembered across all campaign-days (about 20 bytes each).
+pub const MAX_WINDOWS: usize = 4_000_000;
+/// How long a day that may be sealed stays in memory after its last impression.
+const QUIET_BEFORE_DROP: Duration = Duration::from_secs(300);
+
+/// One campaign-day's count in this process.
+struct DayCounter {
+    slices: DaySlices,
+    /// Keyed hash of (user, window) → the slice the window is counted in.
+    windows: HashMap<u64, u8>,
+    /// Changed since it was last stored.
+    dirty: bool,
+    last_counted: Instant,
+}
+
+#[derive(Default)]
+struct Counters {
+    campaigns: HashMap<CampaignKey, BTreeMap<Day, DayCounter>>,
+    windows: usize,
+    warned_full: bool,
+}
+
+pub struct LiveDelivery {
+    writer: ProcessId,
+    window: BillableWindow,
+    rule: SealingRule,
+    /// Keyed per process, so a caller cannot choose users whose windows collide.
+    hasher: RandomState,
+    counters: Mutex<Counters>,
+}
+
+/// An impression as counted: its campaign-day, user window and slice.
+#[derive(Debug, Clone, Copy)]
+pub struct Counted {
+    pub campaign: CampaignKey,
+    pub day: Day,
+    window: u64,
+    slice: usize,
+}
+
+impl LiveDelivery {
+    pub fn new(writer: ProcessId, window: BillableWindow, rule: SealingRule) -> Self {
+        Self {
+            writer,
+            window,
+            rule,
+            hasher: RandomState::new(),
+            counters: Mutex::new(Counters::default()),
+        }
+    }
+
+    pub fn writer(&self) -> ProcessId {
+        self.writer
+    }
+
+    /// What of `impressions` delivery counts: the valid ones, with their window; taken before
+    /// the write, counted after it ([`count`](Self::count)).
+    pub fn countable(&self, impressions: &[Impression]) -> Vec<Counted> {
+        impressions
+            .iter()
+            .filter(|impression| impression.invalid.is_none())
+            .map(|impression| {
+                let day = impression.timestamp.utc_day();
+                let window = self.window.of(impression.timestamp);
+                Counted {
+                    campaign: impression.campaign,
+                    day,
+                    window: self.hasher.hash_one((impression.user_id, window)),
+                    slice: DaySlices::slice_of(day, impression.timestamp.epoch_millis()),
+                }
+            })
+            .collect()
+    }
+
+    /// Counts stored impressions: a window already counted moves to an earlier slice if need
+    /// be, never counts twice.
+    pub fn count(&self, counted: &[Counted]) {
+        let now = Instant::now();
+        let mut counters = lock(&self.counters);
+        let full = counters.windows >= MAX_WINDOWS;
+        if full && !counters.warned_full {
+            counters.warned_full = true;
+            tracing::warn!(
+                windows = MAX_WINDOWS,
+                "delivery remembers as many billable windows as it may; impressions count without de-duplication (delivery may over-count) until old days are dropped"
+            );
+        }
+        let mut added = 0;
+        for item in counted {
+            let counter = counters
+                .campaigns
+                .entry(item.campaign)
+                .or_default()
+                .entry(item.day)
+                .or_insert_with(|| DayCounter {
+                    slices: DaySlices::default(),
+                    windows: HashMap::new(),
+                    dirty: false,
+                    last_counted: now,
+                });
+            counter.last_counted = now;
+            let slice = item.slice as u8;
+            match counter.windows.get_mut(&item.window) {
+                Some(first) if slice < *first => {
+                    counter.slices.move_one(usize::from(*first), item.slice);
+                    *first = slice;
+                    counter.dirty = true;
+                }
+                Some(_) => {}
+                None => {
+                    if !full {
+                        counter.windows.insert(item.window, slice);
+                        added += 1;
+                    }
+                    counter.slices.add(item.slice, 1);
+                    counter.dirty = true;
+                }
+            }
+        }
+        counters.windows += added;
+    }
+
+    /// This process's counts of `campaign`'s days still in memory (fresher than its stored
+    /// rows).
+    pub fn days_of(&self, campaign: CampaignKey) -> BTreeMap<Day, DaySlices> {
+        lock(&self.counters)
+            .campaigns
+            .get(&campaign)
+            .map(|days| {
+                days.iter()
+                    .map(|(day, counter)| (*day, counter.slices.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Stores every campaign-day that changed since the last flush, then drops the days that
+    /// are sealed and quiet; returns how many rows were written.
+    pub async fn flush(
+        &self,
+        store: &dyn DeliveryStore,
+        now: DateTime<Utc>,
+    ) -> Result<usize, StoreError> {
+        let rows: Vec<LiveCountRow> = {
+            let mut counters = lock(&self.counters);
+            let mut rows = Vec::new();
+            for (campaign, days) in &mut counters.campaigns {
+                for (day, counter) in days.iter_mut().filter(|(_, counter)| counter.dirty) {
+                    counter.dirty = false;
+                    rows.push(LiveCountRow {
+                        campaign: *campaign,
+                        day: *day,
+                        writer: self.writer,
+                        slices: counter.slices.clone(),
+                    });
+                }
+            }
+            rows
+        };
+        if rows.is_empty() {
+            self.drop_quiet_days(now);
+            return Ok(0);
+        }
+        if let Err(error) = store.write_live_counts(&rows).await {
+            // Written again at the next flush.
+            let mut counters = lock(&self.counters);
+            for row in &rows {
+                if let Some(counter) = counters
+                    .campaigns
+                    .get_mut(&row.campaign)
+                    .and_then(|days| days.get_mut(&row.day))
+                {
+                    counter.dirty = true;
+                }
+            }
+            return Err(error);
+        }
+        self.drop_quiet_days(now);
+        Ok(rows.len())
+    }
+
+    fn drop_quiet_days(&self, now: DateTime<Utc>) {
+        let rule = self.rule;
+        let mut counters = lock(&self.counters);
+        let mut dropped = 0;
+        counters.campaigns.retain(|_, days| {
+            days.retain(|day, counter| {
+                let keep = counter.dirty
+                    || !rule.may_seal(*day, now)
+                    || counter.last_counted.elapsed() < QUIET_BEFORE_DROP;
+                if !keep {
+                    dropped += counter.windows.len();
+                }
+                keep
+            });
+            !days.is_empty()
+        });
+        counters.windows -= dropped;
+        if dropped > 0 {
+            counters.warned_full = false;
+        }
+    }
+}
+
+/// Stores this process's live counts every `interval` until the task is aborted; after each
+/// flush that stored everything counted before it started, `saved` is told when it started.
+pub fn spawn_flusher(
+    live: std::sync::Arc<LiveDelivery>,
+    store: std::sync::Arc<dyn DeliveryStore>,
+    interval: Duration,
+    saved: impl Fn(Instant) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            ticks.tick().await;
+            let started = Instant::now();
+            match live.flush(store.as_ref(), Utc::now()).await {
+                Ok(_) => {
+                    saved(started);
+                    if failing {
+                        failing = false;
+                        tracing::info!("storing live delivery counts again");
+                    }
+                }
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %error.chain(), "cannot store live delivery counts; retrying");
+                }
+                Err(_) => {}
+            }
+        }
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Counts stay valid whatever panicked while they were held.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId, UserId};
+    use crate::domain::time::EventTime;
+    use crate::domain::traffic::InvalidReason;
+    use crate::domain::user_data::UserData;
+    use uuid::Uuid;
+
+    fn impression(campaign: CampaignKey, user: Uuid, at: &str) -> Impression {
+        Impression {
+            impression_id: ImpressionId::new(Uuid::new_v4()),
+            campaign,
+            ad_id: AdId::new(Uuid::new_v4()),
+            user_id: UserId::new(user),
+            timestamp: EventTime::from_stored(at.parse().expect("time")),
+            user_ip: None,
+            user_data: UserData::default(),
+            user_agent: None,
+            invalid: None,
+        }
+    }
+
+    #[test]
+    fn a_window_counts_once_at_its_earliest_impression_and_invalid_traffic_never() {
+        let live = LiveDelivery::new(
+            ProcessId::random(),
+            BillableWindow::DEFAULT,
+            SealingRule::default(),
+        );
+        let campaign = CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::new_v4()),
+            campaign_id: CampaignId::new(Uuid::new_v4()),
+        };
+        let (alice, bob) = (Uuid::new_v4(), Uuid::new_v4());
+        // 00:14:59 and 00:15:10 share the window [00:14:40, 00:15:20) but not a slice.
+        let late = impression(campaign, alice, "2026-11-26T00:15:10Z");
+        live.count(&live.countable(std::slice::from_ref(&late)));
+        live.count(&live.countable(std::slice::from_ref(&late)));
+        let early = impression(campaign, alice, "2026-11-26T00:14:59Z");
+        let mut bot = impression(campaign, bob, "2026-11-26T00:14:59Z");
+        bot.invalid = Some(InvalidReason::BotUserAgent);
+        let next_window = impression(campaign, alice, "2026-11-26T00:15:25Z");
+        live.count(&live.countable(&[early, bot, next_window]));
+        let days = live.days_of(campaign);
+        let slices = days.values().next().expect("a day");
+        assert_eq!(slices.total(), 2);
+        assert_eq!((slices.get(0), slices.get(1)), (1, 1));
+    }
+}

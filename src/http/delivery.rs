@@ -1,0 +1,157 @@
+//! `GET …/campaigns/{campaign_id}/delivery` (what an ad server polls to stop serving at a cap)
+//! and `GET /v1/freshness` (whether numbers may still change).
+
+use super::AppState;
+use super::error::{ApiError, ErrorAnswer};
+use super::params::{Params, campaign_key};
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+fn rfc3339(instant: DateTime<Utc>) -> String {
+    instant.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The campaign's current day, in its zone.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TodayAnswer {
+    /// `YYYY-MM-DD` in the campaign's `tz`.
+    pub day: String,
+    pub billable_impressions: u64,
+    pub daily_cap: Option<u64>,
+    /// `daily_cap` − billable impressions, never below 0; null without a cap.
+    pub remaining: Option<u64>,
+    /// Billable impressions ÷ (daily cap × the fraction of the day elapsed); null without a cap.
+    pub pace: Option<f64>,
+}
+
+/// The campaign's whole life.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LifetimeAnswer {
+    pub billable_impressions: u64,
+    pub total_cap: Option<u64>,
+    pub remaining: Option<u64>,
+}
+
+/// A campaign's delivery against its caps.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryAnswer {
+    /// Every impression acknowledged by any server process at least 1 s before this instant
+    /// is counted.
+    pub as_of: String,
+    /// False while a server process that took impressions for the campaign's current day has
+    /// been silent for 10 s without its counts being rebuilt.
+    pub complete: bool,
+    pub today: TodayAnswer,
+    pub lifetime: LifetimeAnswer,
+    /// Either cap reached: stop serving the campaign.
+    pub stop: bool,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/delivery",
+    tag = "delivery",
+    security(("bearer" = ["read", "ingest"])),
+    summary = "Today's and the lifetime's billable impressions against the campaign's caps, fresh to a second on every server process.",
+    params(
+        ("advertiser_id" = uuid::Uuid, Path),
+        ("campaign_id" = uuid::Uuid, Path),
+    ),
+    responses(
+        (status = 200, description = "OK", body = DeliveryAnswer),
+        (status = 400, description = "Invalid input: the error names the field or parameter", body = ErrorAnswer),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+        (status = 403, description = "Not the advertiser's read or ingest key, nor admin", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
+pub async fn get_delivery(
+    State(state): State<AppState>,
+    Path((advertiser_id, campaign_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<DeliveryAnswer>, ApiError> {
+    let campaign = campaign_key(&advertiser_id, &campaign_id)?;
+    Params::parse(query.as_deref(), &[])?;
+    let delivery = state.delivery.delivery(campaign).await?;
+    let figures = &delivery.figures;
+    Ok(Json(DeliveryAnswer {
+        as_of: rfc3339(delivery.as_of),
+        complete: delivery.complete,
+        today: TodayAnswer {
+            day: figures.today.format("%Y-%m-%d").to_string(),
+            billable_impressions: figures.today_billable,
+            daily_cap: delivery.daily_cap,
+            remaining: figures.daily_remaining,
+            pace: figures.pace,
+        },
+        lifetime: LifetimeAnswer {
+            billable_impressions: figures.lifetime_billable,
+            total_cap: delivery.total_cap,
+            remaining: figures.total_remaining,
+        },
+        stop: figures.stop,
+    }))
+}
+
+/// A server process sharing the store.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProcessAnswer {
+    pub id: String,
+    pub started_at: String,
+    pub last_report_at: String,
+}
+
+/// Whether numbers may still change.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FreshnessAnswer {
+    pub as_of: String,
+    /// Every server process that reported and has not stopped cleanly (a silent one stays
+    /// until a starting process repairs its counts).
+    pub processes: Vec<ProcessAnswer>,
+    /// The newest UTC day such that every closed day up to it is sealed: its numbers are
+    /// final (until a late event marks a day again).
+    pub sealed_through: Option<String>,
+    /// Campaign- and site-days a late event marked, waiting for their next seal.
+    pub late_days: usize,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/freshness",
+    tag = "delivery",
+    security(("bearer" = [])),
+    summary = "The server processes and their last reports, the newest day up to which every closed day is sealed, and how many days wait to be sealed again.",
+    responses(
+        (status = 200, description = "OK", body = FreshnessAnswer),
+        (status = 400, description = "A query parameter was given", body = ErrorAnswer),
+        (status = 401, description = "No valid key", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
+pub async fn get_freshness(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<FreshnessAnswer>, ApiError> {
+    Params::parse(query.as_deref(), &[])?;
+    let as_of = Utc::now();
+    let (mut processes, progress) = futures::try_join!(state.processes(), state.seal_progress())?;
+    processes.sort_by_key(|report| report.started_at);
+    Ok(Json(FreshnessAnswer {
+        as_of: rfc3339(as_of),
+        processes: processes
+            .iter()
+            .map(|report| ProcessAnswer {
+                id: report.id.to_string(),
+                started_at: rfc3339(report.started_at),
+                last_report_at: rfc3339(report.last_report_at),
+            })
+            .collect(),
+        sealed_through: progress
+            .sealed_through
+            .map(|day| day.date().format("%Y-%m-%d").to_string()),
+        late_days: progress.late_days,
+    }))
+}

@@ -1,0 +1,225 @@
+//! Billable impressions for delivery on Cassandra: `delivery_live` (a partition per campaign,
+//! a row per day and writer) and `delivery_sealed` (a partition per campaign, a row per month,
+//! a map entry per sealed day). See `migrations/0009_delivery.cql`.
+
+use super::CassandraStore;
+use super::config::KeyspaceName;
+use super::errors::decode_error;
+use super::statements::{execute, execute_each, prepare_all, read_all};
+use crate::domain::delivery::DaySlices;
+use crate::domain::ids::CampaignKey;
+use crate::domain::process::ProcessId;
+use crate::domain::time::Day;
+use crate::store::error::Message;
+use crate::store::{DeliveryStore, LiveCountRow, StoreError};
+use async_trait::async_trait;
+use chrono::{Datelike, NaiveDate};
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::{DeserializeRow, SerializeRow};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Live rows written at once: a flush carries one row per campaign-day that changed.
+const LIVE_ROWS_IN_FLIGHT: usize = 64;
+
+pub struct DeliveryStatements {
+    insert_live: PreparedStatement,
+    select_live: PreparedStatement,
+    delete_live_day: PreparedStatement,
+    update_sealed: PreparedStatement,
+    select_sealed: PreparedStatement,
+}
+
+impl DeliveryStatements {
+    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+        let [
+            insert_live,
+            select_live,
+            delete_live_day,
+            update_sealed,
+            select_sealed,
+        ] = prepare_all(
+            session,
+            [
+                // The capture time orders a writer's rows: a delayed retry of an older state
+                // never overwrites a newer one.
+                format!(
+                    "INSERT INTO {keyspace}.delivery_live (advertiser_id, campaign_id, day, writer, \
+                     slices) VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                ),
+                format!(
+                    "SELECT day, writer, slices FROM {keyspace}.delivery_live \
+                     WHERE advertiser_id = ? AND campaign_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.delivery_live \
+                     WHERE advertiser_id = ? AND campaign_id = ? AND day = ?"
+                ),
+                format!(
+                    "UPDATE {keyspace}.delivery_sealed SET days[?] = ? \
+                     WHERE advertiser_id = ? AND campaign_id = ? AND month = ?"
+                ),
+                format!(
+                    "SELECT days FROM {keyspace}.delivery_sealed \
+                     WHERE advertiser_id = ? AND campaign_id = ?"
+                ),
+            ],
+        )
+        .await?;
+        Ok(Self {
+            insert_live,
+            select_live,
+            delete_live_day,
+            update_sealed,
+            select_sealed,
+        })
+    }
+}
+
+/// The bound values of a `delivery_live` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct LiveValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    writer: Uuid,
+    slices: Vec<u8>,
+    /// Microseconds: of two writes of one writer's row, the later capture wins.
+    captured_at: i64,
+}
+
+#[derive(DeserializeRow)]
+struct StoredLive {
+    day: NaiveDate,
+    writer: Uuid,
+    slices: Vec<u8>,
+}
+
+#[derive(DeserializeRow)]
+struct StoredMonth {
+    days: Option<HashMap<NaiveDate, Vec<u8>>>,
+}
+
+fn campaign_values(campaign: CampaignKey) -> (Uuid, Uuid) {
+    (
+        campaign.advertiser_id.as_uuid(),
+        campaign.campaign_id.as_uuid(),
+    )
+}
+
+/// The month a day is kept under: yyyymm.
+fn month_of(day: Day) -> i32 {
+    day.date().year() * 100 + day.date().month() as i32
+}
+
+fn slices(bytes: &[u8], context: &str) -> Result<DaySlices, StoreError> {
+    DaySlices::from_bytes(bytes)
+        .ok_or_else(|| decode_error(context, Message("stored slices do not decode".into())))
+}
+
+#[async_trait]
+impl DeliveryStore for CassandraStore {
+    async fn write_live_counts(&self, rows: &[LiveCountRow]) -> Result<(), StoreError> {
+        let statements = &self.prepared().await?.delivery;
+        let captured_at = chrono::Utc::now().timestamp_micros();
+        execute_each(
+            &self.session,
+            &statements.insert_live,
+            rows,
+            LIVE_ROWS_IN_FLIGHT,
+            |row| LiveValues {
+                advertiser_id: row.campaign.advertiser_id.as_uuid(),
+                campaign_id: row.campaign.campaign_id.as_uuid(),
+                day: row.day.date(),
+                writer: row.writer.as_uuid(),
+                slices: row.slices.to_bytes(),
+                captured_at,
+            },
+            "writing live delivery counts",
+        )
+        .await
+    }
+
+    async fn read_live_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<LiveCountRow>, StoreError> {
+        const CONTEXT: &str = "reading live delivery counts";
+        let statements = &self.prepared().await?.delivery;
+        let rows: Vec<StoredLive> = read_all(
+            &self.session,
+            &statements.select_live,
+            campaign_values(campaign),
+            CONTEXT,
+        )
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(LiveCountRow {
+                    campaign,
+                    day: Day::new(row.day),
+                    writer: ProcessId::new(row.writer),
+                    slices: slices(&row.slices, CONTEXT)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_live_counts(&self, campaign: CampaignKey, day: Day) -> Result<(), StoreError> {
+        let statements = &self.prepared().await?.delivery;
+        let (advertiser_id, campaign_id) = campaign_values(campaign);
+        execute(
+            &self.session,
+            &statements.delete_live_day,
+            (advertiser_id, campaign_id, day.date()),
+            "deleting a sealed day's live delivery counts",
+        )
+        .await
+    }
+
+    async fn write_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &DaySlices,
+    ) -> Result<(), StoreError> {
+        let statements = &self.prepared().await?.delivery;
+        let (advertiser_id, campaign_id) = campaign_values(campaign);
+        let values = (
+            day.date(),
+            slices.to_bytes(),
+            advertiser_id,
+            campaign_id,
+            month_of(day),
+        );
+        execute(
+            &self.session,
+            &statements.update_sealed,
+            values,
+            "writing a sealed day's delivery",
+        )
+        .await
+    }
+
+    async fn read_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<(Day, DaySlices)>, StoreError> {
+        const CONTEXT: &str = "reading sealed delivery";
+        let statements = &self.prepared().await?.delivery;
+        let months: Vec<StoredMonth> = read_all(
+            &self.session,
+            &statements.select_sealed,
+            campaign_values(campaign),
+            CONTEXT,
+        )
+        .await?;
+        months
+            .into_iter()
+            .flat_map(|month| month.days.unwrap_or_default())
+            .map(|(day, bytes)| Ok((Day::new(day), slices(&bytes, CONTEXT)?)))
+            .collect()
+    }
+}

@@ -1,0 +1,153 @@
+//! Billable impressions for delivery in the embedded store: live rows keyed by campaign, day
+//! and writer, sealed totals keyed by campaign and day. Each campaign's rows are one
+//! contiguous key range, read by one scan; the folder has one writer, so a day a row needs no
+//! month grouping to stay cheap.
+
+use super::EmbeddedStore;
+use super::committer::Removals;
+use super::engine::{Table, corrupt};
+use super::keys::{campaign_prefix, day_bytes, decode_day};
+use crate::domain::delivery::DaySlices;
+use crate::domain::ids::CampaignKey;
+use crate::domain::process::ProcessId;
+use crate::domain::time::Day;
+use crate::store::{DeliveryStore, LiveCountRow, StoreError};
+use async_trait::async_trait;
+use uuid::Uuid;
+
+/// Campaign prefix (32 bytes), then the day.
+fn day_key(campaign: CampaignKey, day: Day) -> Vec<u8> {
+    let mut key = campaign_prefix(campaign);
+    key.extend_from_slice(&day_bytes(day));
+    key
+}
+
+/// A live row: campaign, day, writer.
+fn live_key(campaign: CampaignKey, day: Day, writer: ProcessId) -> Vec<u8> {
+    let mut key = day_key(campaign, day);
+    key.extend_from_slice(writer.as_uuid().as_bytes());
+    key
+}
+
+fn decode_live_key(key: &[u8]) -> Option<(Day, ProcessId)> {
+    let day = decode_day(key.get(32..36)?)?;
+    let writer = ProcessId::new(Uuid::from_slice(key.get(36..52)?).ok()?);
+    Some((day, writer))
+}
+
+#[async_trait]
+impl DeliveryStore for EmbeddedStore {
+    async fn write_live_counts(&self, rows: &[LiveCountRow]) -> Result<(), StoreError> {
+        let rows = rows
+            .iter()
+            .map(|row| {
+                (
+                    Table::DeliveryLive,
+                    live_key(row.campaign, row.day, row.writer),
+                    row.slices.to_bytes(),
+                )
+            })
+            .collect();
+        self.write("writing live delivery counts", rows).await
+    }
+
+    async fn read_live_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<LiveCountRow>, StoreError> {
+        const CONTEXT: &str = "reading live delivery counts";
+        let rows = self
+            .scan(
+                Table::DeliveryLive,
+                campaign_prefix(campaign),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (day, writer) = decode_live_key(key).ok_or_else(|| corrupt(CONTEXT))?;
+                Ok(LiveCountRow {
+                    campaign,
+                    day,
+                    writer,
+                    slices: DaySlices::from_bytes(value).ok_or_else(|| corrupt(CONTEXT))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_live_counts(&self, campaign: CampaignKey, day: Day) -> Result<(), StoreError> {
+        const CONTEXT: &str = "deleting a sealed day's live delivery counts";
+        let rows = self
+            .scan(Table::DeliveryLive, day_key(campaign, day), None, CONTEXT)
+            .await?;
+        let removals: Removals = rows
+            .iter()
+            .map(|(key, _)| (Table::DeliveryLive, key.to_vec()))
+            .collect();
+        self.committer
+            .commit_replacing(CONTEXT, removals, Vec::new())
+            .await
+    }
+
+    async fn write_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &DaySlices,
+    ) -> Result<(), StoreError> {
+        let row = (
+            Table::DeliverySealed,
+            day_key(campaign, day),
+            slices.to_bytes(),
+        );
+        self.write("writing a sealed day's delivery", vec![row])
+            .await
+    }
+
+    async fn read_sealed_counts(
+        &self,
+        campaign: CampaignKey,
+    ) -> Result<Vec<(Day, DaySlices)>, StoreError> {
+        const CONTEXT: &str = "reading sealed delivery";
+        let rows = self
+            .scan(
+                Table::DeliverySealed,
+                campaign_prefix(campaign),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let day = key
+                    .get(32..36)
+                    .and_then(decode_day)
+                    .ok_or_else(|| corrupt(CONTEXT))?;
+                let slices = DaySlices::from_bytes(value).ok_or_else(|| corrupt(CONTEXT))?;
+                Ok((day, slices))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::{AdvertiserId, CampaignId};
+
+    #[test]
+    fn a_live_key_decodes_to_its_day_and_writer() {
+        let campaign = CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::new_v4()),
+            campaign_id: CampaignId::new(Uuid::new_v4()),
+        };
+        let day = Day::new("2026-11-26".parse().expect("date"));
+        let writer = ProcessId::random();
+        assert_eq!(
+            decode_live_key(&live_key(campaign, day, writer)),
+            Some((day, writer))
+        );
+    }
+}
