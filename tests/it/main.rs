@@ -9,6 +9,7 @@ mod api_docs;
 mod beacons;
 mod campaigns;
 mod delivery;
+mod delivery_process;
 mod embedded_process;
 mod exports;
 mod health;

@@ -1,0 +1,107 @@
+//! Delivery across server processes on one Cassandra keyspace: what one process acknowledged
+//! is counted by the other within a second, and a process killed with -9 makes `complete`
+//! false until a starting process repairs its counts.
+
+use crate::common::events::Campaign;
+use crate::common::process::{ServerProcess, adevents};
+use crate::common::{cassandra_nodes, drop_keyspace, eventually, http, private_keyspace};
+use chrono::Utc;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::time::Duration;
+use uuid::Uuid;
+
+async fn start(keyspace: &str) -> ServerProcess {
+    let nodes = cassandra_nodes().join(",");
+    let server = ServerProcess::start(adevents(
+        &[
+            "serve",
+            "--store",
+            "cassandra",
+            "--listen",
+            "127.0.0.1:0",
+            "--keyspace",
+            keyspace,
+            "--cassandra-nodes",
+            &nodes,
+        ],
+        &[],
+    ))
+    .await;
+    assert!(server.wait_ready().await, "{}", server.output());
+    server
+}
+
+/// Posts `count` impressions of distinct users now, in batches of 50; all acknowledged.
+async fn post(server: &ServerProcess, campaign: &Campaign, count: usize) {
+    let events: Vec<Value> = (0..count)
+        .map(|_| campaign.impression(Uuid::new_v4(), Uuid::new_v4(), Utc::now()))
+        .collect();
+    for batch in events.chunks(50) {
+        let response = http()
+            .post(server.url("/v1/impressions"))
+            .json(&serde_json::json!(batch))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{}",
+            server.output()
+        );
+    }
+}
+
+async fn delivery(server: &ServerProcess, campaign: &Campaign) -> Value {
+    let response = http()
+        .get(server.url(&format!("{}/delivery", campaign.path())))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.expect("JSON")
+}
+
+#[tokio::test]
+async fn two_processes_count_each_others_impressions_and_a_killed_one_is_repaired() {
+    let keyspace = private_keyspace("delivery");
+    let first = start(keyspace.as_str()).await;
+    let mut second = start(keyspace.as_str()).await;
+    let campaign = Campaign::fresh();
+
+    post(&first, &campaign, 300).await;
+    post(&second, &campaign, 200).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for server in [&first, &second] {
+        let answer = delivery(server, &campaign).await;
+        assert_eq!(answer["today"]["billable_impressions"], 500, "{answer}");
+        assert_eq!(answer["complete"], true, "{answer}");
+    }
+
+    // Killed right after its last answer: its last counts may never have been stored.
+    post(&second, &campaign, 250).await;
+    second.send_signal("KILL");
+    let _ = second.wait(Duration::from_secs(10)).await;
+    let killed = std::time::Instant::now();
+    let incomplete = eventually(Duration::from_secs(12), || async {
+        delivery(&first, &campaign).await["complete"] == false
+    })
+    .await;
+    assert!(
+        incomplete,
+        "complete still true {:?} after kill -9",
+        killed.elapsed()
+    );
+
+    let restarted = start(keyspace.as_str()).await;
+    for server in [&first, &restarted] {
+        let answer = delivery(server, &campaign).await;
+        assert_eq!(answer["complete"], true, "{answer}");
+        assert_eq!(answer["today"]["billable_impressions"], 750, "{answer}");
+        assert_eq!(answer["lifetime"]["billable_impressions"], 750, "{answer}");
+    }
+    drop(restarted);
+    drop(first);
+    drop_keyspace(&keyspace).await;
+}
