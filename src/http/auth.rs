@@ -46,6 +46,10 @@ pub fn need(method: &Method, route: &str) -> Need {
     match (method.as_str(), route) {
         // The ad tags are signed instead, and ignore any key.
         (_, "/healthz" | "/readyz" | "/openapi.json" | "/track" | "/i" | "/c") => Need::Public,
+        // The browser's assets: the dashboard asks for a key itself, per request it makes.
+        ("GET", "/t.js" | "/dashboard" | "/dashboard/app.js" | "/dashboard/app.css") => {
+            Need::Public
+        }
         (_, "/metrics") => Need::Metrics,
         ("POST", "/v1/impressions" | "/v1/clicks") => Need::Ingest,
         ("GET", "/v1/keys/self" | "/v1/freshness") => Need::AnyKey,
@@ -153,6 +157,9 @@ mod tests {
         let delivery = format!("{CAMPAIGN}/delivery");
         assert_eq!(need(&Method::GET, &delivery), Need::CampaignDelivery);
         assert_eq!(need(&Method::GET, "/i"), Need::Public);
+        assert_eq!(need(&Method::GET, "/t.js"), Need::Public);
+        assert_eq!(need(&Method::GET, "/dashboard"), Need::Public);
+        assert_eq!(need(&Method::POST, "/dashboard"), Need::Admin);
         assert_eq!(need(&Method::GET, "/c"), Need::Public);
         let secrets = "/v1/advertisers/{advertiser_id}/tag-secrets";
         assert_eq!(need(&Method::GET, secrets), Need::Admin);

@@ -5,6 +5,7 @@
 mod auth;
 mod beacon_params;
 mod body;
+mod browser;
 mod campaigns;
 mod client_ip;
 mod delivery;
@@ -119,6 +120,10 @@ pub fn router(state: AppState) -> Router {
             tag_secrets::list_tag_secrets
         ))
         .routes(routes!(tag_secrets::delete_tag_secret))
+        .routes(routes!(browser::tracker))
+        .routes(routes!(browser::dashboard))
+        .route("/dashboard/app.js", axum::routing::get(browser::dashboard_script))
+        .route("/dashboard/app.css", axum::routing::get(browser::dashboard_style))
         .merge(ad_tags())
         .merge(queries(&state))
         .merge(beacons())

@@ -32,7 +32,7 @@ const PIXEL: &[u8] = &[
     tag = "beacons",
     summary = "Record a page-view beacon (form post, navigator.sendBeacon, JSON).",
     description = "Parameters (`site`, `guid`, `timestamp` in epoch seconds, features) come from \
-        an `application/x-www-form-urlencoded` body, a `text/plain` body holding the same or a \
+        an `application/x-www-form-urlencoded` or `multipart/form-data` body, a `text/plain` body holding the same or a \
         JSON object, `application/json`, and the query string, merged. CORS is open to every \
         origin.",
     request_body(content = String, content_type = "application/x-www-form-urlencoded", example = "site=site1&guid=962e0c3a-6c08-4160-9196-f0050faffe62&feature1=facebook.com"),
@@ -74,7 +74,11 @@ pub async fn post_track(
     };
     let body = read_body(&headers, body, limits).await.map_err(as_400)?;
     let mut params = query_params(query)?;
-    params.extend(body_params(&headers, &body).map_err(as_400)?);
+    match multipart_boundary(&headers) {
+        // `sendBeacon(url, formData)`, what the tracker script sends.
+        Some(boundary) => params.extend(multipart_params(boundary, body).await?),
+        None => params.extend(body_params(&headers, &body).map_err(as_400)?),
+    }
     track(&state, &headers, client_address, params).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -259,6 +263,45 @@ fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>
             echo(other)
         ))),
     }
+}
+
+/// The boundary of a `multipart/form-data` body, when the request declares one.
+fn multipart_boundary(headers: &HeaderMap) -> Option<String> {
+    let content_type = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let media_type = content_type.split(';').next()?.trim();
+    if !media_type.eq_ignore_ascii_case("multipart/form-data") {
+        return None;
+    }
+    // A multipart type without a usable boundary is refused as a malformed body below.
+    Some(multer::parse_boundary(content_type).unwrap_or_default())
+}
+
+/// Text fields of a `multipart/form-data` body (already read whole, within the beacon size
+/// limit); a file field is refused.
+async fn multipart_params(
+    boundary: String,
+    body: bytes::Bytes,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let malformed =
+        |error: multer::Error| ApiError::invalid("body", format!("is not multipart form data: {error}"));
+    if boundary.is_empty() {
+        return Err(ApiError::invalid(
+            "Content-Type",
+            "multipart/form-data needs a boundary",
+        ));
+    }
+    let stream = futures::stream::once(async move { Ok::<_, std::convert::Infallible>(body) });
+    let mut multipart = multer::Multipart::new(stream, boundary);
+    let mut params = Vec::new();
+    while let Some(field) = multipart.next_field().await.map_err(malformed)? {
+        let name = field.name().unwrap_or_default().to_owned();
+        if field.file_name().is_some() {
+            return Err(ApiError::invalid(&name, "must be a text field, not a file"));
+        }
+        let value = field.text().await.map_err(malformed)?;
+        params.push((name, value));
+    }
+    Ok(params)
 }
 
 fn urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
