@@ -21,6 +21,7 @@ use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
+use crate::query::features::sealed_feature_values;
 use crate::query::plan::campaign_partitions;
 use crate::query::site_day::aggregate_site_day;
 use crate::settings::SettingsCache;
@@ -151,6 +152,10 @@ impl Sealer {
         let store = self.store.as_ref();
         let aggregate =
             aggregate_site_day(store, &self.settings, site, day, self.options.fan_out).await?;
+        // Before the rollup marks the day sealed: a sealed day always has its feature values.
+        store
+            .write_site_features(site, day, &sealed_feature_values(&aggregate))
+            .await?;
         let combinations: Vec<(String, SiteRollup)> = aggregate
             .combinations
             .into_iter()

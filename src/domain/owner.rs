@@ -3,7 +3,8 @@
 //! ingest, closed days sealed once), so the stores keep them under one key type.
 
 use super::beacon::SiteId;
-use super::ids::CampaignKey;
+use super::ids::{AdvertiserId, CampaignKey};
+use super::time::Day;
 use std::fmt;
 
 /// A campaign (impressions and clicks) or a site (beacons).
@@ -52,6 +53,39 @@ impl Owner {
         }
         SiteId::parse(key.strip_prefix("s:")?).ok().map(Self::Site)
     }
+}
+
+/// A list of owners a caller may ask for: an advertiser's campaigns, or every site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Listing {
+    Campaigns(AdvertiserId),
+    Sites,
+}
+
+impl Listing {
+    /// The list `owner` appears in.
+    pub fn of(owner: &Owner) -> Self {
+        match owner {
+            Owner::Campaign(campaign) => Self::Campaigns(campaign.advertiser_id),
+            Owner::Site(_) => Self::Sites,
+        }
+    }
+
+    /// Its stored text key.
+    pub fn to_key(&self) -> String {
+        match self {
+            Self::Campaigns(advertiser) => format!("c:{advertiser}"),
+            Self::Sites => "s".to_owned(),
+        }
+    }
+}
+
+/// An owner and the first and last UTC days it received events for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerDays {
+    pub owner: Owner,
+    pub first_day: Day,
+    pub last_day: Day,
 }
 
 impl From<CampaignKey> for Owner {

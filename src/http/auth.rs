@@ -54,6 +54,7 @@ pub fn need(method: &Method, route: &str) -> Need {
         ("POST", "/v1/impressions" | "/v1/clicks") => Need::Ingest,
         ("GET", "/v1/keys/self" | "/v1/freshness") => Need::AnyKey,
         ("GET", route) if route == format!("{CAMPAIGN}/delivery") => Need::CampaignDelivery,
+        ("GET", "/v1/advertisers/{advertiser_id}/campaigns") => Need::CampaignRead,
         ("GET", route) if route.starts_with(CAMPAIGN) => Need::CampaignRead,
         ("GET", route) if route.starts_with(SITE) => Need::SiteRead,
         _ => Need::Admin,
@@ -154,6 +155,13 @@ mod tests {
         assert_eq!(need(&Method::GET, "/v1/keys"), Need::Admin);
         assert_eq!(need(&Method::GET, "/v1/keys/self"), Need::AnyKey);
         assert_eq!(need(&Method::GET, "/v1/freshness"), Need::AnyKey);
+        let campaigns = "/v1/advertisers/{advertiser_id}/campaigns";
+        assert_eq!(need(&Method::GET, campaigns), Need::CampaignRead);
+        assert_eq!(need(&Method::GET, "/v1/sites"), Need::Admin);
+        assert_eq!(
+            need(&Method::GET, "/v1/sites/{site}/features"),
+            Need::SiteRead
+        );
         let delivery = format!("{CAMPAIGN}/delivery");
         assert_eq!(need(&Method::GET, &delivery), Need::CampaignDelivery);
         assert_eq!(need(&Method::GET, "/i"), Need::Public);

@@ -12,7 +12,8 @@ const DASHBOARD_PAGE: &str = include_str!("assets/dashboard.html");
 const DASHBOARD_SCRIPT: &str = include_str!("assets/dashboard.js");
 const DASHBOARD_STYLE: &str = include_str!("assets/dashboard.css");
 
-const POLICY: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+const POLICY: &str =
+    "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 fn asset(body: &'static str, content_type: &'static str, cache: &'static str) -> Response {
     let mut response = body.into_response();
@@ -33,7 +34,10 @@ fn dashboard_asset(body: &'static str, content_type: &'static str) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(POLICY),
     );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     response
 }
 
@@ -46,7 +50,11 @@ fn dashboard_asset(body: &'static str, content_type: &'static str) -> Response {
     responses((status = 200, description = "The script", content_type = "text/javascript"))
 )]
 pub async fn tracker() -> Response {
-    asset(TRACKER, "text/javascript; charset=utf-8", "public, max-age=3600")
+    asset(
+        TRACKER,
+        "text/javascript; charset=utf-8",
+        "public, max-age=3600",
+    )
 }
 
 /// The dashboard page.

@@ -256,7 +256,9 @@ fn kind(method: &Method, route: &str) -> Option<Kind> {
             Some(Kind::Write)
         }
         ("GET", route)
-            if route.starts_with("/v1/advertisers/") || route.starts_with("/v1/sites/") =>
+            if route.starts_with("/v1/advertisers/")
+                || route.starts_with("/v1/sites/")
+                || route == "/v1/sites" =>
         {
             Some(Kind::Query)
         }

@@ -16,6 +16,7 @@ mod health;
 mod json_errors;
 mod keys;
 mod limits;
+mod listings;
 pub mod metrics;
 mod openapi;
 mod params;
@@ -60,7 +61,10 @@ fn queries(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(export::get_impressions))
         .routes(routes!(export::get_recent_impressions))
         .routes(routes!(sites::get_settings, sites::put_settings))
-        .routes(routes!(sites::get_uniques));
+        .routes(routes!(sites::get_uniques))
+        .routes(routes!(listings::list_campaigns))
+        .routes(routes!(listings::list_sites))
+        .routes(routes!(listings::get_features));
     if state.options.cors_origins.is_empty() {
         return queries;
     }
@@ -122,8 +126,14 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(tag_secrets::delete_tag_secret))
         .routes(routes!(browser::tracker))
         .routes(routes!(browser::dashboard))
-        .route("/dashboard/app.js", axum::routing::get(browser::dashboard_script))
-        .route("/dashboard/app.css", axum::routing::get(browser::dashboard_style))
+        .route(
+            "/dashboard/app.js",
+            axum::routing::get(browser::dashboard_script),
+        )
+        .route(
+            "/dashboard/app.css",
+            axum::routing::get(browser::dashboard_style),
+        )
         .merge(ad_tags())
         .merge(queries(&state))
         .merge(beacons())

@@ -282,8 +282,9 @@ async fn multipart_params(
     boundary: String,
     body: bytes::Bytes,
 ) -> Result<Vec<(String, String)>, ApiError> {
-    let malformed =
-        |error: multer::Error| ApiError::invalid("body", format!("is not multipart form data: {error}"));
+    let malformed = |error: multer::Error| {
+        ApiError::invalid("body", format!("is not multipart form data: {error}"))
+    };
     if boundary.is_empty() {
         return Err(ApiError::invalid(
             "Content-Type",

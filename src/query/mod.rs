@@ -8,6 +8,7 @@ pub mod aggregate;
 pub mod budget;
 pub mod clicks;
 pub mod export;
+pub mod features;
 pub mod impressions;
 pub mod plan;
 pub mod range;
@@ -19,6 +20,7 @@ pub mod uniques;
 
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
+use crate::domain::owner::{Listing, OwnerDays};
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use aggregate::BillableWindow;
@@ -147,5 +149,22 @@ impl Queries {
         question: &uniques::UniquesQuery,
     ) -> Result<uniques::SiteUniques, QueryError> {
         uniques::site_uniques(&self.reader, site, question).await
+    }
+
+    /// The most visited values of each of a site's features over `range`.
+    pub async fn features(
+        &self,
+        site: &SiteId,
+        range: &QueryRange,
+    ) -> Result<features::FeatureValues, QueryError> {
+        features::site_features(&self.reader, site, range).await
+    }
+
+    /// The owners of a listing (an advertiser's campaigns, every site) with their first and
+    /// last days, oldest first activity first.
+    pub async fn listing(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError> {
+        let mut owners = self.reader.store.listed_owners(listing).await?;
+        owners.sort_by_key(|listed| (listed.first_day, listed.owner.to_key()));
+        Ok(owners)
     }
 }

@@ -2,10 +2,10 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    AccessStore, ClickRow, DeliveryStore, EventStore, ImpressionPage, ImpressionSummaryRow,
-    LiveCountRow, PageCursor, ProcessStore, ReachLevel, Rollup, RollupStore, SealState, SealStore,
-    SettingsStore, SiteRollup, SketchBatch, SketchPartition, SketchRow, Store, StoreError,
-    VisitRow, VisitStore,
+    AccessStore, ClickRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
+    ImpressionSummaryRow, LiveCountRow, PageCursor, ProcessStore, ReachLevel, Rollup, RollupStore,
+    SealState, SealStore, SettingsStore, SiteRollup, SketchBatch, SketchPartition, SketchRow,
+    Store, StoreError, VisitRow, VisitStore,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -13,7 +13,7 @@ use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
-use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
@@ -161,6 +161,10 @@ impl SealStore for Instrumented {
         timed("owners_of_day", self.inner.owners_of_day(kind, day)).await
     }
 
+    async fn listed_owners(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError> {
+        timed("listed_owners", self.inner.listed_owners(listing)).await
+    }
+
     async fn mark_late(
         &self,
         owner: &Owner,
@@ -222,6 +226,28 @@ impl RollupStore for Instrumented {
         partition: &SketchPartition,
     ) -> Result<SiteRollup, StoreError> {
         timed("read_site_rollup", self.inner.read_site_rollup(partition)).await
+    }
+
+    async fn write_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+        values: &[FeatureVisits],
+    ) -> Result<(), StoreError> {
+        let call = self.inner.write_site_features(site, day, values);
+        timed("write_site_features", call).await
+    }
+
+    async fn read_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+    ) -> Result<Vec<FeatureVisits>, StoreError> {
+        timed(
+            "read_site_features",
+            self.inner.read_site_features(site, day),
+        )
+        .await
     }
 }
 

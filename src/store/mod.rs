@@ -24,9 +24,9 @@ mod rows;
 pub use crate::domain::sealing::SealState;
 pub use error::StoreError;
 pub use rows::{
-    ClickRow, ImpressionPage, ImpressionSummaryRow, LiveCountRow, PageCursor, ReachLevel, Rollup,
-    RollupReach, RollupSlice, SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceVisits,
-    VisitRow,
+    ClickRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow, PageCursor,
+    ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch, SketchPartition,
+    SketchRow, SliceVisits, VisitRow,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -35,7 +35,7 @@ use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
-use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
@@ -180,6 +180,10 @@ pub trait SealStore: Send + Sync {
     /// The owners of one kind that received events for UTC `day`.
     async fn owners_of_day(&self, kind: OwnerKind, day: Day) -> Result<Vec<Owner>, StoreError>;
 
+    /// Every owner of a listing with the first and last days [`mark_day`](Self::mark_day)
+    /// recorded for it (kept beside the day index by the same call).
+    async fn listed_owners(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError>;
+
     /// Records that an event older than the grace period arrived `at` for an owner-day, so
     /// its rollup stops answering until the day is sealed again.
     async fn mark_late(&self, owner: &Owner, day: Day, at: DateTime<Utc>)
@@ -223,6 +227,22 @@ pub trait RollupStore: Send + Sync {
         combinations: &[(String, SiteRollup)],
         read_started: DateTime<Utc>,
     ) -> Result<(), StoreError>;
+
+    /// Stores a sealed site-day's visits per feature value (the most visited values of each
+    /// feature), before its rollup marks it sealed.
+    async fn write_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+        values: &[FeatureVisits],
+    ) -> Result<(), StoreError>;
+
+    /// A sealed site-day's visits per feature value.
+    async fn read_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+    ) -> Result<Vec<FeatureVisits>, StoreError>;
 
     /// One feature combination of a sealed site-day (`partition` names site, day and
     /// combination).

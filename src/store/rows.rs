@@ -186,3 +186,11 @@ pub struct LiveCountRow {
     pub writer: ProcessId,
     pub slices: DaySlices,
 }
+
+/// Valid visits of one feature value on one site-day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureVisits {
+    pub feature: String,
+    pub value: String,
+    pub visits: u64,
+}

@@ -44,12 +44,7 @@ async fn post(server: &ServerProcess, campaign: &Campaign, count: usize) {
             .send()
             .await
             .expect("answered");
-        assert_eq!(
-            response.status(),
-            StatusCode::OK,
-            "{}",
-            server.output()
-        );
+        assert_eq!(response.status(), StatusCode::OK, "{}", server.output());
     }
 }
 

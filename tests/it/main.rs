@@ -19,6 +19,7 @@ mod keys;
 mod keys_process;
 mod limits;
 mod limits_process;
+mod listings;
 mod migrations;
 mod process;
 mod reach;

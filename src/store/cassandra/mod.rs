@@ -5,7 +5,7 @@
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
-//! [`delivery`]),
+//! [`delivery`], [`listings`]),
 //! each with its prepared statements.
 
 mod access;
@@ -16,6 +16,7 @@ mod errors;
 mod event_reads;
 mod event_writes;
 mod events;
+mod listings;
 pub mod migrator;
 mod processes;
 mod rollups;
@@ -33,6 +34,7 @@ use config::{CassandraConfig, KeyspaceName};
 use delivery::DeliveryStatements;
 use event_writes::EventWriter;
 use events::EventStatements;
+use listings::ListingStatements;
 use migrator::{MigrateError, MigrationReport};
 use processes::ProcessStatements;
 use rollups::RollupStatements;
@@ -61,6 +63,7 @@ struct Prepared {
     access: AccessStatements,
     processes: ProcessStatements,
     delivery: DeliveryStatements,
+    listings: ListingStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -113,7 +116,17 @@ impl CassandraStore {
         self.prepared
             .get_or_try_init(|| async {
                 let (session, keyspace) = (&self.session, &self.config.keyspace);
-                let (events, visits, settings, seals, rollups, access, processes, delivery) = futures::try_join!(
+                let (
+                    events,
+                    visits,
+                    settings,
+                    seals,
+                    rollups,
+                    access,
+                    processes,
+                    delivery,
+                    listings,
+                ) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
                     SettingsStatements::prepare(session, keyspace),
@@ -122,6 +135,7 @@ impl CassandraStore {
                     AccessStatements::prepare(session, keyspace),
                     ProcessStatements::prepare(session, keyspace),
                     DeliveryStatements::prepare(session, keyspace),
+                    ListingStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -132,6 +146,7 @@ impl CassandraStore {
                     access,
                     processes,
                     delivery,
+                    listings,
                 })
             })
             .await

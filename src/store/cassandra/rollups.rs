@@ -15,8 +15,8 @@ use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::store::{
-    ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup, SketchPartition,
-    SliceVisits, StoreError,
+    FeatureVisits, ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup,
+    SketchPartition, SliceVisits, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -214,6 +214,23 @@ struct SiteUnitValues<'a, V: scylla::serialize::value::SerializeValue> {
 
 #[async_trait]
 impl RollupStore for CassandraStore {
+    async fn write_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+        values: &[FeatureVisits],
+    ) -> Result<(), StoreError> {
+        self.write_features(site, day, values).await
+    }
+
+    async fn read_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+    ) -> Result<Vec<FeatureVisits>, StoreError> {
+        self.read_features(site, day).await
+    }
+
     async fn write_campaign_rollup(
         &self,
         campaign: CampaignKey,

@@ -8,7 +8,7 @@ use super::errors::decode_error;
 use super::statements::{execute, prepare_all, read_all};
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
-use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::sealing::LateMark;
 use crate::domain::time::Day;
 use crate::store::{SealState, SealStore, StoreError};
@@ -204,7 +204,12 @@ impl SealStore for CassandraStore {
                 let values = (day.date(), site.as_str(), self.ttl_seconds);
                 execute(&self.session, &statements.insert_site_day, values, CONTEXT).await
             }
-        }
+        }?;
+        self.note_listing(owner, day).await
+    }
+
+    async fn listed_owners(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError> {
+        self.read_listing(listing).await
     }
 
     async fn owners_of_day(&self, kind: OwnerKind, day: Day) -> Result<Vec<Owner>, StoreError> {

@@ -40,6 +40,8 @@ pub struct Tables {
     pub process_mark: Keyspace,
     pub delivery_live: Keyspace,
     pub delivery_sealed: Keyspace,
+    pub owner_listing: Keyspace,
+    pub site_features: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub meta: Keyspace,
     pub persist: PersistMode,
@@ -72,6 +74,8 @@ pub enum Table {
     ProcessMark,
     DeliveryLive,
     DeliverySealed,
+    OwnerListing,
+    SiteFeatures,
     Meta,
 }
 
@@ -102,6 +106,8 @@ impl Tables {
             Table::ProcessMark => &self.process_mark,
             Table::DeliveryLive => &self.delivery_live,
             Table::DeliverySealed => &self.delivery_sealed,
+            Table::OwnerListing => &self.owner_listing,
+            Table::SiteFeatures => &self.site_features,
             Table::Meta => &self.meta,
         }
     }

@@ -11,7 +11,7 @@
 //! Laid out like the Cassandra store: opening ([`open`]), the engine and its committer
 //! ([`engine`], [`committer`]), key and value encodings, and one file per subsystem of the
 //! contract ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`],
-//! [`processes`], [`delivery`]).
+//! [`processes`], [`delivery`], [`listings`]).
 
 mod access;
 mod committer;
@@ -19,6 +19,7 @@ mod delivery;
 mod engine;
 mod events;
 mod keys;
+mod listings;
 mod open;
 mod processes;
 mod rollup_keys;
@@ -58,6 +59,8 @@ pub struct EmbeddedStore {
     tables: Arc<Tables>,
     committer: Arc<Committer>,
     engine_slots: Arc<tokio::sync::Semaphore>,
+    /// Held while an owner's listed days are read and widened.
+    listing_writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl EmbeddedStore {
@@ -69,6 +72,7 @@ impl EmbeddedStore {
             tables,
             committer,
             engine_slots: Arc::new(tokio::sync::Semaphore::new(ENGINE_CALLS_IN_FLIGHT)),
+            listing_writes: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 }

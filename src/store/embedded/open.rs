@@ -80,6 +80,8 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         process_mark: open("process_mark")?,
         delivery_live: open("delivery_live")?,
         delivery_sealed: open("delivery_sealed")?,
+        owner_listing: open("owner_listing")?,
+        site_features: open("site_feature_visits")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,

@@ -12,8 +12,8 @@ use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::store::{
-    ReachLevel, Rollup, RollupSlice, RollupStore, SiteRollup, SketchPartition, SliceVisits,
-    StoreError,
+    FeatureVisits, ReachLevel, Rollup, RollupSlice, RollupStore, SiteRollup, SketchPartition,
+    SliceVisits, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -158,6 +158,23 @@ impl RollupStore for EmbeddedStore {
         let (table, key) = seal_cell(&Owner::Site(site.clone()), day, SealCell::SealedFrom);
         rows.push((table, key, millis_value(read_started)));
         self.write("writing a site rollup", rows).await
+    }
+
+    async fn write_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+        values: &[FeatureVisits],
+    ) -> Result<(), StoreError> {
+        self.write_features(site, day, values).await
+    }
+
+    async fn read_site_features(
+        &self,
+        site: &SiteId,
+        day: Day,
+    ) -> Result<Vec<FeatureVisits>, StoreError> {
+        self.read_features(site, day).await
     }
 
     async fn read_site_rollup(

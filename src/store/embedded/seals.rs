@@ -10,7 +10,7 @@ use super::keys::day_bytes;
 use super::rollup_keys::{self, SealCell};
 use super::{EmbeddedStore, site_keys};
 use crate::domain::beacon::SiteId;
-use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::sealing::LateMark;
 use crate::domain::time::Day;
 use crate::store::{SealState, SealStore, StoreError};
@@ -102,7 +102,12 @@ impl SealStore for EmbeddedStore {
                 Vec::new(),
             ),
         };
-        self.write("writing the day index", vec![row]).await
+        self.write("writing the day index", vec![row]).await?;
+        self.note_listing(owner, day).await
+    }
+
+    async fn listed_owners(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError> {
+        self.read_listing(listing).await
     }
 
     async fn owners_of_day(&self, kind: OwnerKind, day: Day) -> Result<Vec<Owner>, StoreError> {
