@@ -7,6 +7,7 @@ mod common;
 mod ad_tags;
 mod api_docs;
 mod beacons;
+mod browser;
 mod campaigns;
 mod delivery;
 mod delivery_process;

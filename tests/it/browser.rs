@@ -1,0 +1,391 @@
+//! The browser side in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
+//! which `scripts/test` installs when missing), driven over WebDriver: a page that includes
+//! `/t.js` counts its page views, and the dashboard shows what the API answers.
+
+use crate::common::beacons::{register_site, uniques};
+use crate::common::events::{Campaign, post_all, summary};
+use crate::common::{Backend, TestServer, eventually, http};
+use axum::response::Html;
+use chrono::{Duration, Utc};
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use uuid::Uuid;
+
+const DESKTOP_CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 \
+    (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36";
+
+/// A headless Chromium behind its own chromedriver, gone when dropped.
+struct Browser {
+    client: Client,
+    _driver: tokio::process::Child,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let driver = tokio::process::Command::new(chromedriver())
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver runs (scripts/test installs chromium-driver)");
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": chromium(),
+                // --no-sandbox: CI runs as root, where Chromium's sandbox cannot start. The
+                // user agent of the desktop browser it is: a headless one says so, and the
+                // server rightly counts a headless browser's page views as invalid traffic.
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,1000",
+                         format!("--user-agent={DESKTOP_CHROME}")],
+            }),
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        let mut last_error = String::new();
+        for _ in 0..50 {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(capabilities.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(client) => {
+                    return Self {
+                        client,
+                        _driver: driver,
+                    };
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        panic!("no WebDriver session with Chromium: {last_error}");
+    }
+
+    /// Runs `script` in the page and returns its value.
+    async fn eval(&self, script: &str) -> Value {
+        self.client
+            .execute(script, Vec::new())
+            .await
+            .expect("script runs")
+    }
+
+    async fn type_into(&self, id: &str, text: &str) {
+        let field = self
+            .client
+            .find(Locator::Id(id))
+            .await
+            .expect("field exists");
+        field.clear().await.expect("cleared");
+        field.send_keys(text).await.expect("typed");
+    }
+
+    async fn click(&self, id: &str) {
+        self.client
+            .find(Locator::Id(id))
+            .await
+            .expect("button exists")
+            .click()
+            .await
+            .expect("clicked");
+    }
+
+    /// Waits (up to 15 s) until `script` returns `expected`; returns what it last returned.
+    async fn wait_for(&self, script: &str, expected: &Value) -> Value {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let value = self.eval(script).await;
+            if &value == expected || tokio::time::Instant::now() >= deadline {
+                return value;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn chromedriver() -> &'static str {
+    if std::path::Path::new("/usr/bin/chromedriver").exists() {
+        "/usr/bin/chromedriver"
+    } else {
+        "chromedriver"
+    }
+}
+
+fn chromium() -> &'static str {
+    "/usr/bin/chromium"
+}
+
+/// A customer's site on another origin: pages that include the tracker, served by a small
+/// server of their own.
+async fn customer_site(tracker: String, site: String) -> (String, tokio::task::JoinHandle<()>) {
+    let page = move |title: &'static str| {
+        let (tracker, site) = (tracker.clone(), site.clone());
+        move || async move {
+            Html(format!(
+                "<!doctype html><html><head><title>{title}</title>\
+                 <script defer src=\"{tracker}\" data-site=\"{site}\"></script></head>\
+                 <body><h1>{title}</h1><a id=\"next\" href=\"/three.html\">next</a></body></html>"
+            ))
+        }
+    };
+    let app = axum::Router::new()
+        .route("/one.html", axum::routing::get(page("one")))
+        .route("/three.html", axum::routing::get(page("three")));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    // `localhost`, another origin than the adevents server's 127.0.0.1.
+    (format!("http://localhost:{}", address.port()), task)
+}
+
+#[tokio::test]
+async fn a_page_with_the_tracker_counts_its_views_and_one_visitor() {
+    let server = Backend::Embedded.server().await;
+    let site = format!("shop-{}.test", Uuid::new_v4().simple());
+    register_site(&server.url(""), &site).await;
+    let (origin, _pages) = customer_site(server.url("/t.js"), site.clone()).await;
+    let browser = Browser::start().await;
+
+    browser
+        .client
+        .goto(&format!(
+            "{origin}/one.html?utm_source=newsletter&utm_campaign=autumn"
+        ))
+        .await
+        .expect("page one loads");
+    // A single-page navigation, then a full one.
+    browser
+        .eval("history.pushState({}, '', '/two'); return location.pathname;")
+        .await;
+    browser.click("next").await;
+    browser
+        .wait_for("return document.title;", &json!("three"))
+        .await;
+
+    let today = Utc::now().date_naive().to_string();
+    let query = |filter: Option<(&str, &str)>| {
+        let mut query = vec![
+            ("from".to_owned(), today.clone()),
+            ("to".to_owned(), today.clone()),
+        ];
+        if let Some((name, value)) = filter {
+            query.push((format!("feature.{name}"), value.to_owned()));
+        }
+        query
+    };
+    let base = server.url("");
+    let mut last = Value::Null;
+    let counted = eventually(std::time::Duration::from_secs(15), || {
+        let (base, site, query) = (&base, &site, query(None));
+        async move { uniques(base, site, &query).await["total"]["visits"] == 3 }
+    })
+    .await;
+    if !counted {
+        last = uniques(&base, &site, &query(None)).await;
+    }
+    assert!(counted, "three page views: {last}");
+    // Live sketches are stored about every second.
+    let visitors = eventually(std::time::Duration::from_secs(5), || {
+        let (base, site, query) = (&base, &site, query(None));
+        async move { uniques(base, site, &query).await["total"]["unique_visitors"] == 1 }
+    })
+    .await;
+    assert!(visitors, "one visitor");
+    for (name, value, visits) in [
+        ("page", "/one.html", 1),
+        ("page", "/two", 1),
+        ("page", "/three.html", 1),
+        ("utm_source", "newsletter", 1),
+        ("referrer", "direct", 1),
+        ("referrer", "localhost", 2),
+    ] {
+        let answer = uniques(&base, &site, &query(Some((name, value)))).await;
+        assert_eq!(
+            answer["total"]["visits"], visits,
+            "{name}={value}: {answer}"
+        );
+    }
+    browser.client.close().await.expect("closed");
+}
+
+async fn create_key(server: &TestServer, body: Value) -> String {
+    let response = http()
+        .post(server.url("/v1/keys"))
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let answer: Value = response.json().await.expect("JSON");
+    answer["key"].as_str().expect("a key").to_owned()
+}
+
+/// The value the dashboard shows for `metric` in its totals.
+fn shown(metric: &str) -> String {
+    format!(
+        "const cell = document.querySelector('#totals [data-metric=\"{metric}\"]'); \
+         return cell ? Number(cell.getAttribute('data-value')) : null;"
+    )
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
+    let server = Backend::Embedded.server().await;
+    let campaign = Campaign::fresh();
+    let now = Utc::now();
+    let yesterday = now - Duration::days(1);
+    let mut events = Vec::new();
+    for (index, at) in [now, yesterday, yesterday]
+        .iter()
+        .cycle()
+        .take(60)
+        .enumerate()
+    {
+        let mut impression = campaign.impression(Uuid::new_v4(), Uuid::new_v4(), *at);
+        impression["user_data"] = json!({"segment": format!("<img src=x onerror=alert({index})>")});
+        events.push(impression);
+    }
+    post_all(&server, "/v1/impressions", &events, 60).await;
+    let clicks: Vec<Value> = events[..7]
+        .iter()
+        .map(|impression| {
+            let mut click = impression.clone();
+            if let Some(fields) = click.as_object_mut() {
+                fields.remove("user_id");
+                fields.remove("user_data");
+            }
+            click
+        })
+        .collect();
+    post_all(&server, "/v1/clicks", &clicks, 7).await;
+    let from = yesterday.date_naive().to_string();
+    let to = now.date_naive().to_string();
+    let api = summary(
+        &server,
+        &campaign,
+        &format!("from={from}&to={to}&tz=UTC&group_by=none"),
+    )
+    .await;
+    let read_key = create_key(
+        &server,
+        json!({"scope": "read", "advertiser_id": campaign.advertiser_id, "name": "dashboard"}),
+    )
+    .await;
+    let browser = Browser::start().await;
+
+    browser
+        .client
+        .goto(&server.url("/dashboard"))
+        .await
+        .expect("dashboard loads");
+    browser.type_into("key", &read_key).await;
+    browser.click("save-key").await;
+    browser
+        .eval("const kind = document.getElementById('kind'); kind.value = 'campaign'; kind.dispatchEvent(new Event('change')); return true;")
+        .await;
+    browser
+        .type_into("advertiser", &campaign.advertiser_id.to_string())
+        .await;
+    browser
+        .type_into("campaign", &campaign.campaign_id.to_string())
+        .await;
+    browser.type_into("from", &from).await;
+    browser.type_into("to", &to).await;
+    browser.type_into("tz", "UTC").await;
+    browser.click("show").await;
+
+    for metric in [
+        "impressions",
+        "clicks",
+        "unique_users",
+        "billable_impressions",
+    ] {
+        let expected = &api["totals"][metric];
+        let value = browser.wait_for(&shown(metric), expected).await;
+        assert_eq!(
+            &value, expected,
+            "{metric} in the dashboard against the API"
+        );
+    }
+    // Hostile values stay text: nothing was injected into the page.
+    let images = browser
+        .eval("return document.querySelectorAll('img').length;")
+        .await;
+    assert_eq!(images, json!(0));
+    if let Ok(path) = std::env::var("ADEVENTS_DASHBOARD_SCREENSHOT") {
+        let png = browser.client.screenshot().await.expect("a screenshot");
+        std::fs::write(&path, png).expect("the screenshot written");
+    }
+
+    // A site, with a key of its own.
+    let site = format!("shop-{}.test", Uuid::new_v4().simple());
+    register_site(&server.url(""), &site).await;
+    for guid in ["a", "b", "a"] {
+        let response = crate::common::anonymous_http()
+            .post(server.url("/track"))
+            .header(
+                "User-Agent",
+                "Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0",
+            )
+            .json(&json!({"site": site, "guid": guid, "referrer": "news.example"}))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let site_key = create_key(&server, json!({"scope": "read", "site": site})).await;
+    let day_query = vec![
+        ("from".to_owned(), from.clone()),
+        ("to".to_owned(), to.clone()),
+        ("tz".to_owned(), "UTC".to_owned()),
+    ];
+    let site_api = uniques(&server.url(""), &site, &day_query).await;
+    browser.click("forget-key").await;
+    browser.type_into("key", &site_key).await;
+    browser.click("save-key").await;
+    browser
+        .eval("const kind = document.getElementById('kind'); kind.value = 'site'; kind.dispatchEvent(new Event('change')); return true;")
+        .await;
+    browser.type_into("site", &site).await;
+    browser.type_into("from", &from).await;
+    browser.type_into("to", &to).await;
+    browser.click("show").await;
+    for metric in ["visits", "unique_visitors"] {
+        let expected = &site_api["total"][metric];
+        let value = browser.wait_for(&shown(metric), expected).await;
+        assert_eq!(
+            &value, expected,
+            "{metric} in the dashboard against the API"
+        );
+    }
+
+    // A wrong key is told in words.
+    browser.click("forget-key").await;
+    browser.type_into("key", "adk_not-a-key-at-all").await;
+    browser.click("save-key").await;
+    browser.click("show").await;
+    let status = browser
+        .wait_for(
+            "return document.getElementById('status').textContent.includes('401');",
+            &json!(true),
+        )
+        .await;
+    let text = browser
+        .eval("return document.getElementById('status').textContent;")
+        .await;
+    assert_eq!(status, json!(true), "the status says 401: {text}");
+    browser.client.close().await.expect("closed");
+}
