@@ -19,7 +19,7 @@ const DESKTOP_CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36
 /// A headless Chromium behind its own chromedriver, gone when dropped.
 struct Browser {
     client: Client,
-    _driver: tokio::process::Child,
+    driver: tokio::process::Child,
 }
 
 impl Browser {
@@ -32,6 +32,8 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group, with the browsers it starts: all stopped on drop.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver runs (scripts/test installs chromium-driver)");
@@ -58,16 +60,22 @@ impl Browser {
                 .await
             {
                 Ok(client) => {
-                    return Self {
-                        client,
-                        _driver: driver,
-                    };
+                    return Self { client, driver };
                 }
                 Err(error) => last_error = error.to_string(),
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         panic!("no WebDriver session with Chromium: {last_error}");
+    }
+
+    /// The driver's process group: the driver and every browser process it started.
+    fn stop_all(&self) {
+        if let Some(pid) = self.driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
     }
 
     /// Runs `script` in the page and returns its value.
@@ -108,6 +116,13 @@ impl Browser {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+    }
+}
+
+/// A test that fails mid-way leaves no browser running.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        self.stop_all();
     }
 }
 
@@ -217,7 +232,7 @@ async fn a_page_with_the_tracker_counts_its_views_and_one_visitor() {
             "{name}={value}: {answer}"
         );
     }
-    browser.client.close().await.expect("closed");
+    browser.client.clone().close().await.expect("closed");
 }
 
 async fn create_key(server: &TestServer, body: Value) -> String {
@@ -387,5 +402,5 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
         .eval("return document.getElementById('status').textContent;")
         .await;
     assert_eq!(status, json!(true), "the status says 401: {text}");
-    browser.client.close().await.expect("closed");
+    browser.client.clone().close().await.expect("closed");
 }
