@@ -22,6 +22,10 @@ const ADMIN_KEY: &str = "adevents-fault-test-admin-key-0123456789";
 const WORKERS: usize = 6;
 const USERS: usize = 400;
 const VISITORS: usize = 300;
+/// Beacon timestamps: the test's start plus a sequence number, so no two beacons share a
+/// millisecond (the clock plus a sequence could).
+static BEACON_EPOCH_MILLIS: std::sync::LazyLock<i64> =
+    std::sync::LazyLock::new(|| Utc::now().timestamp_millis());
 /// Spreads beacons over milliseconds of their own (see the beacon's timestamp).
 static BEACON_SEQUENCE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
@@ -252,7 +256,7 @@ impl Load {
             let guid = format!("visitor-{}", rand_below(VISITORS));
             // An explicit timestamp makes a retried beacon the same beacon, and a millisecond
             // of its own (the precision kept) keeps two workers' beacons of one visitor apart.
-            let millis = now.timestamp_millis() + BEACON_SEQUENCE.fetch_add(1, Ordering::Relaxed);
+            let millis = *BEACON_EPOCH_MILLIS + BEACON_SEQUENCE.fetch_add(1, Ordering::Relaxed);
             let beacon = json!({"site": self.site, "guid": guid, "page": "/",
                                 "timestamp": format!("{}.{:03}", millis / 1000, millis % 1000)});
             self.deliver(&http, first, "/track", &beacon).await;
