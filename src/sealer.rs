@@ -22,7 +22,6 @@ use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
 use crate::query::features::sealed_feature_values;
-use crate::query::plan::campaign_partitions;
 use crate::query::site_day::aggregate_site_day;
 use crate::settings::SettingsCache;
 use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
@@ -116,20 +115,13 @@ impl Sealer {
         let read_started = Utc::now();
         let settings = &self.settings;
         let history = settings.history(&Owner::Campaign(campaign)).await?;
-        let plan = campaign_partitions(
+        let read = DayRead::of_day(
             campaign,
-            std::iter::once(day),
+            day,
             &history,
             settings.read_staleness(),
+            ReachLevel::ALL.to_vec(),
         );
-        let read = DayRead {
-            campaign,
-            partitions: plan
-                .into_iter()
-                .flat_map(|(_, partitions)| partitions)
-                .collect(),
-            levels: ReachLevel::ALL.to_vec(),
-        };
         let store = self.store.as_ref();
         let concurrency = self.options.fan_out.concurrency;
         let aggregate = aggregate_day(store, &read, self.options.window, concurrency).await?;

@@ -15,7 +15,6 @@ use crate::domain::process::ProcessId;
 use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
-use crate::query::plan::campaign_partitions;
 use crate::settings::SettingsCache;
 use crate::store::{LiveCountRow, Store, StoreError};
 
@@ -42,20 +41,13 @@ pub async fn rebuild_campaign_day(
         }
     }
     let history = settings.history(&Owner::Campaign(campaign)).await?;
-    let partitions = campaign_partitions(
+    let read = DayRead::of_day(
         campaign,
-        std::iter::once(day),
+        day,
         &history,
         settings.read_staleness(),
+        Vec::new(),
     );
-    let read = DayRead {
-        campaign,
-        partitions: partitions
-            .into_iter()
-            .flat_map(|(_, partitions)| partitions)
-            .collect(),
-        levels: Vec::new(),
-    };
     let aggregate = aggregate_day(store, &read, window, fan_out.concurrency).await?;
     let stored = aggregate.billable_slices(day);
     let row = LiveCountRow {

@@ -245,6 +245,33 @@ pub struct DayRead {
     pub levels: Vec<ReachLevel>,
 }
 
+impl DayRead {
+    /// Every partition of `campaign`'s UTC `day` under its settings `history` (widened by
+    /// how stale a server's settings may be), with users reached at `levels`.
+    pub fn of_day(
+        campaign: CampaignKey,
+        day: Day,
+        history: &crate::domain::campaign::SettingsHistory,
+        staleness: chrono::Duration,
+        levels: Vec<ReachLevel>,
+    ) -> Self {
+        let plan = crate::query::plan::campaign_partitions(
+            campaign,
+            std::iter::once(day),
+            history,
+            staleness,
+        );
+        Self {
+            campaign,
+            partitions: plan
+                .into_iter()
+                .flat_map(|(_, partitions)| partitions)
+                .collect(),
+            levels,
+        }
+    }
+}
+
 /// Reads one UTC day's impression and click partitions and aggregates them, with users
 /// reached at the levels asked for; `concurrency` partition reads at a time.
 pub async fn aggregate_day(
