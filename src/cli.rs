@@ -11,7 +11,7 @@ use crate::sealer::SealerOptions;
 use crate::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
 };
-use crate::store::embedded::{EmbeddedConfig, Fsync};
+use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -497,6 +497,16 @@ pub struct StoreArgs {
     /// loss); `never` hands it to the OS (survives a crash of the process, not of the machine).
     #[arg(long, env = "ADEVENTS_FSYNC", value_enum, default_value_t = Fsync::Always)]
     pub fsync: Fsync,
+    /// Embedded store: the most one table holds in memory before writing it to disk.
+    #[arg(long, env = "ADEVENTS_EMBEDDED_MEMTABLE", default_value = "8MiB", value_parser = parse_at_least_mib)]
+    pub embedded_memtable: bytesize::ByteSize,
+    /// Embedded store: memory for decoded blocks of stored data, kept for reads.
+    #[arg(long, env = "ADEVENTS_EMBEDDED_CACHE", default_value = "16MiB", value_parser = parse_at_least_mib)]
+    pub embedded_cache: bytesize::ByteSize,
+    /// Embedded store: the journals' total size on disk (at least 64MiB); past it the oldest
+    /// tables in memory are written out, so it also bounds their memory together.
+    #[arg(long, env = "ADEVENTS_EMBEDDED_JOURNAL", default_value = "64MiB", value_parser = parse_journal_size)]
+    pub embedded_journal: bytesize::ByteSize,
     #[command(flatten)]
     pub cassandra: CassandraArgs,
 }
@@ -506,8 +516,33 @@ impl StoreArgs {
         EmbeddedConfig {
             data_dir: self.data_dir.clone(),
             fsync: self.fsync,
+            memory: EngineMemory {
+                memtable_bytes: self.embedded_memtable.as_u64(),
+                cache_bytes: self.embedded_cache.as_u64(),
+                journal_bytes: self.embedded_journal.as_u64(),
+            },
         }
     }
+}
+
+/// A size of at least 1 MiB (the engine's smallest table and cache).
+fn parse_at_least_mib(text: &str) -> Result<bytesize::ByteSize, String> {
+    let size: bytesize::ByteSize = text.parse()?;
+    if size.as_u64() < 1024 * 1024 {
+        return Err(format!("{size} is below the smallest accepted, 1MiB"));
+    }
+    Ok(size)
+}
+
+/// A journal size the engine accepts.
+fn parse_journal_size(text: &str) -> Result<bytesize::ByteSize, String> {
+    let size: bytesize::ByteSize = text.parse()?;
+    if size.as_u64() < EngineMemory::MIN_JOURNAL_BYTES {
+        return Err(format!(
+            "{size} is below the smallest journal the engine accepts, 64MiB"
+        ));
+    }
+    Ok(size)
 }
 
 #[derive(Debug, Args)]
@@ -641,6 +676,9 @@ mod tests {
         assert_eq!(default_of("store"), "embedded");
         assert_eq!(default_of("data-dir"), "./data");
         assert_eq!(default_of("fsync"), "always");
+        assert_eq!(default_of("embedded-memtable"), "8MiB");
+        assert_eq!(default_of("embedded-cache"), "16MiB");
+        assert_eq!(default_of("embedded-journal"), "64MiB");
         assert_eq!(default_of("cassandra-nodes"), "127.0.0.1:9042");
         assert_eq!(default_of("keyspace"), "adevents");
         assert_eq!(default_of("replication"), "simple:1");
@@ -677,5 +715,27 @@ mod tests {
         let error =
             Cli::try_parse_from(["adevents", "--keyspace", "bad-name"]).expect_err("refused");
         assert!(error.to_string().contains("--keyspace"), "{error}");
+    }
+
+    #[test]
+    fn engine_sizes_below_what_the_engine_accepts_are_refused_with_the_flag_named() {
+        for (flag, value) in [
+            ("--embedded-journal", "32MiB"),
+            ("--embedded-memtable", "512KiB"),
+            ("--embedded-cache", "lots"),
+        ] {
+            let error = Cli::try_parse_from(["adevents", flag, value]).expect_err("refused");
+            assert!(error.to_string().contains(flag), "{error}");
+        }
+        let Command::Serve(args) = Cli::try_parse_from(["adevents", "--embedded-journal", "1GiB"])
+            .expect("parses")
+            .into_command()
+        else {
+            panic!("serve is the default command");
+        };
+        assert_eq!(
+            args.store.embedded_config().memory.journal_bytes,
+            1024 * 1024 * 1024
+        );
     }
 }

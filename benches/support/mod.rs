@@ -8,7 +8,7 @@ pub mod server;
 use adevents::migrations;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::{CassandraConfig, ConsistencyLevel, WriteMode};
-use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, Fsync};
+use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
 use std::time::{Duration, Instant};
 
 pub fn config(write_mode: WriteMode) -> CassandraConfig {
@@ -88,6 +88,7 @@ pub fn embedded_store(name: &str, fsync: Fsync) -> EmbeddedStore {
     EmbeddedStore::open(&EmbeddedConfig {
         data_dir: folder,
         fsync,
+        memory: EngineMemory::default(),
     })
     .expect("open the embedded store")
 }

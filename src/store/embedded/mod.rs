@@ -51,6 +51,35 @@ pub enum Fsync {
 pub struct EmbeddedConfig {
     pub data_dir: PathBuf,
     pub fsync: Fsync,
+    pub memory: EngineMemory,
+}
+
+/// How much memory the storage engine may hold besides what the service itself keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineMemory {
+    /// The most one table keeps in memory before it writes a segment to disk.
+    pub memtable_bytes: u64,
+    /// Decoded blocks of segments kept for reads.
+    pub cache_bytes: u64,
+    /// The journals' total size on disk; past it the engine writes the oldest memtables out,
+    /// so it also bounds how much unwritten data all the tables hold in memory together.
+    pub journal_bytes: u64,
+}
+
+impl EngineMemory {
+    /// The smallest journal the engine accepts.
+    pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+}
+
+impl Default for EngineMemory {
+    /// Sized for a small machine: see docs/BENCHMARKS.md, "Engine memory".
+    fn default() -> Self {
+        Self {
+            memtable_bytes: 8 * 1024 * 1024,
+            cache_bytes: 16 * 1024 * 1024,
+            journal_bytes: Self::MIN_JOURNAL_BYTES,
+        }
+    }
 }
 
 /// The embedded store; cheap to clone, one per data folder and process.

@@ -2,16 +2,13 @@
 //! older release.
 
 use super::engine::{Tables, engine_error};
-use super::{EmbeddedConfig, Fsync, access, site_keys};
+use super::{EmbeddedConfig, EngineMemory, Fsync, access, site_keys};
 use crate::domain::access::SiteProfile;
 use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
 /// The on-disk layout this build reads and writes.
-/// The most a table keeps in memory before it writes a segment to disk.
-const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
-
 const FORMAT_VERSION: u32 = 3;
 
 /// Opens (or creates) the tables in `config.data_dir`, refusing a folder another process
@@ -21,7 +18,10 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|error| {
         StoreError::internal(format!("cannot create the data folder {folder}"), error)
     })?;
+    let memory = config.memory;
     let db = Database::builder(&config.data_dir)
+        .cache_size(memory.cache_bytes)
+        .max_journaling_size(memory.journal_bytes.max(EngineMemory::MIN_JOURNAL_BYTES))
         .open()
         .map_err(|error| match error {
             fjall::Error::Locked => StoreError::internal_message(format!(
@@ -29,11 +29,11 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
             )),
             other => StoreError::internal(format!("cannot open the data folder {folder}"), other),
         })?;
-    // 16 MiB memtables rather than fjall's 64: the sketch and visit tables fill theirs at once
-    // under load, and memory left to a memtable is memory the live sketches cannot have.
+    // Memtables far smaller than fjall's 64 MiB: the sketch and visit tables fill theirs at
+    // once under load, and memory left to a memtable is memory the live sketches cannot have.
     let open = |name: &str| {
         db.keyspace(name, || {
-            KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            KeyspaceCreateOptions::default().max_memtable_size(memory.memtable_bytes)
         })
         .map_err(|error| engine_error("opening tables", error))
     };
@@ -184,6 +184,7 @@ mod tests {
         let config = EmbeddedConfig {
             data_dir: folder.path().to_owned(),
             fsync: Fsync::Never,
+            memory: EngineMemory::default(),
         };
         {
             let tables = open_tables(&config).expect("opened");

@@ -20,7 +20,7 @@ use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, KeyspaceName, WriteMode,
 };
-use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, Fsync};
+use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -125,6 +125,7 @@ pub fn shared_embedded_store() -> Arc<dyn Store> {
             let config = EmbeddedConfig {
                 data_dir: folder,
                 fsync: Fsync::Always,
+                memory: EngineMemory::default(),
             };
             Arc::new(EmbeddedStore::open(&config).expect("open the embedded store"))
         })
