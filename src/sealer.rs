@@ -112,7 +112,16 @@ impl Sealer {
         campaign: CampaignKey,
         day: Day,
     ) -> Result<(), StoreError> {
-        let read_started = Utc::now();
+        self.seal_campaign_day_from(campaign, day, read_start())
+            .await
+    }
+
+    async fn seal_campaign_day_from(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         let settings = &self.settings;
         let history = settings.history(&Owner::Campaign(campaign)).await?;
         let read = DayRead::of_day(
@@ -140,7 +149,15 @@ impl Sealer {
     /// 15-minute slice and one merged sketch per hour, for every feature combination. Returns
     /// how many beacons were read.
     pub async fn seal_site_day(&self, site: &SiteId, day: Day) -> Result<usize, StoreError> {
-        let read_started = Utc::now();
+        self.seal_site_day_from(site, day, read_start()).await
+    }
+
+    async fn seal_site_day_from(
+        &self,
+        site: &SiteId,
+        day: Day,
+        read_started: DateTime<Utc>,
+    ) -> Result<usize, StoreError> {
         let store = self.store.as_ref();
         let aggregate =
             aggregate_site_day(store, &self.settings, site, day, self.options.fan_out).await?;
@@ -169,11 +186,22 @@ impl Sealer {
         Ok(aggregate.beacons)
     }
 
-    /// Seals one owner-day.
-    async fn seal(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
+    /// Seals one owner-day with a read that starts at `read_started`.
+    async fn seal(
+        &self,
+        owner: &Owner,
+        day: Day,
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         match owner {
-            Owner::Campaign(campaign) => self.seal_campaign_day(*campaign, day).await,
-            Owner::Site(site) => self.seal_site_day(site, day).await.map(|_| ()),
+            Owner::Campaign(campaign) => {
+                self.seal_campaign_day_from(*campaign, day, read_started)
+                    .await
+            }
+            Owner::Site(site) => self
+                .seal_site_day_from(site, day, read_started)
+                .await
+                .map(|_| ()),
         }
     }
 
@@ -257,10 +285,11 @@ impl Sealer {
         Ok((sealed, progress))
     }
 
-    /// Seals one owner-day and remembers when its read started (no later than the seal's own).
+    /// Seals one owner-day and remembers when its read started: the very value the seal
+    /// stored, so this process never takes as current a seal the store does not.
     async fn seal_remembered(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
-        let read_started = Utc::now();
-        self.seal(owner, day).await?;
+        let read_started = read_start();
+        self.seal(owner, day, read_started).await?;
         self.remember_seal(owner, day, read_started);
         Ok(())
     }
@@ -318,9 +347,65 @@ impl Sealer {
     }
 }
 
+/// The start of a seal's read, in the milliseconds the stores keep. A remembered time finer
+/// than the stored one could be current where the stored one is not (a mark exactly
+/// [`crate::domain::sealing::SealState::MARGIN`] earlier), and the day would then never be
+/// sealed again by this process while `/v1/freshness` counted it as sealed.
+fn read_start() -> DateTime<Utc> {
+    let now = Utc::now();
+    DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Progress and known seals stay valid whatever panicked while they were held.
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::{AdvertiserId, CampaignId};
+    use crate::store::SettingsStore;
+    use crate::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
+    use uuid::Uuid;
+
+    #[tokio::test]
+    async fn what_the_sealer_remembers_of_a_seal_is_what_the_store_keeps() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store: Arc<dyn Store> = Arc::new(
+            EmbeddedStore::open(&EmbeddedConfig {
+                data_dir: folder.path().to_owned(),
+                fsync: Fsync::Never,
+                memory: EngineMemory::default(),
+            })
+            .expect("opened"),
+        );
+        let settings: Arc<dyn SettingsStore> = store.clone();
+        let sealer = Sealer::new(
+            store.clone(),
+            Arc::new(SettingsCache::new(settings, Duration::from_secs(10))),
+            SealerOptions::default(),
+            SharedProgress::default(),
+        );
+        let day = Day::new("2026-10-01".parse().expect("date"));
+        for n in 0..20u128 {
+            let owner = Owner::Campaign(CampaignKey {
+                advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+                campaign_id: CampaignId::new(Uuid::from_u128(n + 1)),
+            });
+            sealer.seal_remembered(&owner, day).await.expect("sealed");
+            let stored = store
+                .seal_state(&owner, day)
+                .await
+                .expect("read")
+                .sealed_from;
+            let remembered = lock(&sealer.known_seals)
+                .get(&(owner.clone(), day))
+                .copied();
+            assert!(stored.is_some());
+            assert_eq!(remembered, stored);
+        }
+    }
 }
