@@ -1,13 +1,14 @@
 //! Delivery against caps (docs/DESIGN.md, "Delivery and freshness"): what a campaign
 //! delivered today (its own zone's day) and in its life, from a fixed number of reads whatever
-//! its age: the sealed days' totals, every writer's live rows of the days not sealed yet, and
-//! this process's own counts from memory; and whether a silent process may hold counts that
+//! its age: the sealed days' totals (held for a moment, [`sealed`]), every writer's live rows of
+//! the days not sealed yet, and this process's own counts from memory; and whether a silent process may hold counts that
 //! are missing (`complete`).
 
 pub mod live;
 pub mod rebuild;
+pub mod sealed;
 
-use crate::domain::delivery::{DaySlices, DeliveryFigures, figures, local_day, utc_days_between};
+use crate::domain::delivery::{DeliveryFigures, figures, local_day, utc_days_between};
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
@@ -16,9 +17,11 @@ use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use live::LiveDelivery;
-use std::collections::{BTreeMap, HashMap};
+use sealed::SealedCache;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 /// A process that went silent, by its last report.
 type SilentReport = (ProcessId, DateTime<Utc>);
@@ -43,6 +46,8 @@ pub struct DeliveryService {
     /// The marks of processes found silent, by their last report: a silent process writes
     /// no marks, so each is read once, however many answers ask.
     silent_marks: Mutex<HashMap<SilentReport, Vec<UnflushedDay>>>,
+    /// Sealed totals, read once per campaign and moment however many answers ask.
+    sealed: SealedCache,
 }
 
 impl DeliveryService {
@@ -56,6 +61,7 @@ impl DeliveryService {
             settings,
             live,
             silent_marks: Mutex::new(HashMap::new()),
+            sealed: SealedCache::default(),
         }
     }
 
@@ -65,37 +71,46 @@ impl DeliveryService {
         let as_of = Utc::now();
         let owner = Owner::Campaign(campaign);
         let store = self.store.as_ref();
-        let (history, sealed, live_rows, processes) = futures::try_join!(
+        let (history, live_rows, processes) = futures::try_join!(
             self.settings.history(&owner),
-            store.read_sealed_counts(campaign),
             store.read_live_counts(campaign),
             store.processes(),
         )?;
+        // After the live rows, never before: a day sealed in between is then in the totals
+        // read with this version, or still in the live rows read before it.
+        let version = store.sealed_version(campaign).await?;
+        let sealed = match self.sealed.get(campaign, version) {
+            Some(held) => held,
+            None => {
+                let read_at = Instant::now();
+                let counts = store.read_sealed_counts(campaign).await?;
+                self.sealed.put(campaign, read_at, counts, as_of)
+            }
+        };
         let caps = history.latest().caps();
         let mine = self.live.days_of(campaign);
-        let mut days: BTreeMap<_, DaySlices> = sealed.into_iter().collect();
-        let sealed_days: Vec<_> = days.keys().copied().collect();
-        let is_sealed = |day| sealed_days.binary_search(&day).is_ok();
+        let mut days = sealed.recent().clone();
         for row in live_rows {
             let own_fresher = row.writer == self.live.writer() && mine.contains_key(&row.day);
-            if is_sealed(row.day) || own_fresher {
+            if sealed.is_sealed(row.day) || own_fresher {
                 continue;
             }
             days.entry(row.day).or_default().merge(&row.slices);
         }
-        for (day, slices) in mine.iter().filter(|(day, _)| !is_sealed(**day)) {
+        for (day, slices) in mine.iter().filter(|(day, _)| !sealed.is_sealed(**day)) {
             days.entry(*day).or_default().merge(slices);
         }
         let (_, start, end) = local_day(caps.tz, as_of);
         let complete = self
             .complete(&owner, &utc_days_between(start, end), &processes, as_of)
             .await?;
+        let days = days.iter().map(|(day, slices)| (*day, slices));
         Ok(Delivery {
             as_of,
             complete,
             daily_cap: caps.daily_cap,
             total_cap: caps.total_cap,
-            figures: figures(caps, as_of, days.iter().map(|(day, slices)| (*day, slices))),
+            figures: figures(caps, as_of, sealed.earlier(), days),
         })
     }
 

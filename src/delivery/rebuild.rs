@@ -30,7 +30,7 @@ pub async fn rebuild_campaign_day(
     fan_out: FanOut,
 ) -> Result<u64, StoreError> {
     let sealed = store.read_sealed_counts(campaign).await?;
-    if sealed.iter().any(|(sealed_day, _)| *sealed_day == day) {
+    if sealed.days.iter().any(|(sealed_day, _)| *sealed_day == day) {
         // Its sealed total answers for it; live rows are not read.
         return Ok(0);
     }

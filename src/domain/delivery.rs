@@ -160,15 +160,16 @@ pub fn utc_days_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<Day> {
 }
 
 /// Today's and the lifetime's billable impressions from per-day counts (each day once, sealed
-/// or live), against `caps`, at `now`.
+/// or live) and `earlier`, the sum of days too old to overlap today, against `caps`, at `now`.
 pub fn figures<'a>(
     caps: Caps,
     now: DateTime<Utc>,
+    earlier: u64,
     days: impl IntoIterator<Item = (Day, &'a DaySlices)>,
 ) -> DeliveryFigures {
     let (today, start, end) = local_day(caps.tz, now);
     let mut today_billable = 0;
-    let mut lifetime_billable = 0;
+    let mut lifetime_billable = earlier;
     for (day, slices) in days {
         lifetime_billable += slices.total();
         if day.next().start_utc() > start && day.start_utc() < end {
@@ -252,7 +253,7 @@ mod tests {
         );
         let c = counted(d27, &[("2026-11-27T01:00:00Z", 10)]);
         let now = at("2026-11-27T04:00:00Z");
-        let out = figures(caps, now, [(d25, &a), (d26, &b), (d27, &c)]);
+        let out = figures(caps, now, 0, [(d25, &a), (d26, &b), (d27, &c)]);
         assert_eq!(out.today, "2026-11-27".parse::<NaiveDate>().expect("date"));
         assert_eq!(out.today_billable, 30);
         assert_eq!(out.lifetime_billable, 435);
@@ -273,16 +274,16 @@ mod tests {
             total_cap: None,
             tz: Tz::UTC,
         };
-        let out = figures(daily, now, [(d, &slices)]);
+        let out = figures(daily, now, 0, [(d, &slices)]);
         assert_eq!((out.daily_remaining, out.stop), (Some(0), true));
-        let yesterday = figures(daily, at("2026-11-27T00:00:01Z"), [(d, &slices)]);
+        let yesterday = figures(daily, at("2026-11-27T00:00:01Z"), 0, [(d, &slices)]);
         assert_eq!((yesterday.today_billable, yesterday.stop), (0, false));
         let total = Caps {
             daily_cap: None,
             total_cap: Some(1200),
             tz: Tz::UTC,
         };
-        let later = figures(total, at("2026-11-27T00:00:01Z"), [(d, &slices)]);
+        let later = figures(total, at("2026-11-27T00:00:01Z"), 0, [(d, &slices)]);
         assert_eq!(
             (later.total_remaining, later.stop, later.pace),
             (Some(0), true, None)

@@ -4,8 +4,8 @@
 use super::{
     AccessStore, ClickRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
     ImpressionSummaryRow, LiveCountRow, PageCursor, ProcessStore, ReachLevel, Rollup, RollupStore,
-    SealState, SealStore, SettingsStore, SiteRollup, SketchBatch, SketchPartition, SketchRow,
-    Store, StoreError, VisitRow, VisitStore,
+    SealState, SealStore, SealedCounts, SettingsStore, SiteRollup, SketchBatch, SketchPartition,
+    SketchRow, Store, StoreError, VisitRow, VisitStore,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -24,6 +24,7 @@ use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
+use uuid::Uuid;
 
 pub struct Instrumented {
     inner: Arc<dyn Store>,
@@ -362,15 +363,16 @@ impl DeliveryStore for Instrumented {
         timed("write_sealed_counts", call).await
     }
 
-    async fn read_sealed_counts(
-        &self,
-        campaign: CampaignKey,
-    ) -> Result<Vec<(Day, DaySlices)>, StoreError> {
+    async fn read_sealed_counts(&self, campaign: CampaignKey) -> Result<SealedCounts, StoreError> {
         timed(
             "read_sealed_counts",
             self.inner.read_sealed_counts(campaign),
         )
         .await
+    }
+
+    async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError> {
+        timed("sealed_version", self.inner.sealed_version(campaign)).await
     }
 }
 

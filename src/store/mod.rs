@@ -43,6 +43,7 @@ use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 /// Impressions and clicks: the raw event tables, their thin copies and the click index.
 #[async_trait]
@@ -140,7 +141,8 @@ pub trait DeliveryStore: Send + Sync {
     /// Drops a day's live rows once its sealed total is stored.
     async fn delete_live_counts(&self, campaign: CampaignKey, day: Day) -> Result<(), StoreError>;
 
-    /// Stores a sealed day's billable impressions, replacing any earlier total of the day.
+    /// Stores a sealed day's billable impressions, replacing any earlier total of the day, and
+    /// a new version of the campaign's sealed totals, both at once.
     async fn write_sealed_counts(
         &self,
         campaign: CampaignKey,
@@ -148,11 +150,19 @@ pub trait DeliveryStore: Send + Sync {
         slices: &DaySlices,
     ) -> Result<(), StoreError>;
 
-    /// Every sealed day's billable impressions of `campaign`.
-    async fn read_sealed_counts(
-        &self,
-        campaign: CampaignKey,
-    ) -> Result<Vec<(Day, DaySlices)>, StoreError>;
+    /// Every sealed day's billable impressions of `campaign`, with their version.
+    async fn read_sealed_counts(&self, campaign: CampaignKey) -> Result<SealedCounts, StoreError>;
+
+    /// The version of the campaign's sealed totals: one small read.
+    async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError>;
+}
+
+/// A campaign's sealed days' billable impressions, as of one version.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SealedCounts {
+    /// Changed by every seal; `None` before the first (or for seals of an older release).
+    pub version: Option<Uuid>,
+    pub days: Vec<(Day, DaySlices)>,
 }
 
 /// Campaign and site configuration over time.

@@ -3,10 +3,14 @@
 //! whether the numbers are final.
 
 use crate::common::events::{Campaign, get, post_all};
-use crate::common::{Backend, TestServer, http};
+use crate::common::{Backend, TestServer, eventually, http};
+use adevents::domain::time::Day;
+use adevents::sealer::{Sealer, SealerOptions};
+use adevents::settings::SettingsCache;
 use chrono::{DateTime, Duration, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use uuid::Uuid;
 
 async fn delivery(server: &TestServer, campaign: &Campaign) -> Value {
@@ -245,7 +249,57 @@ async fn freshness_lists_this_process_and_the_days_sealed(backend: Backend) {
     assert!(answer["late_days"].as_u64().is_some(), "{answer}");
 }
 
+/// A day sealed between two answers of another server counts once in each: first from the
+/// taking server's live rows, then from its sealed total, never from neither (the sealer
+/// deletes the live rows, and the asking server holds the sealed totals it read before).
+async fn a_day_sealed_between_two_answers_is_counted_in_both(backend: Backend) {
+    let store = backend.store().await;
+    let taking = TestServer::start(Arc::clone(&store)).await;
+    let asked = TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let now = Utc::now();
+    let closed = now - Duration::days(3);
+    post_all(
+        &taking,
+        "/v1/impressions",
+        &impressions(&campaign, 30, closed),
+        30,
+    )
+    .await;
+    post_all(
+        &taking,
+        "/v1/impressions",
+        &impressions(&campaign, 20, now),
+        20,
+    )
+    .await;
+    let lifetime = |answer: &Value| answer["lifetime"]["billable_impressions"].clone();
+    let seen = eventually(std::time::Duration::from_secs(5), || async {
+        lifetime(&delivery(&asked, &campaign).await) == 50
+    })
+    .await;
+    assert!(seen, "the other server's live rows are read");
+
+    let settings = Arc::new(SettingsCache::new(
+        store.clone(),
+        std::time::Duration::from_secs(10),
+    ));
+    Sealer::new(
+        store,
+        settings,
+        SealerOptions::default(),
+        Default::default(),
+    )
+    .seal_campaign_day(campaign.key(), Day::new(closed.date_naive()))
+    .await
+    .expect("sealed");
+    let after = delivery(&asked, &campaign).await;
+    assert_eq!(lifetime(&after), 50, "{after}");
+    assert_eq!(after["today"]["billable_impressions"], 20, "{after}");
+}
+
 conformance!(
+    a_day_sealed_between_two_answers_is_counted_in_both,
     caps_stop_a_campaign_within_a_second_and_count_each_billable_window_once,
     pace_and_today_follow_the_campaign_zone,
     a_campaign_without_caps_never_stops_and_bad_settings_are_refused,

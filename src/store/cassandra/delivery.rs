@@ -11,7 +11,7 @@ use crate::domain::ids::CampaignKey;
 use crate::domain::process::ProcessId;
 use crate::domain::time::Day;
 use crate::store::error::Message;
-use crate::store::{DeliveryStore, LiveCountRow, StoreError};
+use crate::store::{DeliveryStore, LiveCountRow, SealedCounts, StoreError};
 use async_trait::async_trait;
 use chrono::{Datelike, NaiveDate};
 use scylla::client::session::Session;
@@ -29,6 +29,7 @@ pub struct DeliveryStatements {
     delete_live_day: PreparedStatement,
     update_sealed: PreparedStatement,
     select_sealed: PreparedStatement,
+    select_version: PreparedStatement,
 }
 
 impl DeliveryStatements {
@@ -39,6 +40,7 @@ impl DeliveryStatements {
             delete_live_day,
             update_sealed,
             select_sealed,
+            select_version,
         ] = prepare_all(
             session,
             [
@@ -56,13 +58,18 @@ impl DeliveryStatements {
                     "DELETE FROM {keyspace}.delivery_live \
                      WHERE advertiser_id = ? AND campaign_id = ? AND day = ?"
                 ),
+                // The day and the partition's version in one statement: they change together.
                 format!(
-                    "UPDATE {keyspace}.delivery_sealed SET days[?] = ? \
+                    "UPDATE {keyspace}.delivery_sealed SET days[?] = ?, sealed_version = ? \
                      WHERE advertiser_id = ? AND campaign_id = ? AND month = ?"
                 ),
                 format!(
-                    "SELECT days FROM {keyspace}.delivery_sealed \
+                    "SELECT days, sealed_version FROM {keyspace}.delivery_sealed \
                      WHERE advertiser_id = ? AND campaign_id = ?"
+                ),
+                format!(
+                    "SELECT sealed_version FROM {keyspace}.delivery_sealed \
+                     WHERE advertiser_id = ? AND campaign_id = ? LIMIT 1"
                 ),
             ],
         )
@@ -73,6 +80,7 @@ impl DeliveryStatements {
             delete_live_day,
             update_sealed,
             select_sealed,
+            select_version,
         })
     }
 }
@@ -100,6 +108,12 @@ struct StoredLive {
 #[derive(DeserializeRow)]
 struct StoredMonth {
     days: Option<HashMap<NaiveDate, Vec<u8>>>,
+    sealed_version: Option<Uuid>,
+}
+
+#[derive(DeserializeRow)]
+struct StoredVersion {
+    sealed_version: Option<Uuid>,
 }
 
 fn campaign_values(campaign: CampaignKey) -> (Uuid, Uuid) {
@@ -190,6 +204,7 @@ impl DeliveryStore for CassandraStore {
         let values = (
             day.date(),
             slices.to_bytes(),
+            Uuid::new_v4(),
             advertiser_id,
             campaign_id,
             month_of(day),
@@ -203,10 +218,7 @@ impl DeliveryStore for CassandraStore {
         .await
     }
 
-    async fn read_sealed_counts(
-        &self,
-        campaign: CampaignKey,
-    ) -> Result<Vec<(Day, DaySlices)>, StoreError> {
+    async fn read_sealed_counts(&self, campaign: CampaignKey) -> Result<SealedCounts, StoreError> {
         const CONTEXT: &str = "reading sealed delivery";
         let statements = &self.prepared().await?.delivery;
         let months: Vec<StoredMonth> = read_all(
@@ -216,10 +228,26 @@ impl DeliveryStore for CassandraStore {
             CONTEXT,
         )
         .await?;
-        months
-            .into_iter()
-            .flat_map(|month| month.days.unwrap_or_default())
-            .map(|(day, bytes)| Ok((Day::new(day), slices(&bytes, CONTEXT)?)))
-            .collect()
+        let mut counts = SealedCounts::default();
+        for month in months {
+            // Static: the same on every row of the partition.
+            counts.version = counts.version.or(month.sealed_version);
+            for (day, bytes) in month.days.unwrap_or_default() {
+                counts.days.push((Day::new(day), slices(&bytes, CONTEXT)?));
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError> {
+        let statements = &self.prepared().await?.delivery;
+        let rows: Vec<StoredVersion> = read_all(
+            &self.session,
+            &statements.select_version,
+            campaign_values(campaign),
+            "reading the sealed delivery version",
+        )
+        .await?;
+        Ok(rows.into_iter().find_map(|row| row.sealed_version))
     }
 }

@@ -1,7 +1,8 @@
 //! Billable impressions for delivery in the embedded store: live rows keyed by campaign, day
-//! and writer, sealed totals keyed by campaign and day. Each campaign's rows are one
-//! contiguous key range, read by one scan; the folder has one writer, so a day a row needs no
-//! month grouping to stay cheap.
+//! and writer, sealed totals keyed by campaign and day, beside the version of the campaign's
+//! sealed totals (the campaign prefix and one byte). Each campaign's rows are one contiguous
+//! key range, read by one scan; the folder has one writer, so a day a row needs no month
+//! grouping to stay cheap.
 
 use super::EmbeddedStore;
 use super::committer::Removals;
@@ -11,7 +12,7 @@ use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;
 use crate::domain::process::ProcessId;
 use crate::domain::time::Day;
-use crate::store::{DeliveryStore, LiveCountRow, StoreError};
+use crate::store::{DeliveryStore, LiveCountRow, SealedCounts, StoreError};
 use async_trait::async_trait;
 use uuid::Uuid;
 
@@ -26,6 +27,16 @@ fn day_key(campaign: CampaignKey, day: Day) -> Vec<u8> {
 fn live_key(campaign: CampaignKey, day: Day, writer: ProcessId) -> Vec<u8> {
     let mut key = day_key(campaign, day);
     key.extend_from_slice(writer.as_uuid().as_bytes());
+    key
+}
+
+/// The version of a campaign's sealed totals: the campaign prefix and this byte, shorter
+/// than any day's key.
+const VERSION_SUFFIX: u8 = b'v';
+
+fn version_key(campaign: CampaignKey) -> Vec<u8> {
+    let mut key = campaign_prefix(campaign);
+    key.push(VERSION_SUFFIX);
     key
 }
 
@@ -97,19 +108,23 @@ impl DeliveryStore for EmbeddedStore {
         day: Day,
         slices: &DaySlices,
     ) -> Result<(), StoreError> {
-        let row = (
-            Table::DeliverySealed,
-            day_key(campaign, day),
-            slices.to_bytes(),
-        );
-        self.write("writing a sealed day's delivery", vec![row])
-            .await
+        let rows = vec![
+            (
+                Table::DeliverySealed,
+                day_key(campaign, day),
+                slices.to_bytes(),
+            ),
+            (
+                Table::DeliverySealed,
+                version_key(campaign),
+                Uuid::new_v4().as_bytes().to_vec(),
+            ),
+        ];
+        // One commit: the day and the version change together.
+        self.write("writing a sealed day's delivery", rows).await
     }
 
-    async fn read_sealed_counts(
-        &self,
-        campaign: CampaignKey,
-    ) -> Result<Vec<(Day, DaySlices)>, StoreError> {
+    async fn read_sealed_counts(&self, campaign: CampaignKey) -> Result<SealedCounts, StoreError> {
         const CONTEXT: &str = "reading sealed delivery";
         let rows = self
             .scan(
@@ -119,16 +134,33 @@ impl DeliveryStore for EmbeddedStore {
                 CONTEXT,
             )
             .await?;
-        rows.iter()
-            .map(|(key, value)| {
-                let day = key
-                    .get(32..36)
-                    .and_then(decode_day)
-                    .ok_or_else(|| corrupt(CONTEXT))?;
-                let slices = DaySlices::from_bytes(value).ok_or_else(|| corrupt(CONTEXT))?;
-                Ok((day, slices))
-            })
-            .collect()
+        let mut counts = SealedCounts::default();
+        for (key, value) in &rows {
+            if key.len() == 33 {
+                counts.version = Some(Uuid::from_slice(value).map_err(|_| corrupt(CONTEXT))?);
+                continue;
+            }
+            let day = key
+                .get(32..36)
+                .and_then(decode_day)
+                .ok_or_else(|| corrupt(CONTEXT))?;
+            let slices = DaySlices::from_bytes(value).ok_or_else(|| corrupt(CONTEXT))?;
+            counts.days.push((day, slices));
+        }
+        Ok(counts)
+    }
+
+    async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError> {
+        const CONTEXT: &str = "reading the sealed delivery version";
+        let key = version_key(campaign);
+        let mut end = key.clone();
+        end.push(0);
+        let rows = self
+            .scan_range(Table::DeliverySealed, key, Some(end), CONTEXT)
+            .await?;
+        rows.first()
+            .map(|(_, value)| Uuid::from_slice(value).map_err(|_| corrupt(CONTEXT)))
+            .transpose()
     }
 }
 
