@@ -150,11 +150,22 @@ impl LiveDelivery {
     /// This process's counts of `campaign`'s days still in memory (fresher than its stored
     /// rows).
     pub fn days_of(&self, campaign: CampaignKey) -> BTreeMap<Day, DaySlices> {
+        self.days_of_where(campaign, |_| true)
+    }
+
+    /// This process's counts of the `campaign`'s days in memory that `wanted` picks: only
+    /// those are copied (after a backfill a process holds a year of days for minutes).
+    pub fn days_of_where(
+        &self,
+        campaign: CampaignKey,
+        wanted: impl Fn(Day) -> bool,
+    ) -> BTreeMap<Day, DaySlices> {
         lock(&self.counters)
             .campaigns
             .get(&campaign)
             .map(|days| {
                 days.iter()
+                    .filter(|(day, _)| wanted(**day))
                     .map(|(day, counter)| (*day, counter.slices.clone()))
                     .collect()
             })

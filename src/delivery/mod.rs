@@ -88,7 +88,9 @@ impl DeliveryService {
             }
         };
         let caps = history.latest().caps();
-        let mine = self.live.days_of(campaign);
+        let mine = self
+            .live
+            .days_of_where(campaign, |day| !sealed.is_sealed(day));
         let mut days = sealed.recent().clone();
         for row in live_rows {
             let own_fresher = row.writer == self.live.writer() && mine.contains_key(&row.day);
@@ -97,7 +99,7 @@ impl DeliveryService {
             }
             days.entry(row.day).or_default().merge(&row.slices);
         }
-        for (day, slices) in mine.iter().filter(|(day, _)| !sealed.is_sealed(**day)) {
+        for (day, slices) in &mine {
             days.entry(*day).or_default().merge(slices);
         }
         let (_, start, end) = local_day(caps.tz, as_of);
