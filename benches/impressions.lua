@@ -1,0 +1,33 @@
+-- wrk script for `scripts/bench engine`: NDJSON batches of 500 fresh impressions (new
+-- impression and user ids in every event, one campaign, 20 ads, timestamps of now), posted
+-- with the bench's admin key: the flat-out ingest that fills the embedded engine's memtables.
+local batch = tonumber(os.getenv("BENCH_BATCH") or "500")
+local key = os.getenv("BENCH_KEY") or ""
+local advertiser = "6f1c1e1a-0000-4000-8000-00000000000a"
+local campaign = "6f1c1e1a-0000-4000-8000-00000000000c"
+local ads = {}
+
+local function uuid()
+  return string.format("%08x-%04x-4%03x-8%03x-%04x%08x",
+    math.random(0, 0xffffffff), math.random(0, 0xffff), math.random(0, 0xfff),
+    math.random(0, 0xfff), math.random(0, 0xffff), math.random(0, 0xffffffff))
+end
+
+function init(args)
+  math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
+  for n = 1, 20 do ads[n] = uuid() end
+end
+
+request = function()
+  local now = os.time() * 1000
+  local lines = {}
+  for n = 1, batch do
+    lines[n] = '{"impression_id":"' .. uuid() .. '","advertiser_id":"' .. advertiser
+      .. '","campaign_id":"' .. campaign .. '","ad_id":"' .. ads[(n % 20) + 1]
+      .. '","user_id":"' .. uuid() .. '","timestamp":' .. now .. '}'
+  end
+  return wrk.format("POST", "/v1/impressions", {
+    ["Content-Type"] = "application/x-ndjson",
+    ["Authorization"] = "Bearer " .. key,
+  }, table.concat(lines, "\n"))
+end
