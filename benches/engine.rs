@@ -11,9 +11,6 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 use support::server::{ADMIN_KEY, Server};
 
 /// (name, memtable, cache, journal). The first is what the store used before the flags:
@@ -33,20 +30,7 @@ async fn ingest(
     batch: usize,
 ) -> (f64, String, f64) {
     let server = Server::start(env!("CARGO_BIN_EXE_adevents"), extra).await;
-    let pid = server.child.id();
-    let sampling = Arc::new(AtomicBool::new(true));
-    let peak = Arc::new(AtomicU64::new(support::rss_mib(pid).to_bits()));
-    let sampler = {
-        let (sampling, peak) = (Arc::clone(&sampling), Arc::clone(&peak));
-        tokio::spawn(async move {
-            while sampling.load(Ordering::SeqCst) {
-                let rss = support::rss_mib(pid);
-                let before = f64::from_bits(peak.load(Ordering::SeqCst));
-                peak.store(before.max(rss).to_bits(), Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let sampler = support::PeakRss::start(server.child.id());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/impressions.lua");
     let url = format!("{}/v1/impressions", server.base);
     let batch_text = batch.to_string();
@@ -58,14 +42,9 @@ async fn ingest(
         &[("BENCH_KEY", ADMIN_KEY), ("BENCH_BATCH", &batch_text)],
     )
     .await;
-    sampling.store(false, Ordering::SeqCst);
-    let _ = sampler.await;
+    let peak = sampler.stop().await;
     server.stop();
-    (
-        result.per_second * batch as f64,
-        result.errors,
-        f64::from_bits(peak.load(Ordering::SeqCst)),
-    )
+    (result.per_second * batch as f64, result.errors, peak)
 }
 
 #[tokio::main]

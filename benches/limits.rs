@@ -45,20 +45,7 @@ async fn fresh_track(
     assert!(registered.status().is_success(), "{}", registered.status());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let start = support::rss_mib(server.child.id());
-    let sampling = Arc::new(AtomicBool::new(true));
-    let peak = Arc::new(AtomicU64::new(start.to_bits()));
-    let pid = server.child.id();
-    let sampler = {
-        let (sampling, peak) = (Arc::clone(&sampling), Arc::clone(&peak));
-        tokio::spawn(async move {
-            while sampling.load(Ordering::SeqCst) {
-                let rss = support::rss_mib(pid);
-                let before = f64::from_bits(peak.load(Ordering::SeqCst));
-                peak.store(before.max(rss).to_bits(), Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let sampler = support::PeakRss::start(server.child.id());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/track_fresh.lua");
     let url = format!("{}/track", server.base);
     let result = support::server::wrk(
@@ -70,15 +57,9 @@ async fn fresh_track(
     )
     .await;
     let (per_second, errors) = (result.per_second, result.errors);
-    sampling.store(false, Ordering::SeqCst);
-    let _ = sampler.await;
+    let peak = sampler.stop().await;
     server.stop();
-    (
-        per_second,
-        errors,
-        start,
-        f64::from_bits(peak.load(Ordering::SeqCst)),
-    )
+    (per_second, errors, start, peak)
 }
 
 /// Impressions accepted per second by `clients` posting 500-event batches for `seconds`.

@@ -74,6 +74,35 @@ pub fn rss_mib(pid: u32) -> f64 {
         / 1024.0
 }
 
+/// Samples a process's resident memory every 100 ms from [`PeakRss::start`] until
+/// [`PeakRss::stop`], which gives the highest sample (in MiB).
+pub struct PeakRss {
+    sampling: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: tokio::task::JoinHandle<f64>,
+}
+
+impl PeakRss {
+    pub fn start(pid: u32) -> Self {
+        let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let running = std::sync::Arc::clone(&sampling);
+        let sampler = tokio::spawn(async move {
+            let mut peak = rss_mib(pid);
+            while running.load(std::sync::atomic::Ordering::SeqCst) {
+                peak = peak.max(rss_mib(pid));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            peak
+        });
+        Self { sampling, sampler }
+    }
+
+    pub async fn stop(self) -> f64 {
+        self.sampling
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.sampler.await.unwrap_or_default()
+    }
+}
+
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
