@@ -4,7 +4,7 @@
 
 use crate::common::beacons::{register_site, uniques};
 use crate::common::events::{Campaign, post_all, summary};
-use crate::common::{Backend, TestServer, eventually, http};
+use crate::common::{Backend, create_key, eventually};
 use axum::response::Html;
 use chrono::{Duration, Utc};
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -235,18 +235,6 @@ async fn a_page_with_the_tracker_counts_its_views_and_one_visitor() {
     browser.client.clone().close().await.expect("closed");
 }
 
-async fn create_key(server: &TestServer, body: Value) -> String {
-    let response = http()
-        .post(server.url("/v1/keys"))
-        .json(&body)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status(), StatusCode::CREATED);
-    let answer: Value = response.json().await.expect("JSON");
-    answer["key"].as_str().expect("a key").to_owned()
-}
-
 /// The value the dashboard shows for `metric` in its totals.
 fn shown(metric: &str) -> String {
     format!(
@@ -297,7 +285,8 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
         &server,
         json!({"scope": "read", "advertiser_id": campaign.advertiser_id, "name": "dashboard"}),
     )
-    .await;
+    .await
+    .0;
     let browser = Browser::start().await;
 
     browser
@@ -361,7 +350,9 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
         assert_eq!(response.status(), StatusCode::NO_CONTENT);
     }
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let site_key = create_key(&server, json!({"scope": "read", "site": site})).await;
+    let site_key = create_key(&server, json!({"scope": "read", "site": site}))
+        .await
+        .0;
     let day_query = vec![
         ("from".to_owned(), from.clone()),
         ("to".to_owned(), to.clone()),

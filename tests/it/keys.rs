@@ -3,7 +3,7 @@
 
 use crate::common::beacons::{fresh_site, register_site};
 use crate::common::events::{Campaign, at};
-use crate::common::{ADMIN_KEY, Backend, TestServer, anonymous_http, eventually, http};
+use crate::common::{ADMIN_KEY, Backend, TestServer, anonymous_http, create_key, eventually, http};
 use adevents::http::ServiceOptions;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -88,23 +88,6 @@ fn expected(who: Who, allowed: Allowed, ok: StatusCode) -> StatusCode {
     } else {
         StatusCode::UNAUTHORIZED
     }
-}
-
-/// Creates a key with the admin key; returns its secret and id.
-async fn create_key(server: &TestServer, body: Value) -> (String, String) {
-    let response = http()
-        .post(server.url("/v1/keys"))
-        .json(&body)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status(), StatusCode::CREATED);
-    let answer: Value = response.json().await.expect("JSON");
-    assert_eq!(answer["scope"], body["scope"], "{answer}");
-    (
-        answer["key"].as_str().expect("key").to_owned(),
-        answer["id"].as_str().expect("id").to_owned(),
-    )
 }
 
 struct Callers {

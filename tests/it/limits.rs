@@ -5,7 +5,7 @@
 
 use crate::common::beacons::{fresh_site, register_site, uniques};
 use crate::common::events::{Campaign, export_records, get, post, summary};
-use crate::common::{Backend, TestServer, http, test_options};
+use crate::common::{Backend, TestServer, create_key, http, test_options};
 use adevents::http::{ConnectionLimits, InFlight, RateLimits};
 use chrono::{Duration, NaiveDate, Utc};
 use futures::{StreamExt, stream};
@@ -87,15 +87,8 @@ async fn an_address_past_its_beacon_rate_gets_429_and_nothing_of_it_is_stored(ba
 }
 
 async fn create_ingest_key(server: &TestServer, campaign: &Campaign) -> String {
-    let response = http()
-        .post(server.url("/v1/keys"))
-        .json(&json!({"scope": "ingest", "advertiser_id": campaign.advertiser_id}))
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status(), StatusCode::CREATED);
-    let answer: Value = response.json().await.expect("JSON");
-    answer["key"].as_str().expect("key").to_owned()
+    let body = json!({"scope": "ingest", "advertiser_id": campaign.advertiser_id});
+    create_key(server, body).await.0
 }
 
 async fn an_ingest_key_past_its_rate_gets_429_and_nothing_of_it_is_stored(backend: Backend) {

@@ -235,6 +235,24 @@ pub fn http() -> reqwest::Client {
         .expect("HTTP client")
 }
 
+/// A key made with the admin key, as an operator makes one: `POST /v1/keys` with `body`
+/// (its scope and owner). Returns the key's secret and id.
+pub async fn create_key(server: &TestServer, body: serde_json::Value) -> (String, String) {
+    let response = http()
+        .post(server.url("/v1/keys"))
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), reqwest::StatusCode::CREATED);
+    let answer: serde_json::Value = response.json().await.expect("JSON");
+    assert_eq!(answer["scope"], body["scope"], "{answer}");
+    (
+        answer["key"].as_str().expect("key").to_owned(),
+        answer["id"].as_str().expect("id").to_owned(),
+    )
+}
+
 /// A client that sends no key: a browser, or an attacker.
 pub fn anonymous_http() -> reqwest::Client {
     reqwest::Client::builder()
