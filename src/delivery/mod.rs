@@ -1,8 +1,8 @@
 //! Delivery against caps (docs/DESIGN.md, "Delivery and freshness"): what a campaign
 //! delivered today (its own zone's day) and in its life, from a fixed number of reads whatever
-//! its age: the sealed days' totals (held for a moment, [`sealed`]), every writer's live rows of
-//! the days not sealed yet, and this process's own counts from memory; and whether a silent process may hold counts that
-//! are missing (`complete`).
+//! its age: the sealed days' totals (held until a seal changes them, [`sealed`]), every
+//! writer's live rows of the days not sealed yet, and this process's own counts from memory;
+//! and whether a silent process may hold counts that are missing (`complete`).
 
 pub mod live;
 pub mod rebuild;
@@ -46,7 +46,7 @@ pub struct DeliveryService {
     /// The marks of processes found silent, by their last report: a silent process writes
     /// no marks, so each is read once, however many answers ask.
     silent_marks: Mutex<HashMap<SilentReport, Vec<UnflushedDay>>>,
-    /// Sealed totals, read once per campaign and moment however many answers ask.
+    /// Sealed totals, read again only when a seal changed them.
     sealed: SealedCache,
 }
 
