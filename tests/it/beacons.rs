@@ -3,6 +3,7 @@
 
 use crate::common::beacons::{fresh_site, registered_site, uniques};
 use crate::common::{Backend, eventually, http};
+use futures::{StreamExt, stream};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -12,6 +13,7 @@ conformance!(
     the_preflight_and_every_answer_carry_cors_headers,
     invalid_beacons_name_the_field_and_store_nothing,
     site_settings_are_scheduled_like_campaign_settings,
+    beacons_sent_at_once_are_each_stored_once,
 );
 
 /// 2026-11-01T10:00:00Z, in epoch seconds.
@@ -352,5 +354,51 @@ async fn site_settings_are_scheduled_like_campaign_settings(backend: Backend) {
     assert_eq!(
         after["in_force"], 1,
         "a change applies only from its effective_from: {after}"
+    );
+}
+
+/// Many beacons of one partition in flight at once (the store may write them together): each
+/// is stored once, a bot's beacon stays invalid beside valid ones, and every one is answered
+/// only once stored.
+async fn beacons_sent_at_once_are_each_stored_once(backend: Backend) {
+    const BEACONS: i64 = 600;
+    const CRAWLER: &str =
+        "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+    let server = backend.server().await;
+    let site = registered_site(&server.url("")).await;
+    let client = http();
+    let track = server.url("/track");
+    let mut sends = stream::iter(0..BEACONS)
+        .map(|index| {
+            let mut request = client.post(&track).form(&[
+                ("site", site.clone()),
+                ("guid", format!("visitor-{index}")),
+                ("timestamp", (TEN_AM + index).to_string()),
+                ("ref", if index % 2 == 0 { "x" } else { "y" }.to_owned()),
+            ]);
+            if index % 10 == 0 {
+                request = request.header("user-agent", CRAWLER);
+            }
+            async move { request.send().await }
+        })
+        .buffer_unordered(64);
+    while let Some(response) = sends.next().await {
+        assert_eq!(response.expect("answered").status(), StatusCode::NO_CONTENT);
+    }
+
+    let base = server.url("");
+    let expected = json!({"visits": 540, "unique_visitors": 540, "invalid_visits": 60});
+    let counted = eventually(Duration::from_secs(10), || async {
+        uniques(&base, &site, &day_query(&[])).await["total"] == expected
+    })
+    .await;
+    let all = uniques(&base, &site, &day_query(&[])).await;
+    assert!(counted, "{all}");
+    let x = uniques(&base, &site, &day_query(&[("feature.ref", "x")])).await;
+    assert_eq!(
+        x["total"],
+        // Every bot's index is a multiple of ten, so even: all sixty sent `ref=x`.
+        json!({"visits": 240, "unique_visitors": 240, "invalid_visits": 60}),
+        "{x}"
     );
 }

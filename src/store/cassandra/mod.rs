@@ -19,11 +19,13 @@ mod events;
 mod listings;
 pub mod migrator;
 mod processes;
+mod replica_batches;
 mod rollups;
 mod seals;
 mod session;
 mod settings;
 mod statements;
+mod visit_batches;
 mod visits;
 
 use crate::migrations::Migration;
@@ -77,6 +79,8 @@ pub struct CassandraStore {
     prepared: OnceCell<Prepared>,
     /// Seconds for `USING TTL` (0: never expire).
     ttl_seconds: i32,
+    /// Single beacons grouped by partition while a write of the partition is in flight.
+    visit_batches: Arc<visit_batches::VisitBatches>,
 }
 
 impl CassandraStore {
@@ -104,6 +108,7 @@ impl CassandraStore {
             latest_migration: migrations.last().cloned(),
             prepared: OnceCell::new(),
             ttl_seconds,
+            visit_batches: Arc::default(),
         })
     }
 

@@ -4,24 +4,24 @@ use super::CassandraStore;
 use super::config::KeyspaceName;
 use super::errors::decode_error;
 use super::event_reads::validity;
-use super::event_writes::{Validity, user_agent};
-use super::statements::{execute_each, failed, prepare_all, read_all};
+use super::replica_batches;
+use super::statements::{failed, prepare_all, read_all};
+use super::visit_batches::VisitWriter;
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::time::EventTime;
 use crate::store::error::Message;
 use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
 use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use scylla::value::MaybeUnset;
 use scylla::{DeserializeRow, SerializeRow};
+use std::sync::Arc;
 use uuid::Uuid;
 
-/// Beacons per unlogged single-partition batch.
-const VISITS_PER_BATCH: usize = 100;
-/// Sketch rows written at once for one partition.
+/// Requests of sketch rows (one row, or a batch of rows on one node) in flight at once.
 const SKETCHES_IN_FLIGHT: usize = 64;
 
 pub struct VisitStatements {
@@ -73,22 +73,6 @@ fn visit_partition_values(partition: &VisitPartition) -> (&str, NaiveDate, i16) 
     )
 }
 
-/// The bound values of a `visit` insert.
-#[derive(SerializeRow)]
-#[scylla(flavor = "enforce_order", skip_name_checks)]
-struct VisitValues<'a> {
-    site: &'a str,
-    day: NaiveDate,
-    bucket_id: i16,
-    timestamp: DateTime<Utc>,
-    guid: &'a str,
-    features: String,
-    user_agent: MaybeUnset<&'a str>,
-    #[scylla(flatten)]
-    validity: Validity,
-    ttl: i32,
-}
-
 #[derive(DeserializeRow)]
 struct StoredVisit {
     timestamp: DateTime<Utc>,
@@ -127,41 +111,20 @@ impl VisitStore for CassandraStore {
         partition: &VisitPartition,
         visits: &[Beacon],
     ) -> Result<(), StoreError> {
-        let statements = &self.prepared().await?.visits;
-        let (site, day, bucket_id) = visit_partition_values(partition);
-        let rows: Vec<_> = visits
-            .iter()
-            .map(|visit| VisitValues {
-                site,
-                day,
-                bucket_id,
-                timestamp: visit.timestamp.instant(),
-                guid: visit.guid.as_str(),
-                features: visit.features.combination_key(),
-                user_agent: user_agent(visit.user_agent.as_ref()),
-                validity: Validity::of(visit.invalid),
-                ttl: self.ttl_seconds,
-            })
-            .collect();
-        if let [row] = rows.as_slice() {
-            self.session
-                .execute_unpaged(&statements.insert_visit, row)
-                .await
-                .map_err(failed("writing a beacon"))?;
-            return Ok(());
-        }
-        for chunk in rows.chunks(VISITS_PER_BATCH) {
-            let mut batch = Batch::new(BatchType::Unlogged);
-            batch.set_is_idempotent(true);
-            for _ in chunk {
-                batch.append_statement(statements.insert_visit.clone());
+        let writer = VisitWriter {
+            session: Arc::clone(&self.session),
+            insert_visit: self.prepared().await?.visits.insert_visit.clone(),
+            ttl: self.ttl_seconds,
+        };
+        match visits {
+            // One beacon per `/track` request: grouped with its partition's other beacons.
+            [visit] => {
+                self.visit_batches
+                    .write(&writer, partition, visit.clone())
+                    .await
             }
-            self.session
-                .batch(&batch, chunk)
-                .await
-                .map_err(failed("writing beacons"))?;
+            _ => writer.write(partition, visits).await,
         }
-        Ok(())
     }
 
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
@@ -190,28 +153,45 @@ impl VisitStore for CassandraStore {
 
     async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError> {
         let statements = &self.prepared().await?.visits;
-        let rows: Vec<(&SketchPartition, &SketchRow)> = batches
+        let keyspace = self.config.keyspace.to_string();
+        let rows: Vec<SketchValues> = batches
             .iter()
-            .flat_map(|(partition, rows)| rows.iter().map(move |row| (partition, row)))
+            .flat_map(|(partition, rows)| {
+                rows.iter().map(move |row| SketchValues {
+                    site: partition.site.as_str(),
+                    day: partition.day.date(),
+                    combination: partition.combination.as_str(),
+                    hour: row.hour,
+                    writer: row.writer,
+                    sketch: row.sketch.as_slice(),
+                    ttl: self.ttl_seconds,
+                    captured_at: row.captured_at,
+                })
+            })
             .collect();
-        execute_each(
-            &self.session,
-            &statements.insert_sketch,
-            &rows,
-            SKETCHES_IN_FLIGHT,
-            |(partition, row)| SketchValues {
-                site: partition.site.as_str(),
-                day: partition.day.date(),
-                combination: partition.combination.as_str(),
-                hour: row.hour,
-                writer: row.writer,
-                sketch: row.sketch.as_slice(),
-                ttl: self.ttl_seconds,
-                captured_at: row.captured_at,
+        // Each sketch row is a partition of its own: grouped by the node that owns it, a
+        // flush is a few hundred requests, not one per row.
+        let groups = replica_batches::by_replica(
+            rows,
+            |row| {
+                replica_batches::first_replica(
+                    &self.session,
+                    &keyspace,
+                    "visit_sketch",
+                    &(row.site, row.day, row.combination),
+                )
             },
-            "writing sketches",
-        )
-        .await
+            // Keys and blob, plus the day, hour, writer and cell overheads.
+            |row| row.site.len() + row.combination.len() + row.sketch.len() + 64,
+        );
+        let writes: Vec<_> = groups
+            .into_iter()
+            .map(|group| self.write_sketch_group(&statements.insert_sketch, group))
+            .collect();
+        stream::iter(writes)
+            .buffer_unordered(SKETCHES_IN_FLIGHT)
+            .try_collect::<()>()
+            .await
     }
 
     async fn read_sketches(
@@ -240,5 +220,34 @@ impl VisitStore for CassandraStore {
                 captured_at: 0,
             })
             .collect())
+    }
+}
+
+impl CassandraStore {
+    /// Writes rows that [`replica_batches::by_replica`] grouped: alone as one statement,
+    /// together as one unlogged batch (each row keeps its own `USING TIMESTAMP`).
+    async fn write_sketch_group(
+        &self,
+        insert_sketch: &PreparedStatement,
+        group: Vec<SketchValues<'_>>,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "writing sketches";
+        if let [row] = group.as_slice() {
+            self.session
+                .execute_unpaged(insert_sketch, row)
+                .await
+                .map_err(failed(CONTEXT))?;
+            return Ok(());
+        }
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        for _ in &group {
+            batch.append_statement(insert_sketch.clone());
+        }
+        self.session
+            .batch(&batch, group)
+            .await
+            .map_err(failed(CONTEXT))?;
+        Ok(())
     }
 }

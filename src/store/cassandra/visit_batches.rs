@@ -1,0 +1,222 @@
+//! Beacons that arrive together for one partition share one write. `/track` stores one beacon
+//! per request, and a round trip per beacon is what limits it on Cassandra; so while a write of
+//! a partition's beacons is in flight, the partition's next beacons wait and then go together
+//! as one unlogged single-partition batch (atomic and isolated in Cassandra, no batch log),
+//! the way impressions of one request already do. A beacon that finds its partition idle is
+//! written at once: grouping adds no wait when there is nothing to group with.
+//!
+//! Each beacon's call still returns only once its own batch is stored, so `204` still means
+//! stored. The waiting beacons are bounded by the requests the server lets in at once.
+
+use super::event_writes::{Validity, user_agent};
+use super::statements::failed;
+use crate::domain::beacon::{Beacon, VisitPartition};
+use crate::store::StoreError;
+use chrono::{DateTime, NaiveDate, Utc};
+use futures::future::join_all;
+use scylla::SerializeRow;
+use scylla::client::session::Session;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::MaybeUnset;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
+
+/// Beacons per unlogged single-partition batch. Single-partition batches are exempt from
+/// Cassandra's batch-size warnings (CASSANDRA-10876); a beacon is at most a few KiB, so a batch
+/// stays far below the mutation limit.
+pub const VISITS_PER_BATCH: usize = 100;
+
+/// The bound values of a `visit` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct VisitValues<'a> {
+    site: &'a str,
+    day: NaiveDate,
+    bucket_id: i16,
+    timestamp: DateTime<Utc>,
+    guid: &'a str,
+    features: String,
+    user_agent: MaybeUnset<&'a str>,
+    #[scylla(flatten)]
+    validity: Validity,
+    ttl: i32,
+}
+
+impl<'a> VisitValues<'a> {
+    pub fn new(partition: &'a VisitPartition, visit: &'a Beacon, ttl: i32) -> Self {
+        Self {
+            site: partition.site.as_str(),
+            day: partition.day.date(),
+            // Below 256 by construction.
+            bucket_id: partition.bucket.get() as i16,
+            timestamp: visit.timestamp.instant(),
+            guid: visit.guid.as_str(),
+            features: visit.features.combination_key(),
+            user_agent: user_agent(visit.user_agent.as_ref()),
+            validity: Validity::of(visit.invalid),
+            ttl,
+        }
+    }
+}
+
+/// What writing a partition's beacons needs; owned, so a write outlives the request that
+/// started it (a client that hangs up does not strand the beacons waiting behind it).
+#[derive(Clone)]
+pub struct VisitWriter {
+    pub session: Arc<Session>,
+    pub insert_visit: PreparedStatement,
+    /// Seconds for `USING TTL` (0: never expire).
+    pub ttl: i32,
+}
+
+impl VisitWriter {
+    /// Writes one partition's beacons: alone as one statement, together in batches.
+    pub async fn write(
+        &self,
+        partition: &VisitPartition,
+        visits: &[Beacon],
+    ) -> Result<(), StoreError> {
+        if let [visit] = visits {
+            self.session
+                .execute_unpaged(
+                    &self.insert_visit,
+                    VisitValues::new(partition, visit, self.ttl),
+                )
+                .await
+                .map_err(failed("writing a beacon"))?;
+            return Ok(());
+        }
+        let results = join_all(
+            visits
+                .chunks(VISITS_PER_BATCH)
+                .map(|chunk| self.write_batch(partition, chunk)),
+        )
+        .await;
+        results.into_iter().collect()
+    }
+
+    async fn write_batch(
+        &self,
+        partition: &VisitPartition,
+        chunk: &[Beacon],
+    ) -> Result<(), StoreError> {
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let values: Vec<VisitValues> = chunk
+            .iter()
+            .map(|visit| {
+                batch.append_statement(self.insert_visit.clone());
+                VisitValues::new(partition, visit, self.ttl)
+            })
+            .collect();
+        self.session
+            .batch(&batch, values)
+            .await
+            .map_err(failed("writing beacons"))?;
+        Ok(())
+    }
+}
+
+/// A beacon waiting for its partition's next write, and who to tell how it went.
+struct Waiting {
+    visit: Beacon,
+    stored: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The partitions with a write in flight, each with the beacons waiting for the next one.
+#[derive(Default)]
+pub struct VisitBatches {
+    waiting: Mutex<HashMap<VisitPartition, Vec<Waiting>>>,
+}
+
+impl VisitBatches {
+    /// Stores `visit` in `partition`, together with whatever else waits for that partition.
+    pub async fn write(
+        self: &Arc<Self>,
+        writer: &VisitWriter,
+        partition: &VisitPartition,
+        visit: Beacon,
+    ) -> Result<(), StoreError> {
+        let (stored, outcome) = oneshot::channel();
+        let leads = match self.lock().entry(partition.clone()) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push(Waiting { visit, stored });
+                false
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(vec![Waiting { visit, stored }]);
+                true
+            }
+        };
+        if leads {
+            tokio::spawn(Arc::clone(self).drain(writer.clone(), partition.clone()));
+        }
+        outcome.await.unwrap_or_else(|_| {
+            Err(StoreError::internal_message(
+                "writing beacons: the writer ended before the beacon was stored",
+            ))
+        })
+    }
+
+    /// Writes the partition's waiting beacons, batch after batch, until none wait.
+    async fn drain(self: Arc<Self>, writer: VisitWriter, partition: VisitPartition) {
+        let mut draining = Draining {
+            batches: &self,
+            partition: &partition,
+            done: false,
+        };
+        loop {
+            // The partition stays in the map, empty, while its batch is written: that is what
+            // tells the next beacons to wait instead of writing on their own. It leaves under
+            // the same lock that finds nothing waiting, so no beacon is left behind.
+            let batch = {
+                let mut waiting = self.lock();
+                match waiting.get_mut(&partition) {
+                    Some(queue) if !queue.is_empty() => std::mem::take(queue),
+                    _ => {
+                        waiting.remove(&partition);
+                        draining.done = true;
+                        return;
+                    }
+                }
+            };
+            let (visits, told): (Vec<Beacon>, Vec<_>) = batch
+                .into_iter()
+                .map(|waiting| (waiting.visit, waiting.stored))
+                .unzip();
+            let outcome = writer.write(&partition, &visits).await;
+            for stored in told {
+                // A caller that stopped waiting no longer needs the answer.
+                let _ = stored.send(outcome.clone());
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<VisitPartition, Vec<Waiting>>> {
+        // The map stays consistent whatever panicked while it was held.
+        self.waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A partition's drain in progress. Dropped before the drain found nothing waiting (the task
+/// panicked, or the runtime is shutting down), it removes the partition anyway: its waiting
+/// callers get an error rather than wait for a drain that will never come, and later beacons
+/// start afresh.
+struct Draining<'a> {
+    batches: &'a VisitBatches,
+    partition: &'a VisitPartition,
+    done: bool,
+}
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.batches.lock().remove(self.partition);
+        }
+    }
+}
