@@ -6,6 +6,12 @@
 //!
 //! `scripts/bench ingest` (starts the Cassandra node if needed). Knobs: BENCH_EVENTS (per
 //! variant and round, default 50000), BENCH_ROUNDS (default 3), BENCH_CLIENTS (default 8).
+//!
+//! `BENCH_MODE=sustained scripts/bench ingest` compares only the service on Cassandra (batch
+//! mode, keys on) with the raw driver's batches, in rounds long enough to take in the node's
+//! memtable flushes and compactions (default 1,000,000 events per variant and 5 rounds), and
+//! reports what the node did during each: a burst of 50,000 events fits in the node's memtable
+//! and measures the client, a sustained run measures the node.
 
 mod support;
 
@@ -247,8 +253,71 @@ async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
     n as f64 / elapsed.as_secs_f64()
 }
 
+/// The sustained comparison: raw batches against the service, interleaved, with the node's
+/// activity beside each.
+async fn sustained(clients: usize) {
+    let n = support::env_knob("BENCH_EVENTS", 1_000_000);
+    let rounds = support::env_knob("BENCH_ROUNDS", 5);
+    let raw_store = support::store(WriteMode::Rows).await;
+    let service: Arc<dyn Store> = Arc::new(support::store(WriteMode::Batch).await);
+    raw_driver(&raw_store, 20_000, Raw::Batches).await;
+    through_http(Arc::clone(&service), 20_000, clients, Keys::On).await;
+    println!(
+        "## Sustained ingest on Cassandra: {n} events per variant and round, {rounds} rounds\n"
+    );
+    println!(
+        "| round | variant | events/s | seconds | node cores | bench process cores | flushes | compactions | GC pauses ≥200 ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let (mut raw, mut http, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        // In turns first: whichever runs second meets the flushes and compactions the first
+        // left behind.
+        let raw_first = round % 2 == 1;
+        let mut measured = [0.0; 2];
+        for turn in 0..2 {
+            let is_raw = (turn == 0) == raw_first;
+            let watch = support::node::NodeWatch::start();
+            let rate = if is_raw {
+                raw_driver(&raw_store, n, Raw::Batches).await
+            } else {
+                through_http(Arc::clone(&service), n, clients, Keys::On).await
+            };
+            let node = watch.stop();
+            let name = if is_raw {
+                "raw driver, batches of 100, 16 in flight"
+            } else {
+                "service over HTTP, batch mode, keys on"
+            };
+            println!(
+                "| {round} | {name} | {rate:.0} | {:.1} | {:.2} | {:.2} | {} | {} | {} |",
+                n as f64 / rate,
+                node.node_cores,
+                node.bench_cores,
+                node.flushes,
+                node.compactions,
+                node.gc_pauses
+            );
+            measured[usize::from(!is_raw)] = rate;
+        }
+        raw.push(measured[0]);
+        http.push(measured[1]);
+        ratios.push(measured[1] / measured[0]);
+    }
+    let (raw, http) = (support::median(raw), support::median(http));
+    println!(
+        "\nmedian: raw driver {raw:.0}/s, service {http:.0}/s: {:.2} of raw (median of the rounds' ratios: {:.2})",
+        http / raw,
+        support::median(ratios)
+    );
+}
+
 #[tokio::main]
 async fn main() {
+    if std::env::var("BENCH_MODE").is_ok_and(|mode| mode == "sustained") {
+        sustained(support::env_knob("BENCH_CLIENTS", 8)).await;
+        return;
+    }
     let n = support::env_knob("BENCH_EVENTS", 50_000);
     let rounds = support::env_knob("BENCH_ROUNDS", 3);
     let clients = support::env_knob("BENCH_CLIENTS", 8);

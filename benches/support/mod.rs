@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod node;
 pub mod server;
 
 use adevents::migrations;
