@@ -32,6 +32,16 @@ fn day_query(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     query
 }
 
+/// Waits (up to the sketch flush and a margin) until the site's 2026-11-01 total is `expected`.
+async fn day_total_becomes(base: &str, site: &str, expected: Value) {
+    let counted = eventually(Duration::from_secs(10), || async {
+        uniques(base, site, &day_query(&[])).await["total"] == expected
+    })
+    .await;
+    let all = uniques(base, site, &day_query(&[])).await;
+    assert!(counted, "{all}");
+}
+
 async fn every_beacon_form_is_counted(backend: Backend) {
     let server = backend.server().await;
     let site = registered_site(&server.url("")).await;
@@ -116,13 +126,12 @@ async fn every_beacon_form_is_counted(backend: Backend) {
     assert!(gif.starts_with(b"GIF89a"), "{gif:?}");
 
     let base = server.url("");
-    let counted = eventually(Duration::from_secs(10), || async {
-        let all = uniques(&base, &site, &day_query(&[])).await;
-        all["total"] == json!({"visits": 7, "unique_visitors": 7, "invalid_visits": 0})
-    })
+    day_total_becomes(
+        &base,
+        &site,
+        json!({"visits": 7, "unique_visitors": 7, "invalid_visits": 0}),
+    )
     .await;
-    let all = uniques(&base, &site, &day_query(&[])).await;
-    assert!(counted, "{all}");
     let x = uniques(&base, &site, &day_query(&[("feature.ref", "x")])).await;
     assert_eq!(
         x["total"],
@@ -387,13 +396,12 @@ async fn beacons_sent_at_once_are_each_stored_once(backend: Backend) {
     }
 
     let base = server.url("");
-    let expected = json!({"visits": 540, "unique_visitors": 540, "invalid_visits": 60});
-    let counted = eventually(Duration::from_secs(10), || async {
-        uniques(&base, &site, &day_query(&[])).await["total"] == expected
-    })
+    day_total_becomes(
+        &base,
+        &site,
+        json!({"visits": 540, "unique_visitors": 540, "invalid_visits": 60}),
+    )
     .await;
-    let all = uniques(&base, &site, &day_query(&[])).await;
-    assert!(counted, "{all}");
     let x = uniques(&base, &site, &day_query(&[("feature.ref", "x")])).await;
     assert_eq!(
         x["total"],
