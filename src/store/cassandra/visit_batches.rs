@@ -6,7 +6,9 @@
 //! written at once: grouping adds no wait when there is nothing to group with.
 //!
 //! Each beacon's call still returns only once its own batch is stored, so `204` still means
-//! stored. The waiting beacons are bounded by the requests the server lets in at once.
+//! stored. The waiting beacons are bounded by the requests the server lets in at once, and by
+//! [`MAX_WAITING_BEACONS`] (a caller that hangs up gives back its in-flight place while its
+//! beacon still waits to be written).
 
 use super::event_writes::{Validity, user_agent};
 use super::statements::failed;
@@ -28,6 +30,11 @@ use tokio::sync::oneshot;
 /// Cassandra's batch-size warnings (CASSANDRA-10876); a beacon is at most a few KiB, so a batch
 /// stays far below the mutation limit.
 pub const VISITS_PER_BATCH: usize = 100;
+
+/// Beacons waiting for a write at once, over all partitions: while the store is slow, callers
+/// that hang up could otherwise queue beacons faster than they are written. Past it a beacon
+/// is refused as "store unavailable" (503, retry later), never queued.
+pub const MAX_WAITING_BEACONS: usize = 16_384;
 
 /// The bound values of a `visit` insert.
 #[derive(SerializeRow)]
@@ -129,7 +136,64 @@ struct Waiting {
 /// The partitions with a write in flight, each with the beacons waiting for the next one.
 #[derive(Default)]
 pub struct VisitBatches {
-    waiting: Mutex<HashMap<VisitPartition, Vec<Waiting>>>,
+    queues: Mutex<Queues>,
+}
+
+#[derive(Default)]
+struct Queues {
+    by_partition: HashMap<VisitPartition, Vec<Waiting>>,
+    /// Beacons in all the queues.
+    waiting: usize,
+}
+
+impl Queues {
+    /// Queues `waiting` for `partition`'s next write; true when no write of the partition is
+    /// in flight, and the caller must start one.
+    fn enqueue(
+        &mut self,
+        partition: &VisitPartition,
+        waiting: Waiting,
+    ) -> Result<bool, StoreError> {
+        if self.waiting >= MAX_WAITING_BEACONS {
+            return Err(StoreError::unavailable_message(format!(
+                "writing a beacon: {MAX_WAITING_BEACONS} beacons are already waiting for the store"
+            )));
+        }
+        self.waiting += 1;
+        Ok(match self.by_partition.entry(partition.clone()) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push(waiting);
+                false
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(vec![waiting]);
+                true
+            }
+        })
+    }
+
+    /// The partition's waiting beacons, leaving it queued and empty while they are written;
+    /// `None` when none wait, and then the partition is no longer queued.
+    fn take(&mut self, partition: &VisitPartition) -> Option<Vec<Waiting>> {
+        match self.by_partition.get_mut(partition) {
+            Some(queue) if !queue.is_empty() => {
+                let batch = std::mem::take(queue);
+                self.waiting -= batch.len();
+                Some(batch)
+            }
+            _ => {
+                self.by_partition.remove(partition);
+                None
+            }
+        }
+    }
+
+    /// Drops the partition and whatever waits for it: their callers hear an error.
+    fn abandon(&mut self, partition: &VisitPartition) {
+        if let Some(dropped) = self.by_partition.remove(partition) {
+            self.waiting -= dropped.len();
+        }
+    }
 }
 
 impl VisitBatches {
@@ -141,16 +205,7 @@ impl VisitBatches {
         visit: Beacon,
     ) -> Result<(), StoreError> {
         let (stored, outcome) = oneshot::channel();
-        let leads = match self.lock().entry(partition.clone()) {
-            Entry::Occupied(mut queue) => {
-                queue.get_mut().push(Waiting { visit, stored });
-                false
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(vec![Waiting { visit, stored }]);
-                true
-            }
-        };
+        let leads = self.lock().enqueue(partition, Waiting { visit, stored })?;
         if leads {
             tokio::spawn(Arc::clone(self).drain(writer.clone(), partition.clone()));
         }
@@ -169,19 +224,12 @@ impl VisitBatches {
             done: false,
         };
         loop {
-            // The partition stays in the map, empty, while its batch is written: that is what
+            // The partition stays queued, empty, while its batch is written: that is what
             // tells the next beacons to wait instead of writing on their own. It leaves under
             // the same lock that finds nothing waiting, so no beacon is left behind.
-            let batch = {
-                let mut waiting = self.lock();
-                match waiting.get_mut(&partition) {
-                    Some(queue) if !queue.is_empty() => std::mem::take(queue),
-                    _ => {
-                        waiting.remove(&partition);
-                        draining.done = true;
-                        return;
-                    }
-                }
+            let Some(batch) = self.lock().take(&partition) else {
+                draining.done = true;
+                return;
             };
             let (visits, told): (Vec<Beacon>, Vec<_>) = batch
                 .into_iter()
@@ -195,9 +243,9 @@ impl VisitBatches {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<VisitPartition, Vec<Waiting>>> {
-        // The map stays consistent whatever panicked while it was held.
-        self.waiting
+    fn lock(&self) -> MutexGuard<'_, Queues> {
+        // The queues stay consistent whatever panicked while they were held.
+        self.queues
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -216,7 +264,87 @@ struct Draining<'a> {
 impl Drop for Draining<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.batches.lock().remove(self.partition);
+            self.batches.lock().abandon(self.partition);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::beacon::{Features, Guid, SiteId};
+    use crate::domain::bucket::BucketCount;
+    use crate::domain::time::EventTime;
+
+    fn waiting(
+        guid: &str,
+    ) -> (
+        VisitPartition,
+        Waiting,
+        oneshot::Receiver<Result<(), StoreError>>,
+    ) {
+        let visit = Beacon {
+            site: SiteId::parse("example.com").expect("valid site"),
+            guid: Guid::parse(guid).expect("valid guid"),
+            timestamp: EventTime::from_epoch_millis(1_764_158_400_000, chrono::Utc::now())
+                .expect("valid"),
+            features: Features::new(Default::default()).expect("valid features"),
+            user_agent: None,
+            invalid: None,
+        };
+        let (stored, outcome) = oneshot::channel();
+        (
+            visit.partition(BucketCount::ONE),
+            Waiting { visit, stored },
+            outcome,
+        )
+    }
+
+    #[test]
+    fn the_first_beacon_of_an_idle_partition_leads_and_the_rest_wait_for_one_take() {
+        let mut queues = Queues::default();
+        let (partition, first, _) = waiting("a");
+        assert!(queues.enqueue(&partition, first).expect("room"));
+        // The leader's drain takes it; the partition stays queued while it is written.
+        assert_eq!(queues.take(&partition).map(|batch| batch.len()), Some(1));
+        for guid in ["b", "c", "d"] {
+            let (partition, next, _) = waiting(guid);
+            assert!(!queues.enqueue(&partition, next).expect("room"));
+        }
+        assert_eq!(queues.waiting, 3);
+        assert_eq!(queues.take(&partition).map(|batch| batch.len()), Some(3));
+        assert_eq!(queues.waiting, 0);
+        // Nothing left: the partition is idle again and the next beacon leads.
+        assert!(queues.take(&partition).is_none());
+        let (partition, last, _) = waiting("e");
+        assert!(queues.enqueue(&partition, last).expect("room"));
+    }
+
+    #[test]
+    fn past_the_bound_a_beacon_is_refused_as_unavailable_and_an_abandoned_queue_frees_room() {
+        let mut queues = Queues::default();
+        let mut outcomes = Vec::new();
+        let mut partition = None;
+        for index in 0..MAX_WAITING_BEACONS {
+            let (key, next, outcome) = waiting(&format!("visitor-{index}"));
+            queues.enqueue(&key, next).expect("room");
+            outcomes.push(outcome);
+            partition = Some(key);
+        }
+        let partition = partition.expect("queued");
+        let (_, refused, _) = waiting("one-too-many");
+        let error = queues.enqueue(&partition, refused).expect_err("full");
+        assert!(error.is_retryable(), "{error}");
+
+        queues.abandon(&partition);
+        assert_eq!(queues.waiting, 0);
+        // Their callers hear that the writer is gone instead of waiting for ever.
+        assert!(
+            outcomes
+                .iter_mut()
+                .all(|outcome| outcome.try_recv().is_err())
+        );
+        let (_, again, _) = waiting("again");
+        assert!(queues.enqueue(&partition, again).expect("room"));
     }
 }
