@@ -12,6 +12,7 @@
 
 use super::event_writes::{Validity, user_agent};
 use super::statements::failed;
+use super::visits::visit_partition_values;
 use crate::domain::beacon::{Beacon, VisitPartition};
 use crate::store::StoreError;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -54,11 +55,11 @@ pub struct VisitValues<'a> {
 
 impl<'a> VisitValues<'a> {
     pub fn new(partition: &'a VisitPartition, visit: &'a Beacon, ttl: i32) -> Self {
+        let (site, day, bucket_id) = visit_partition_values(partition);
         Self {
-            site: partition.site.as_str(),
-            day: partition.day.date(),
-            // Below 256 by construction.
-            bucket_id: partition.bucket.get() as i16,
+            site,
+            day,
+            bucket_id,
             timestamp: visit.timestamp.instant(),
             guid: visit.guid.as_str(),
             features: visit.features.combination_key(),

@@ -64,7 +64,7 @@ impl VisitStatements {
     }
 }
 
-fn visit_partition_values(partition: &VisitPartition) -> (&str, NaiveDate, i16) {
+pub(super) fn visit_partition_values(partition: &VisitPartition) -> (&str, NaiveDate, i16) {
     (
         partition.site.as_str(),
         partition.day.date(),
