@@ -7,16 +7,23 @@
 //! impressions count without de-duplication (delivery then over-counts, which stops a campaign
 //! early, never late) until old days are dropped. A day is dropped once it may be sealed and
 //! has been quiet for a while: its sealed total answers for it from then on.
+//!
+//! On a store several processes share, a user's window counted by more than one of them
+//! counts once as soon as the window has closed and been compared ([`super::windows`]).
 
+use super::windows::{
+    Entry, PublicationBatch, Published, WindowKey, WindowLedger, cede_targets, ceded,
+};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::Impression;
-use crate::domain::ids::CampaignKey;
+use crate::domain::ids::{CampaignKey, UserId};
 use crate::domain::process::ProcessId;
 use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
 use crate::query::aggregate::BillableWindow;
-use crate::store::{DeliveryStore, LiveCountRow, StoreError};
+use crate::store::{DeliveryStore, LiveCountRow, Store, StoreError, WindowPublication};
 use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard};
@@ -29,6 +36,14 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 pub const MAX_WINDOWS: usize = 4_000_000;
 /// How long a day that may be sealed stays in memory after its last impression.
 const QUIET_BEFORE_DROP: Duration = Duration::from_secs(300);
+/// Marks a window remembered in a day counter that another process counts.
+const CEDED: u8 = u8::MAX;
+/// How long after the process list was read that allowed them given-up windows must be stored,
+/// or they are taken back: a repair waits longer than a read of the list and this after saying
+/// so, before it reads the others' rows (see [`crate::processes::repair`]).
+const CEDE_DEADLINE: Duration = Duration::from_millis(800);
+/// Windows' publications read at once while comparing.
+const WINDOW_READS_IN_FLIGHT: usize = 16;
 
 /// One campaign-day's count in this process.
 struct DayCounter {
@@ -45,6 +60,10 @@ struct Counters {
     campaigns: HashMap<CampaignKey, BTreeMap<Day, DayCounter>>,
     windows: usize,
     warned_full: bool,
+    /// Users counted in windows of open days, until compared with other processes' (only
+    /// when publishing).
+    ledger: WindowLedger,
+    warned_ledger_full: bool,
 }
 
 pub struct LiveDelivery {
@@ -54,6 +73,10 @@ pub struct LiveDelivery {
     /// Keyed per process, so a caller cannot choose users whose windows collide.
     hasher: RandomState,
     counters: Mutex<Counters>,
+    /// Whether other processes may count the same windows (a shared store).
+    publishing: bool,
+    /// One flush at a time: each stores a newer state than the one before.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 /// An impression as counted: its campaign-day, user window and slice.
@@ -61,6 +84,8 @@ pub struct LiveDelivery {
 pub struct Counted {
     pub campaign: CampaignKey,
     pub day: Day,
+    user: UserId,
+    window_start: DateTime<Utc>,
     window: u64,
     slice: usize,
 }
@@ -73,7 +98,16 @@ impl LiveDelivery {
             rule,
             hasher: RandomState::new(),
             counters: Mutex::new(Counters::default()),
+            publishing: false,
+            flushing: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Publishes the users counted in windows of open days for other processes to compare
+    /// with, when `shared` (a store several processes write).
+    pub fn publishing_windows(mut self, shared: bool) -> Self {
+        self.publishing = shared;
+        self
     }
 
     pub fn writer(&self) -> ProcessId {
@@ -92,6 +126,8 @@ impl LiveDelivery {
                 Counted {
                     campaign: impression.campaign,
                     day,
+                    user: impression.user_id,
+                    window_start: self.window.start_of(window),
                     window: self.hasher.hash_one((impression.user_id, window)),
                     slice: DaySlices::slice_of(day, impression.timestamp.epoch_millis()),
                 }
@@ -103,7 +139,9 @@ impl LiveDelivery {
     /// be, never counts twice.
     pub fn count(&self, counted: &[Counted]) {
         let now = Instant::now();
+        let today = Utc::now();
         let mut counters = lock(&self.counters);
+        let counters = &mut *counters;
         let full = counters.windows >= MAX_WINDOWS;
         if full && !counters.warned_full {
             counters.warned_full = true;
@@ -128,6 +166,7 @@ impl LiveDelivery {
             counter.last_counted = now;
             let slice = item.slice as u8;
             match counter.windows.get_mut(&item.window) {
+                Some(first) if *first == CEDED => {}
                 Some(first) if slice < *first => {
                     counter.slices.move_one(usize::from(*first), item.slice);
                     *first = slice;
@@ -138,6 +177,25 @@ impl LiveDelivery {
                     if !full {
                         counter.windows.insert(item.window, slice);
                         added += 1;
+                        if self.publishing && !self.rule.may_seal(item.day, today) {
+                            let window = WindowKey {
+                                campaign: item.campaign,
+                                start: item.window_start,
+                            };
+                            let entry = Entry {
+                                user: item.user,
+                                day: item.day,
+                                key: item.window,
+                            };
+                            if !counters.ledger.note(window, entry) && !counters.warned_ledger_full
+                            {
+                                counters.warned_ledger_full = true;
+                                tracing::warn!(
+                                    entries = super::windows::MAX_ENTRIES,
+                                    "delivery remembers as many users for comparison with other processes as it may; windows counted by two processes count twice until their day is sealed"
+                                );
+                            }
+                        }
                     }
                     counter.slices.add(item.slice, 1);
                     counter.dirty = true;
@@ -179,8 +237,11 @@ impl LiveDelivery {
         store: &dyn DeliveryStore,
         now: DateTime<Utc>,
     ) -> Result<usize, StoreError> {
-        let rows: Vec<LiveCountRow> = {
+        let _one_at_a_time = self.flushing.lock().await;
+        let (rows, batch): (Vec<LiveCountRow>, PublicationBatch) = {
             let mut counters = lock(&self.counters);
+            // Taken with the rows: whatever is published is in a row stored before it.
+            let batch = counters.ledger.take_unpublished(now);
             let mut rows = Vec::new();
             for (campaign, days) in &mut counters.campaigns {
                 for (day, counter) in days.iter_mut().filter(|(_, counter)| counter.dirty) {
@@ -193,13 +254,14 @@ impl LiveDelivery {
                     });
                 }
             }
-            rows
+            (rows, batch)
         };
-        if rows.is_empty() {
+        if rows.is_empty() && batch.is_empty() {
             self.drop_quiet_days(now);
             return Ok(0);
         }
         if let Err(error) = store.write_live_counts(&rows).await {
+            lock(&self.counters).ledger.restore(batch);
             // Written again at the next flush.
             let mut counters = lock(&self.counters);
             for row in &rows {
@@ -213,8 +275,99 @@ impl LiveDelivery {
             }
             return Err(error);
         }
+        if !batch.is_empty() {
+            match store
+                .publish_windows(&batch.publications(self.writer))
+                .await
+            {
+                Ok(()) => lock(&self.counters).ledger.published(batch),
+                Err(error) => {
+                    lock(&self.counters).ledger.restore(batch);
+                    return Err(error);
+                }
+            }
+        }
         self.drop_quiet_days(now);
         Ok(rows.len())
+    }
+
+    /// Compares every window due at `now` with the other processes' publications and gives up
+    /// the users a publication ranked before this process's already counts, unless a process
+    /// repairs a gone one's counts (then everything counted so far is kept). Returns how many
+    /// were given up.
+    pub async fn reconcile(
+        &self,
+        store: &dyn Store,
+        now: DateTime<Utc>,
+    ) -> Result<usize, StoreError> {
+        let due = lock(&self.counters).ledger.due(now, self.window.length());
+        let compared: Vec<(WindowKey, Vec<Published>, Vec<WindowPublication>)> = stream::iter(due)
+            .map(|(window, mine)| async move {
+                let theirs = store
+                    .window_publications(window.campaign, window.start)
+                    .await?;
+                Ok::<_, StoreError>((window, mine, theirs))
+            })
+            .buffer_unordered(WINDOW_READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        // Read after the publications: what is given up is stored within the deadline of it.
+        let reports = store.processes().await?;
+        let listed_at = Instant::now();
+        let Some(cede_to) = cede_targets(&reports, self.writer) else {
+            lock(&self.counters).ledger.fence();
+            return Ok(0);
+        };
+        let mut taken_back = Vec::new();
+        {
+            let mut counters = lock(&self.counters);
+            let counters = &mut *counters;
+            counters.ledger.unfence();
+            for (window, mine, theirs) in compared {
+                counters.ledger.settle(window, latest(&mine));
+                for entry in ceded(&theirs, self.writer, &mine, &cede_to) {
+                    let Some(counter) = counters
+                        .campaigns
+                        .get_mut(&window.campaign)
+                        .and_then(|days| days.get_mut(&entry.day))
+                    else {
+                        continue;
+                    };
+                    if let Some(slice) = counter.windows.get_mut(&entry.key)
+                        && *slice != CEDED
+                    {
+                        counter.slices.remove_one(usize::from(*slice));
+                        taken_back.push((window.campaign, entry, *slice));
+                        *slice = CEDED;
+                        counter.dirty = true;
+                    }
+                }
+            }
+        }
+        if taken_back.is_empty() {
+            return Ok(0);
+        }
+        let deadline = CEDE_DEADLINE.saturating_sub(listed_at.elapsed());
+        let stored = tokio::time::timeout(deadline, self.flush(store, now)).await;
+        if matches!(stored, Ok(Ok(_))) {
+            return Ok(taken_back.len());
+        }
+        // Counted again: twice until the day is sealed, never nowhere.
+        let mut counters = lock(&self.counters);
+        for (campaign, entry, slice) in &taken_back {
+            if let Some(counter) = counters
+                .campaigns
+                .get_mut(campaign)
+                .and_then(|days| days.get_mut(&entry.day))
+                && let Some(held) = counter.windows.get_mut(&entry.key)
+                && *held == CEDED
+            {
+                *held = *slice;
+                counter.slices.add(usize::from(*slice), 1);
+                counter.dirty = true;
+            }
+        }
+        Ok(0)
     }
 
     fn drop_quiet_days(&self, now: DateTime<Utc>) {
@@ -271,6 +424,48 @@ pub fn spawn_flusher(
             }
         }
     })
+}
+
+/// Compares this process's due windows with the other processes' every second until the task
+/// is aborted (on a store several processes share).
+pub fn spawn_reconciler(
+    live: std::sync::Arc<LiveDelivery>,
+    store: std::sync::Arc<dyn Store>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            ticks.tick().await;
+            match live.reconcile(store.as_ref(), Utc::now()).await {
+                Ok(given_up) => {
+                    if given_up > 0 {
+                        metrics::counter!("adevents_delivery_windows_given_up_total")
+                            .increment(given_up as u64);
+                    }
+                    if failing {
+                        failing = false;
+                        tracing::info!("comparing billable windows with other processes again");
+                    }
+                }
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %error.chain(), "cannot compare billable windows with other processes; retrying");
+                }
+                Err(_) => {}
+            }
+        }
+    })
+}
+
+/// The latest of one window's publications.
+fn latest(publications: &[Published]) -> DateTime<Utc> {
+    publications
+        .iter()
+        .map(|publication| publication.at)
+        .max()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -7,6 +7,7 @@
 pub mod live;
 pub mod rebuild;
 pub mod sealed;
+pub mod windows;
 
 use crate::domain::delivery::{DeliveryFigures, figures, local_day, utc_days_between};
 use crate::domain::ids::CampaignKey;

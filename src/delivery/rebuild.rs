@@ -6,7 +6,9 @@
 //! Never an under-count: the other writers' rows are read before the raw events, so whatever
 //! they store after that read adds to a total that already counts every impression stored
 //! before the raw read. What they store in between counts twice until the day is sealed (about
-//! a second of their traffic), which stops a campaign early rather than late.
+//! a second of their traffic), which stops a campaign early rather than late. Nor does a
+//! window the others give up later take away from it: the repair says so before this read,
+//! and until it is done no process gives a window up (see [`super::windows`]).
 
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;

@@ -43,6 +43,13 @@ impl DaySlices {
         self.add(to, 1);
     }
 
+    /// Takes one count from `slice` (a window another process counts).
+    pub fn remove_one(&mut self, slice: usize) {
+        if let Some(cell) = self.0.get_mut(slice) {
+            *cell = cell.saturating_sub(1);
+        }
+    }
+
     pub fn get(&self, slice: usize) -> u64 {
         self.0.get(slice).copied().unwrap_or(0)
     }

@@ -9,7 +9,10 @@ use crate::beacons::BeaconIngestor;
 use crate::beacons::live::{Flushed, LiveSketches, spawn_flusher};
 use crate::beacons::rebuild::rebuild_days;
 use crate::delivery::DeliveryService;
-use crate::delivery::live::{LiveDelivery, spawn_flusher as spawn_delivery_flusher};
+use crate::delivery::live::{
+    LiveDelivery, spawn_flusher as spawn_delivery_flusher,
+    spawn_reconciler as spawn_window_reconciler,
+};
 use crate::domain::beacon::BeaconRules;
 use crate::domain::owner::OwnerKind;
 use crate::domain::process::ProcessReport;
@@ -155,11 +158,10 @@ impl AppState {
         let registry = Arc::new(ProcessRegistry::new(
             Arc::clone(&store) as Arc<dyn crate::store::ProcessStore>
         ));
-        let live_delivery = Arc::new(LiveDelivery::new(
-            registry.id(),
-            options.queries.billable_window,
-            rule,
-        ));
+        let live_delivery = Arc::new(
+            LiveDelivery::new(registry.id(), options.queries.billable_window, rule)
+                .publishing_windows(store.is_shared()),
+        );
         let ingestor = Arc::new(Ingestor::new(
             Arc::clone(&store),
             Arc::clone(&settings_cache),
@@ -292,6 +294,14 @@ impl AppState {
         )
     }
 
+    /// Starts comparing billable windows counted here with other processes' every second, on a
+    /// store several processes share (none otherwise).
+    pub fn spawn_window_reconciler(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.store.is_shared().then(|| {
+            spawn_window_reconciler(Arc::clone(&self.live_delivery), Arc::clone(&self.store))
+        })
+    }
+
     /// Stores every acknowledged impression's live delivery count (before the process goes).
     pub async fn flush_delivery(&self) -> Result<usize, StoreError> {
         self.live_delivery
@@ -322,7 +332,7 @@ impl AppState {
         repair_gone_processes(
             self.store.as_ref(),
             &self.settings_cache,
-            self.registry.id(),
+            &self.registry,
             self.options.queries.billable_window,
             self.options.queries.fan_out,
         )

@@ -11,6 +11,7 @@ use crate::beacons::rebuild::rebuild_site_day;
 use crate::delivery::rebuild::rebuild_campaign_day;
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport};
+use crate::processes::ProcessRegistry;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
 use crate::settings::SettingsCache;
@@ -65,16 +66,47 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<ProcessI
     Ok(gone)
 }
 
-/// Rebuilds what every gone process left marked, then removes it.
+/// How long a repair waits after saying so before it reads the other processes' rows: longer
+/// than any of them takes to see the report (a read a second) and store a window it gave up
+/// on a read of the list from before it (see `delivery::live`'s deadline).
+const ANNOUNCED: Duration = Duration::from_millis(2_500);
+
+/// Rebuilds what every gone process left marked, then removes it. On a shared store the other
+/// processes are told first, and hold on to every billable window until it is done (see
+/// [`crate::delivery::windows`]).
 pub async fn repair_gone_processes(
     store: &dyn Store,
     settings: &SettingsCache,
-    me: ProcessId,
+    registry: &ProcessRegistry,
+    window: BillableWindow,
+    fan_out: FanOut,
+) -> Result<Repaired, StoreError> {
+    let gone = gone_processes(store, registry.id()).await?;
+    if gone.is_empty() {
+        return Ok(Repaired::default());
+    }
+    let announced = store.is_shared();
+    if announced {
+        registry.announce_repair(true).await?;
+        tokio::time::sleep(ANNOUNCED).await;
+    }
+    let outcome = rebuild_gone(store, settings, gone, window, fan_out).await;
+    if announced && let Err(error) = registry.announce_repair(false).await {
+        // The next report, a second later, says it.
+        tracing::warn!(error = %error.chain(), "cannot report the end of the repair yet");
+    }
+    outcome
+}
+
+async fn rebuild_gone(
+    store: &dyn Store,
+    settings: &SettingsCache,
+    gone: Vec<ProcessId>,
     window: BillableWindow,
     fan_out: FanOut,
 ) -> Result<Repaired, StoreError> {
     let mut repaired = Repaired::default();
-    for process in gone_processes(store, me).await? {
+    for process in gone {
         for marked in store.unflushed(process).await? {
             match &marked.owner {
                 Owner::Site(site) => {

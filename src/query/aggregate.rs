@@ -22,6 +22,7 @@ use crate::store::{
     ClickRow, EventStore, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice,
     StoreError,
 };
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -45,7 +46,22 @@ impl BillableWindow {
 
     /// The window holding `at`.
     pub fn of(&self, at: EventTime) -> i64 {
-        at.epoch_millis().div_euclid(i64::from(self.0) * 1000)
+        at.epoch_millis().div_euclid(self.millis())
+    }
+
+    /// When window `window` (as [`of`](Self::of) numbers it) starts.
+    pub fn start_of(&self, window: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(window.saturating_mul(self.millis()))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+
+    /// How long a window lasts.
+    pub fn length(&self) -> chrono::TimeDelta {
+        chrono::TimeDelta::seconds(i64::from(self.0))
+    }
+
+    fn millis(&self) -> i64 {
+        i64::from(self.0) * 1000
     }
 }
 

@@ -43,6 +43,7 @@ pub async fn serve(
     let limits = state.options.connections;
     let flusher = AbortOnDrop(state.spawn_sketch_flusher());
     let delivery_flusher = AbortOnDrop(state.spawn_delivery_flusher());
+    let _window_reconciler = state.spawn_window_reconciler().map(AbortOnDrop);
     let reporter = AbortOnDrop(state.start_reporting().await);
     // Keys and sites read now (a process that cannot is not ready until it can), then again
     // every settings cache lifetime.

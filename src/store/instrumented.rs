@@ -5,7 +5,7 @@ use super::{
     AccessStore, ClickRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
     ImpressionSummaryRow, LiveCountRow, PageCursor, ProcessStore, ReachLevel, Rollup, RollupStore,
     SealState, SealStore, SealedCounts, SettingsStore, SiteRollup, SketchBatch, SketchPartition,
-    SketchRow, Store, StoreError, VisitRow, VisitStore,
+    SketchRow, Store, StoreError, VisitRow, VisitStore, WindowPublication,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -373,6 +373,19 @@ impl DeliveryStore for Instrumented {
 
     async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError> {
         timed("sealed_version", self.inner.sealed_version(campaign)).await
+    }
+
+    async fn publish_windows(&self, publications: &[WindowPublication]) -> Result<(), StoreError> {
+        timed("publish_windows", self.inner.publish_windows(publications)).await
+    }
+
+    async fn window_publications(
+        &self,
+        campaign: CampaignKey,
+        window_start: DateTime<Utc>,
+    ) -> Result<Vec<WindowPublication>, StoreError> {
+        let call = self.inner.window_publications(campaign, window_start);
+        timed("window_publications", call).await
     }
 }
 

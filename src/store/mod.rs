@@ -26,7 +26,7 @@ pub use error::StoreError;
 pub use rows::{
     ClickRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow, PageCursor,
     ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch, SketchPartition,
-    SketchRow, SliceVisits, VisitRow,
+    SketchRow, SliceVisits, VisitRow, WindowPublication,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -155,6 +155,17 @@ pub trait DeliveryStore: Send + Sync {
 
     /// The version of the campaign's sealed totals: one small read.
     async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError>;
+
+    /// Stores writers' publications of the users they counted in billable windows (kept about
+    /// a day: only windows of days not yet sealed are compared).
+    async fn publish_windows(&self, publications: &[WindowPublication]) -> Result<(), StoreError>;
+
+    /// Every publication of one campaign's window, oldest first (by time, then writer).
+    async fn window_publications(
+        &self,
+        campaign: CampaignKey,
+        window_start: DateTime<Utc>,
+    ) -> Result<Vec<WindowPublication>, StoreError>;
 }
 
 /// A campaign's sealed days' billable impressions, as of one version.

@@ -187,6 +187,43 @@ pub struct LiveCountRow {
     pub slices: DaySlices,
 }
 
+/// The users one writer counted in one billable window of a campaign since its previous
+/// publication of that window: what another writer that counted one of them too compares, to
+/// count the user's window once across processes (docs/DESIGN.md, "Delivery and freshness").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowPublication {
+    pub campaign: CampaignKey,
+    /// The window's start (aligned on the billable window).
+    pub window_start: DateTime<Utc>,
+    /// When the writer published, to the millisecond: with the writer, orders publications.
+    pub published_at: DateTime<Utc>,
+    pub writer: ProcessId,
+    /// Counted around a repair: the writer never gives these users up, so others do.
+    pub keeps: bool,
+    pub users: Vec<UserId>,
+}
+
+impl WindowPublication {
+    /// The users as stored: their 16-byte ids one after another.
+    pub fn packed_users(&self) -> Vec<u8> {
+        self.users
+            .iter()
+            .flat_map(|user| user.as_uuid().into_bytes())
+            .collect()
+    }
+
+    /// Users stored by [`packed_users`](Self::packed_users); `None` when the bytes are not.
+    pub fn unpack_users(bytes: &[u8]) -> Option<Vec<UserId>> {
+        if !bytes.len().is_multiple_of(16) {
+            return None;
+        }
+        bytes
+            .chunks_exact(16)
+            .map(|id| Uuid::from_slice(id).ok().map(UserId::new))
+            .collect()
+    }
+}
+
 /// Valid visits of one feature value on one site-day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeatureVisits {

@@ -1,11 +1,12 @@
 //! Delivery across server processes on one Cassandra keyspace: what one process acknowledged
 //! is counted by the other within a second, and a process killed with -9 makes `complete`
-//! false until a starting process repairs its counts.
+//! false until a starting process repairs its counts; a user's billable window counted by both
+//! processes counts once as soon as the window has closed.
 
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents};
 use crate::common::{cassandra_nodes, drop_keyspace, eventually, http, private_keyspace};
-use chrono::Utc;
+use chrono::{DateTime, TimeDelta, Utc};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
@@ -46,6 +47,25 @@ async fn post(server: &ServerProcess, campaign: &Campaign, count: usize) {
             .expect("answered");
         assert_eq!(response.status(), StatusCode::OK, "{}", server.output());
     }
+}
+
+/// Posts one impression for each of `users` at `at`; all acknowledged.
+async fn post_for(server: &ServerProcess, campaign: &Campaign, users: &[Uuid], at: DateTime<Utc>) {
+    let events: Vec<Value> = users
+        .iter()
+        .map(|user| {
+            let mut impression = campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at);
+            impression["user_id"] = serde_json::json!(user);
+            impression
+        })
+        .collect();
+    let response = http()
+        .post(server.url("/v1/impressions"))
+        .json(&events)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::OK, "{}", server.output());
 }
 
 async fn delivery(server: &ServerProcess, campaign: &Campaign) -> Value {
@@ -97,6 +117,66 @@ async fn two_processes_count_each_others_impressions_and_a_killed_one_is_repaire
         assert_eq!(answer["lifetime"]["billable_impressions"], 750, "{answer}");
     }
     drop(restarted);
+    drop(first);
+    drop_keyspace(&keyspace).await;
+}
+
+#[tokio::test]
+async fn a_window_counted_by_both_processes_counts_once() {
+    let keyspace = private_keyspace("delivery_windows");
+    let first = start(keyspace.as_str()).await;
+    let second = start(keyspace.as_str()).await;
+    let campaign = Campaign::fresh();
+    let shared: Vec<Uuid> = (0..120).map(|_| Uuid::new_v4()).collect();
+    let first_only: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
+    let second_only: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
+    // A window that has closed: each process compares it within seconds of publishing. The
+    // first process sees some users earlier, the second others, in each order.
+    let at = Utc::now() - TimeDelta::seconds(90);
+    let (early, late) = shared.split_at(60);
+    post_for(&first, &campaign, early, at).await;
+    post_for(&second, &campaign, late, at).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    post_for(&second, &campaign, early, at + TimeDelta::seconds(1)).await;
+    post_for(&first, &campaign, late, at + TimeDelta::seconds(1)).await;
+    post_for(&first, &campaign, &first_only, at).await;
+    post_for(&second, &campaign, &second_only, at).await;
+    let users = shared.len() + first_only.len() + second_only.len();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let answers = loop {
+        let mut answers = Vec::new();
+        for server in [&first, &second] {
+            answers.push(delivery(server, &campaign).await["lifetime"].clone());
+        }
+        let once = answers
+            .iter()
+            .all(|lifetime| lifetime["billable_impressions"] == users);
+        if once || std::time::Instant::now() >= deadline {
+            break answers;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let once = answers
+        .iter()
+        .all(|lifetime| lifetime["billable_impressions"] == users);
+    assert!(once, "{users} users, delivery {answers:?}");
+
+    let day = at.date_naive();
+    let response = http()
+        .get(first.url(&format!(
+            "{}/summary?from={day}&to={day}&group_by=none",
+            campaign.path()
+        )))
+        .send()
+        .await
+        .expect("answered");
+    let summary: Value = response.json().await.expect("JSON");
+    assert_eq!(
+        summary["totals"]["billable_impressions"], users,
+        "{summary}"
+    );
+    drop(second);
     drop(first);
     drop_keyspace(&keyspace).await;
 }

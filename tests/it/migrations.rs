@@ -97,6 +97,22 @@ async fn migrations_create_every_table_with_its_key_clustering_order_and_compact
     assert_eq!(partition, ["advertiser_id", "campaign_id", "impression_id"]);
     assert_eq!(clustering, [("timestamp".to_owned(), "asc".to_owned())]);
 
+    // A window's publications are read whole, oldest first, and expire a day later.
+    let (partition, clustering) = key_of(keyspace, "delivery_windows").await;
+    assert_eq!(partition, ["advertiser_id", "campaign_id", "window_start"]);
+    assert_eq!(
+        clustering,
+        [
+            ("published_at".to_owned(), "asc".to_owned()),
+            ("writer".to_owned(), "asc".to_owned())
+        ]
+    );
+    let compaction = compaction_of(keyspace, "delivery_windows").await;
+    assert!(
+        compaction["class"].ends_with("TimeWindowCompactionStrategy"),
+        "{compaction:?}"
+    );
+
     let (partition, clustering) = key_of(keyspace, "campaign_config").await;
     assert_eq!(partition, ["advertiser_id", "campaign_id"]);
     assert_eq!(

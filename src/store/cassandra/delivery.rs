@@ -1,6 +1,7 @@
 //! Billable impressions for delivery on Cassandra: `delivery_live` (a partition per campaign,
 //! a row per day and writer) and `delivery_sealed` (a partition per campaign, a row per month,
-//! a map entry per sealed day). See `migrations/0009_delivery.cql`.
+//! a map entry per sealed day) and `delivery_windows` (a partition per campaign window, a row
+//! per publication). See `migrations/0009_delivery.cql` and `0012_delivery_windows.cql`.
 
 use super::CassandraStore;
 use super::config::KeyspaceName;
@@ -8,12 +9,13 @@ use super::errors::decode_error;
 use super::statements::{execute, execute_each, prepare_all, read_all};
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;
+use crate::domain::ids::UserId;
 use crate::domain::process::ProcessId;
 use crate::domain::time::Day;
 use crate::store::error::Message;
-use crate::store::{DeliveryStore, LiveCountRow, SealedCounts, StoreError};
+use crate::store::{DeliveryStore, LiveCountRow, SealedCounts, StoreError, WindowPublication};
 use async_trait::async_trait;
-use chrono::{Datelike, NaiveDate};
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::{DeserializeRow, SerializeRow};
@@ -30,6 +32,8 @@ pub struct DeliveryStatements {
     update_sealed: PreparedStatement,
     select_sealed: PreparedStatement,
     select_version: PreparedStatement,
+    insert_window: PreparedStatement,
+    select_window: PreparedStatement,
 }
 
 impl DeliveryStatements {
@@ -41,6 +45,8 @@ impl DeliveryStatements {
             update_sealed,
             select_sealed,
             select_version,
+            insert_window,
+            select_window,
         ] = prepare_all(
             session,
             [
@@ -71,6 +77,14 @@ impl DeliveryStatements {
                     "SELECT sealed_version FROM {keyspace}.delivery_sealed \
                      WHERE advertiser_id = ? AND campaign_id = ? LIMIT 1"
                 ),
+                format!(
+                    "INSERT INTO {keyspace}.delivery_windows (advertiser_id, campaign_id, \
+                     window_start, published_at, writer, keeps, users) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                ),
+                format!(
+                    "SELECT published_at, writer, keeps, users FROM {keyspace}.delivery_windows \
+                     WHERE advertiser_id = ? AND campaign_id = ? AND window_start = ?"
+                ),
             ],
         )
         .await?;
@@ -81,6 +95,8 @@ impl DeliveryStatements {
             update_sealed,
             select_sealed,
             select_version,
+            insert_window,
+            select_window,
         })
     }
 }
@@ -109,6 +125,27 @@ struct StoredLive {
 struct StoredMonth {
     days: Option<HashMap<NaiveDate, Vec<u8>>>,
     sealed_version: Option<Uuid>,
+}
+
+/// The bound values of a `delivery_windows` insert.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct WindowValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    window_start: DateTime<Utc>,
+    published_at: DateTime<Utc>,
+    writer: Uuid,
+    keeps: bool,
+    users: Vec<u8>,
+}
+
+#[derive(DeserializeRow)]
+struct StoredPublication {
+    published_at: DateTime<Utc>,
+    writer: Uuid,
+    keeps: Option<bool>,
+    users: Vec<u8>,
 }
 
 #[derive(DeserializeRow)]
@@ -249,5 +286,59 @@ impl DeliveryStore for CassandraStore {
         )
         .await?;
         Ok(rows.into_iter().find_map(|row| row.sealed_version))
+    }
+
+    async fn publish_windows(&self, publications: &[WindowPublication]) -> Result<(), StoreError> {
+        let statements = &self.prepared().await?.delivery;
+        execute_each(
+            &self.session,
+            &statements.insert_window,
+            publications,
+            LIVE_ROWS_IN_FLIGHT,
+            |publication| WindowValues {
+                advertiser_id: publication.campaign.advertiser_id.as_uuid(),
+                campaign_id: publication.campaign.campaign_id.as_uuid(),
+                window_start: publication.window_start,
+                published_at: publication.published_at,
+                writer: publication.writer.as_uuid(),
+                keeps: publication.keeps,
+                users: publication.packed_users(),
+            },
+            "publishing counted billable windows",
+        )
+        .await
+    }
+
+    async fn window_publications(
+        &self,
+        campaign: CampaignKey,
+        window_start: DateTime<Utc>,
+    ) -> Result<Vec<WindowPublication>, StoreError> {
+        const CONTEXT: &str = "reading a billable window's publications";
+        let statements = &self.prepared().await?.delivery;
+        let (advertiser_id, campaign_id) = campaign_values(campaign);
+        let rows: Vec<StoredPublication> = read_all(
+            &self.session,
+            &statements.select_window,
+            (advertiser_id, campaign_id, window_start),
+            CONTEXT,
+        )
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                let users: Vec<UserId> =
+                    WindowPublication::unpack_users(&row.users).ok_or_else(|| {
+                        decode_error(CONTEXT, Message("stored users do not decode".into()))
+                    })?;
+                Ok(WindowPublication {
+                    campaign,
+                    window_start,
+                    published_at: row.published_at,
+                    writer: ProcessId::new(row.writer),
+                    keeps: row.keeps.unwrap_or(false),
+                    users,
+                })
+            })
+            .collect()
     }
 }

@@ -2,18 +2,21 @@
 //! and writer, sealed totals keyed by campaign and day, beside the version of the campaign's
 //! sealed totals (the campaign prefix and one byte). Each campaign's rows are one contiguous
 //! key range, read by one scan; the folder has one writer, so a day a row needs no month
-//! grouping to stay cheap.
+//! grouping to stay cheap. Window publications are keyed by campaign, window start,
+//! publication time and writer; a server on this store never publishes (its folder has no
+//! other process to compare with), so they are kept only for whoever writes them.
 
 use super::EmbeddedStore;
 use super::committer::Removals;
 use super::engine::{Table, corrupt};
-use super::keys::{campaign_prefix, day_bytes, decode_day};
+use super::keys::{campaign_prefix, day_bytes, decode_day, decode_ordered_i64, ordered_i64};
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;
 use crate::domain::process::ProcessId;
 use crate::domain::time::Day;
-use crate::store::{DeliveryStore, LiveCountRow, SealedCounts, StoreError};
+use crate::store::{DeliveryStore, LiveCountRow, SealedCounts, StoreError, WindowPublication};
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 /// Campaign prefix (32 bytes), then the day.
@@ -38,6 +41,27 @@ fn version_key(campaign: CampaignKey) -> Vec<u8> {
     let mut key = campaign_prefix(campaign);
     key.push(VERSION_SUFFIX);
     key
+}
+
+/// A window's publications: campaign prefix, then the window's start in milliseconds.
+fn window_prefix(campaign: CampaignKey, window_start: DateTime<Utc>) -> Vec<u8> {
+    let mut key = campaign_prefix(campaign);
+    key.extend_from_slice(&ordered_i64(window_start.timestamp_millis()));
+    key
+}
+
+/// One publication: the window's prefix, the publication's milliseconds, the writer.
+fn publication_key(publication: &WindowPublication) -> Vec<u8> {
+    let mut key = window_prefix(publication.campaign, publication.window_start);
+    key.extend_from_slice(&ordered_i64(publication.published_at.timestamp_millis()));
+    key.extend_from_slice(publication.writer.as_uuid().as_bytes());
+    key
+}
+
+fn decode_publication_key(key: &[u8]) -> Option<(DateTime<Utc>, ProcessId)> {
+    let published_at = DateTime::from_timestamp_millis(decode_ordered_i64(key.get(40..48)?)?)?;
+    let writer = ProcessId::new(Uuid::from_slice(key.get(48..64)?).ok()?);
+    Some((published_at, writer))
 }
 
 fn decode_live_key(key: &[u8]) -> Option<(Day, ProcessId)> {
@@ -162,6 +186,52 @@ impl DeliveryStore for EmbeddedStore {
             .map(|(_, value)| Uuid::from_slice(value).map_err(|_| corrupt(CONTEXT)))
             .transpose()
     }
+
+    async fn publish_windows(&self, publications: &[WindowPublication]) -> Result<(), StoreError> {
+        let rows = publications
+            .iter()
+            .map(|publication| {
+                // A byte for `keeps`, then the users.
+                let mut value = vec![u8::from(publication.keeps)];
+                value.extend_from_slice(&publication.packed_users());
+                (Table::DeliveryWindows, publication_key(publication), value)
+            })
+            .collect();
+        self.write("publishing counted billable windows", rows)
+            .await
+    }
+
+    async fn window_publications(
+        &self,
+        campaign: CampaignKey,
+        window_start: DateTime<Utc>,
+    ) -> Result<Vec<WindowPublication>, StoreError> {
+        const CONTEXT: &str = "reading a billable window's publications";
+        let rows = self
+            .scan(
+                Table::DeliveryWindows,
+                window_prefix(campaign, window_start),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (published_at, writer) =
+                    decode_publication_key(key).ok_or_else(|| corrupt(CONTEXT))?;
+                let (keeps, users) = value.split_first().ok_or_else(|| corrupt(CONTEXT))?;
+                Ok(WindowPublication {
+                    campaign,
+                    window_start,
+                    published_at,
+                    writer,
+                    keeps: *keeps != 0,
+                    users: WindowPublication::unpack_users(users)
+                        .ok_or_else(|| corrupt(CONTEXT))?,
+                })
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -180,6 +250,25 @@ mod tests {
         assert_eq!(
             decode_live_key(&live_key(campaign, day, writer)),
             Some((day, writer))
+        );
+    }
+
+    #[test]
+    fn a_publication_key_decodes_to_its_time_and_writer() {
+        let publication = WindowPublication {
+            campaign: CampaignKey {
+                advertiser_id: AdvertiserId::new(Uuid::new_v4()),
+                campaign_id: CampaignId::new(Uuid::new_v4()),
+            },
+            window_start: "2026-11-26T10:00:40Z".parse().expect("time"),
+            published_at: "2026-11-26T10:01:02.345Z".parse().expect("time"),
+            writer: ProcessId::random(),
+            keeps: false,
+            users: Vec::new(),
+        };
+        assert_eq!(
+            decode_publication_key(&publication_key(&publication)),
+            Some((publication.published_at, publication.writer))
         );
     }
 }

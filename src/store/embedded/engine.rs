@@ -40,6 +40,7 @@ pub struct Tables {
     pub process_mark: Keyspace,
     pub delivery_live: Keyspace,
     pub delivery_sealed: Keyspace,
+    pub delivery_windows: Keyspace,
     pub owner_listing: Keyspace,
     pub site_features: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
@@ -74,6 +75,7 @@ pub enum Table {
     ProcessMark,
     DeliveryLive,
     DeliverySealed,
+    DeliveryWindows,
     OwnerListing,
     SiteFeatures,
     Meta,
@@ -106,6 +108,7 @@ impl Tables {
             Table::ProcessMark => &self.process_mark,
             Table::DeliveryLive => &self.delivery_live,
             Table::DeliverySealed => &self.delivery_sealed,
+            Table::DeliveryWindows => &self.delivery_windows,
             Table::OwnerListing => &self.owner_listing,
             Table::SiteFeatures => &self.site_features,
             Table::Meta => &self.meta,

@@ -80,6 +80,7 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         process_mark: open("process_mark")?,
         delivery_live: open("delivery_live")?,
         delivery_sealed: open("delivery_sealed")?,
+        delivery_windows: open("delivery_windows")?,
         owner_listing: open("owner_listing")?,
         site_features: open("site_feature_visits")?,
         meta,
