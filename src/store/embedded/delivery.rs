@@ -8,7 +8,7 @@
 
 use super::EmbeddedStore;
 use super::committer::Removals;
-use super::engine::{Table, corrupt};
+use super::engine::{Table, corrupt, engine_error};
 use super::keys::{campaign_prefix, day_bytes, decode_day, decode_ordered_i64, ordered_i64};
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;
@@ -177,13 +177,18 @@ impl DeliveryStore for EmbeddedStore {
     async fn sealed_version(&self, campaign: CampaignKey) -> Result<Option<Uuid>, StoreError> {
         const CONTEXT: &str = "reading the sealed delivery version";
         let key = version_key(campaign);
-        let mut end = key.clone();
-        end.push(0);
-        let rows = self
-            .scan_range(Table::DeliverySealed, key, Some(end), CONTEXT)
+        // A point read: every seal rewrites this key, and a range over it would step over
+        // each older version the engine still holds.
+        let value = self
+            .blocking(move |tables| {
+                tables
+                    .get(Table::DeliverySealed)
+                    .get(&key)
+                    .map_err(|error| engine_error(CONTEXT, error))
+            })
             .await?;
-        rows.first()
-            .map(|(_, value)| Uuid::from_slice(value).map_err(|_| corrupt(CONTEXT)))
+        value
+            .map(|value| Uuid::from_slice(&value).map_err(|_| corrupt(CONTEXT)))
             .transpose()
     }
 
