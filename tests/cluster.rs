@@ -413,7 +413,9 @@ async fn nothing_acknowledged_is_lost_through_node_and_server_failures() {
     let duplicated = exported.len() - exported_set.len();
     // Windows counted by both servers count once as soon as they have closed and each server
     // has compared them: within the window (40 s) and a few seconds after the load.
-    let billable = summary["totals"]["billable_impressions"].as_u64().unwrap_or(0);
+    let billable = summary["totals"]["billable_impressions"]
+        .as_u64()
+        .unwrap_or(0);
     let compared_by = Instant::now() + Duration::from_secs(60);
     let delivery: Value = loop {
         let delivery: Value = http

@@ -41,7 +41,7 @@ const CEDED: u8 = u8::MAX;
 /// How long after the process list was read that allowed them given-up windows must be stored,
 /// or they are taken back: a repair waits longer than a read of the list and this after saying
 /// so, before it reads the others' rows (see [`crate::processes::repair`]).
-const CEDE_DEADLINE: Duration = Duration::from_millis(800);
+const CEDE_DEADLINE: Duration = Duration::from_secs(2);
 /// Windows' publications read at once while comparing.
 const WINDOW_READS_IN_FLIGHT: usize = 16;
 
@@ -75,6 +75,9 @@ pub struct LiveDelivery {
     counters: Mutex<Counters>,
     /// Whether other processes may count the same windows (a shared store).
     publishing: bool,
+    /// Whether another process was listed at the last comparison: alone, a process has
+    /// nothing to compare with and publishes nothing.
+    others_listed: std::sync::atomic::AtomicBool,
     /// One flush at a time: each stores a newer state than the one before.
     flushing: tokio::sync::Mutex<()>,
 }
@@ -99,6 +102,7 @@ impl LiveDelivery {
             hasher: RandomState::new(),
             counters: Mutex::new(Counters::default()),
             publishing: false,
+            others_listed: std::sync::atomic::AtomicBool::new(false),
             flushing: tokio::sync::Mutex::new(()),
         }
     }
@@ -177,7 +181,12 @@ impl LiveDelivery {
                     if !full {
                         counter.windows.insert(item.window, slice);
                         added += 1;
-                        if self.publishing && !self.rule.may_seal(item.day, today) {
+                        if self.publishing
+                            && self
+                                .others_listed
+                                .load(std::sync::atomic::Ordering::Relaxed)
+                            && !self.rule.may_seal(item.day, today)
+                        {
                             let window = WindowKey {
                                 campaign: item.campaign,
                                 start: item.window_start,
@@ -314,6 +323,9 @@ impl LiveDelivery {
         // Read after the publications: what is given up is stored within the deadline of it.
         let reports = store.processes().await?;
         let listed_at = Instant::now();
+        let others_listed = reports.iter().any(|report| report.id != self.writer);
+        self.others_listed
+            .store(others_listed, std::sync::atomic::Ordering::Relaxed);
         let Some(cede_to) = cede_targets(&reports, self.writer) else {
             lock(&self.counters).ledger.fence();
             return Ok(0);
@@ -324,8 +336,9 @@ impl LiveDelivery {
             let counters = &mut *counters;
             counters.ledger.unfence();
             for (window, mine, theirs) in compared {
-                counters.ledger.settle(window, latest(&mine));
-                for entry in ceded(&theirs, self.writer, &mine, &cede_to) {
+                let given_up = ceded(&theirs, self.writer, &mine, &cede_to);
+                counters.ledger.settle(window, &mine, &given_up, now);
+                for (published_at, entry) in given_up {
                     let Some(counter) = counters
                         .campaigns
                         .get_mut(&window.campaign)
@@ -337,7 +350,7 @@ impl LiveDelivery {
                         && *slice != CEDED
                     {
                         counter.slices.remove_one(usize::from(*slice));
-                        taken_back.push((window.campaign, entry, *slice));
+                        taken_back.push((window, published_at, entry, *slice));
                         *slice = CEDED;
                         counter.dirty = true;
                     }
@@ -352,19 +365,23 @@ impl LiveDelivery {
         if matches!(stored, Ok(Ok(_))) {
             return Ok(taken_back.len());
         }
-        // Counted again: twice until the day is sealed, never nowhere.
+        // Counted again (twice, never nowhere), and compared again at the next pass.
         let mut counters = lock(&self.counters);
-        for (campaign, entry, slice) in &taken_back {
+        let counters = &mut *counters;
+        for (window, published_at, entry, slice) in taken_back {
             if let Some(counter) = counters
                 .campaigns
-                .get_mut(campaign)
+                .get_mut(&window.campaign)
                 .and_then(|days| days.get_mut(&entry.day))
                 && let Some(held) = counter.windows.get_mut(&entry.key)
                 && *held == CEDED
             {
-                *held = *slice;
-                counter.slices.add(usize::from(*slice), 1);
+                *held = slice;
+                counter.slices.add(usize::from(slice), 1);
                 counter.dirty = true;
+                counters
+                    .ledger
+                    .compare_again(window, vec![(published_at, entry)], now);
             }
         }
         Ok(0)
@@ -457,15 +474,6 @@ pub fn spawn_reconciler(
             }
         }
     })
-}
-
-/// The latest of one window's publications.
-fn latest(publications: &[Published]) -> DateTime<Utc> {
-    publications
-        .iter()
-        .map(|publication| publication.at)
-        .max()
-        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

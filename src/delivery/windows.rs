@@ -1,8 +1,9 @@
 //! One user's billable window counted by several server processes (a load balancer sent the
 //! user's impressions to more than one): each process publishes the users whose window it
 //! counted, and once the window has closed it gives up ("cedes") those an earlier publication
-//! of a live process already holds, so that across the processes sharing a store each window
-//! counts once (docs/DESIGN.md, "Delivery and freshness").
+//! of a listed process already holds, so that across the processes sharing a store each window
+//! counts once (docs/DESIGN.md, "Delivery and freshness"). A process that saw no other listed
+//! at its last comparison (a second) publishes nothing: there is no one to compare with.
 //!
 //! Errs high, never low. Publications are ranked alike by every process: kept ones first, then
 //! by (time, writer), so exactly one process keeps each window; a process gives a window up
@@ -10,7 +11,8 @@
 //! total less the others' rows as read"), no process gives anything up: what it counted until
 //! the repair is over it keeps, and publishes as kept, so that the processes that did not count
 //! it before the repair give it up instead. Whenever a rule holds a window back (a publication
-//! not yet visible, a writer that has left, two kept publications, a full ledger), it counts
+//! not yet visible, a writer that has left or only just arrived, two kept publications, a full
+//! ledger), it counts
 //! twice until its day is sealed, which stops a campaign early.
 
 use crate::domain::ids::{CampaignKey, UserId};
@@ -24,6 +26,10 @@ use std::collections::{HashMap, HashSet};
 /// window is compared: every process's publications of it are stored by then (each publishes
 /// about four times a second).
 pub const GRACE: TimeDelta = TimeDelta::seconds(2);
+/// How long after its first comparison a window is compared again, for what was kept: a
+/// publication ranked before this process's may have taken longer than [`GRACE`] to be stored
+/// (a slow or failing node), and the process that stored it may have kept the window too.
+pub const RECHECK: TimeDelta = TimeDelta::seconds(30);
 /// Users remembered for comparison, across campaigns (about 40 bytes each). Past it, windows
 /// are counted without being published: they may count twice until their day is sealed.
 pub const MAX_ENTRIES: usize = 1_000_000;
@@ -49,6 +55,25 @@ pub struct Entry {
 pub struct Published {
     pub at: DateTime<Utc>,
     pub entries: Vec<Entry>,
+    /// Set once compared: when what was kept is compared again, for the last time.
+    recheck_at: Option<DateTime<Utc>>,
+}
+
+impl Published {
+    pub fn new(at: DateTime<Utc>, entries: Vec<Entry>) -> Self {
+        Self {
+            at,
+            entries,
+            recheck_at: None,
+        }
+    }
+
+    fn ready(&self, closes: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        match self.recheck_at {
+            None => self.at.max(closes) + GRACE <= now,
+            Some(recheck_at) => recheck_at <= now,
+        }
+    }
 }
 
 /// Entries taken for one publication: stored, those to compare join the published ones;
@@ -186,7 +211,7 @@ impl WindowLedger {
                 self.published
                     .entry(window)
                     .or_default()
-                    .push(Published { at, entries });
+                    .push(Published::new(at, entries));
             } else {
                 done += entries.len();
             }
@@ -210,36 +235,84 @@ impl WindowLedger {
         }
     }
 
-    /// The windows to compare at `now`: closed, and last published to [`GRACE`] ago.
+    /// The windows with publications to compare at `now` (closed, published [`GRACE`] ago,
+    /// or due again), with those publications.
     pub fn due(&self, now: DateTime<Utc>, length: TimeDelta) -> Vec<(WindowKey, Vec<Published>)> {
         self.published
             .iter()
-            .filter(|(window, publications)| {
-                let closes = window.start + length;
-                let last = publications.iter().map(|publication| publication.at).max();
-                last.map_or(closes, |last| last.max(closes)) + GRACE <= now
+            .filter_map(|(window, publications)| {
+                let ready: Vec<Published> = publications
+                    .iter()
+                    .filter(|publication| publication.ready(window.start + length, now))
+                    .cloned()
+                    .collect();
+                (!ready.is_empty()).then_some((*window, ready))
             })
-            .map(|(window, publications)| (*window, publications.clone()))
             .collect()
     }
 
-    /// Forgets `window`'s publications up to and including `through` (compared).
-    pub fn settle(&mut self, window: WindowKey, through: DateTime<Utc>) {
+    /// Records `window`'s `compared` publications compared at `now`, `given_up` their users
+    /// given up: compared for the first time, what was kept is compared again after
+    /// [`RECHECK`]; compared again, the publication is forgotten.
+    pub fn settle(
+        &mut self,
+        window: WindowKey,
+        compared: &[Published],
+        given_up: &[(DateTime<Utc>, Entry)],
+        now: DateTime<Utc>,
+    ) {
         let Some(publications) = self.published.get_mut(&window) else {
             return;
         };
         let mut forgotten = 0;
-        publications.retain(|publication| {
-            let keep = publication.at > through;
-            if !keep {
+        for publication in publications.iter_mut() {
+            let Some(seen) = compared.iter().find(|seen| seen.at == publication.at) else {
+                continue;
+            };
+            if seen.recheck_at.is_some() {
                 forgotten += publication.entries.len();
+                publication.entries.clear();
+                continue;
             }
-            keep
-        });
+            let before = publication.entries.len();
+            publication.entries.retain(|entry| {
+                !given_up.iter().any(|(at, given)| {
+                    *at == seen.at && given.key == entry.key && given.day == entry.day
+                })
+            });
+            forgotten += before - publication.entries.len();
+            publication.recheck_at = Some(now + RECHECK);
+        }
+        publications.retain(|publication| !publication.entries.is_empty());
         if publications.is_empty() {
             self.published.remove(&window);
         }
         self.entries -= forgotten.min(self.entries);
+    }
+
+    /// Users given up whose row could not be stored in time, counted again: compared again
+    /// at the next pass after `at`.
+    pub fn compare_again(
+        &mut self,
+        window: WindowKey,
+        given_up: Vec<(DateTime<Utc>, Entry)>,
+        at: DateTime<Utc>,
+    ) {
+        let publications = self.published.entry(window).or_default();
+        for (published_at, entry) in given_up {
+            match publications
+                .iter_mut()
+                .find(|publication| publication.at == published_at)
+            {
+                Some(publication) => publication.entries.push(entry),
+                None => publications.push(Published {
+                    at: published_at,
+                    entries: vec![entry],
+                    recheck_at: Some(at),
+                }),
+            }
+            self.entries += 1;
+        }
     }
 }
 
@@ -255,7 +328,7 @@ pub fn ceded(
     me: ProcessId,
     mine: &[Published],
     cede_to: &HashSet<ProcessId>,
-) -> Vec<Entry> {
+) -> Vec<(DateTime<Utc>, Entry)> {
     let mut first: HashMap<UserId, (bool, DateTime<Utc>, ProcessId)> = HashMap::new();
     for publication in publications
         .iter()
@@ -281,7 +354,7 @@ pub fn ceded(
                 .entries
                 .iter()
                 .filter(move |entry| first.get(&entry.user).is_some_and(|held| *held < mine))
-                .copied()
+                .map(move |entry| (publication.at, *entry))
         })
         .collect()
 }
@@ -355,7 +428,7 @@ mod tests {
         let cede_to: HashSet<ProcessId> = cede_to.iter().copied().collect();
         ceded(all, me, mine, &cede_to)
             .iter()
-            .map(|entry| entry.user)
+            .map(|(_, entry)| entry.user)
             .collect()
     }
 
@@ -367,12 +440,12 @@ mod tests {
             ProcessId::random(),
         );
         let [shared, mine_only, with_gone, after_me, same_ms] = users();
-        let mine = vec![Published {
-            at: at("2026-11-26T10:00:30Z"),
-            entries: [shared, mine_only, with_gone, after_me, same_ms]
+        let mine = vec![Published::new(
+            at("2026-11-26T10:00:30Z"),
+            [shared, mine_only, with_gone, after_me, same_ms]
                 .map(entry)
                 .to_vec(),
-        }];
+        )];
         let theirs = vec![
             publication(other, "2026-11-26T10:00:10Z", false, &[shared]),
             publication(gone, "2026-11-26T10:00:05Z", false, &[with_gone]),
@@ -388,18 +461,9 @@ mod tests {
 
         // The other process, comparing the same rows, gives up exactly what this one keeps.
         let other_mine = vec![
-            Published {
-                at: at("2026-11-26T10:00:10Z"),
-                entries: vec![entry(shared)],
-            },
-            Published {
-                at: at("2026-11-26T10:00:30Z"),
-                entries: vec![entry(same_ms)],
-            },
-            Published {
-                at: at("2026-11-26T10:00:31Z"),
-                entries: vec![entry(after_me)],
-            },
+            Published::new(at("2026-11-26T10:00:10Z"), vec![entry(shared)]),
+            Published::new(at("2026-11-26T10:00:30Z"), vec![entry(same_ms)]),
+            Published::new(at("2026-11-26T10:00:31Z"), vec![entry(after_me)]),
         ];
         let mut all = theirs.clone();
         all.push(publication(
@@ -419,10 +483,10 @@ mod tests {
     fn a_kept_publication_ranks_before_any_other() {
         let (me, repaired_around) = (ProcessId::random(), ProcessId::random());
         let [user] = users();
-        let mine = vec![Published {
-            at: at("2026-11-26T10:00:01Z"),
-            entries: vec![entry(user)],
-        }];
+        let mine = vec![Published::new(
+            at("2026-11-26T10:00:01Z"),
+            vec![entry(user)],
+        )];
         let kept_later = publication(repaired_around, "2026-11-26T10:00:20Z", true, &[user]);
         assert_eq!(
             given_up(&[kept_later], me, &mine, &[repaired_around]),
@@ -451,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_is_compared_once_closed_and_after_its_last_publication() {
+    fn a_window_is_compared_once_closed_then_once_more_for_what_was_kept() {
         let mut ledger = WindowLedger::default();
         let window = WindowKey {
             campaign: campaign(),
@@ -464,17 +528,39 @@ mod tests {
         assert_eq!(batch.publications(ProcessId::random()).len(), 1);
         ledger.published(batch);
         assert!(ledger.due(at("2026-11-26T10:00:41Z"), length).is_empty());
-        assert_eq!(ledger.due(at("2026-11-26T10:00:42Z"), length).len(), 1);
+        let due = ledger.due(at("2026-11-26T10:00:42Z"), length);
+        assert_eq!(due.len(), 1);
+        // Kept at the first comparison: compared again after RECHECK, then forgotten.
+        ledger.settle(window, &due[0].1, &[], at("2026-11-26T10:00:42Z"));
+        assert!(ledger.due(at("2026-11-26T10:01:11Z"), length).is_empty());
+        let again = ledger.due(at("2026-11-26T10:01:12Z"), length);
+        assert_eq!(again[0].1.len(), 1);
+        ledger.settle(window, &again[0].1, &[], at("2026-11-26T10:01:12Z"));
+        assert_eq!(ledger.entries, 0);
 
-        // A late user published after the window closed waits its own grace.
+        // A late user published after the window closed waits its own grace; given up, it
+        // is done with.
         assert!(ledger.note(window, entry(late)));
         let batch = ledger.take_unpublished(at("2026-11-26T10:05:00Z"));
         ledger.published(batch);
         assert!(ledger.due(at("2026-11-26T10:05:01Z"), length).is_empty());
         let due = ledger.due(at("2026-11-26T10:05:02Z"), length);
-        assert_eq!(due[0].1.len(), 2);
-        ledger.settle(window, at("2026-11-26T10:05:00Z"));
+        let published = &due[0].1[0];
+        let given_up: Vec<(DateTime<Utc>, Entry)> = published
+            .entries
+            .iter()
+            .map(|entry| (published.at, *entry))
+            .collect();
+        ledger.settle(window, &due[0].1, &given_up, at("2026-11-26T10:05:02Z"));
+        assert_eq!(ledger.entries, 0);
         assert!(ledger.due(at("2026-11-26T10:09:00Z"), length).is_empty());
+
+        // Its give-up could not be stored in time: compared again at the next pass.
+        ledger.compare_again(window, given_up, at("2026-11-26T10:05:03Z"));
+        assert_eq!(ledger.entries, 1);
+        let retried = ledger.due(at("2026-11-26T10:05:03Z"), length);
+        assert_eq!(retried[0].1[0].entries.len(), 1);
+        ledger.settle(window, &retried[0].1, &[], at("2026-11-26T10:05:03Z"));
         assert_eq!(ledger.entries, 0);
     }
 
@@ -514,7 +600,9 @@ mod tests {
         let due = ledger.due(at("2026-11-26T10:01:00Z"), length);
         let compared_now: Vec<UserId> = due[0].1[0].entries.iter().map(|e| e.user).collect();
         assert_eq!(compared_now, vec![after]);
-        ledger.settle(window, at("2026-11-26T10:00:13Z"));
+        ledger.settle(window, &due[0].1, &[], at("2026-11-26T10:01:00Z"));
+        let again = ledger.due(at("2026-11-26T10:01:30Z"), length);
+        ledger.settle(window, &again[0].1, &[], at("2026-11-26T10:01:30Z"));
         assert_eq!(ledger.entries, 0);
     }
 

@@ -128,6 +128,11 @@ impl ProcessRegistry {
         self.store.report_process(&report).await
     }
 
+    /// Whether this process is rebuilding a gone one's live counts (and has said so).
+    pub fn is_repairing(&self) -> bool {
+        self.repairing.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Tells the other processes, at once, that this one starts (`true`) or has finished
     /// rebuilding a gone process's live counts.
     pub async fn announce_repair(&self, repairing: bool) -> Result<(), StoreError> {

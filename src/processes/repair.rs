@@ -69,7 +69,7 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<ProcessI
 /// How long a repair waits after saying so before it reads the other processes' rows: longer
 /// than any of them takes to see the report (a read a second) and store a window it gave up
 /// on a read of the list from before it (see `delivery::live`'s deadline).
-const ANNOUNCED: Duration = Duration::from_millis(2_500);
+const ANNOUNCED: Duration = Duration::from_secs(3);
 
 /// Rebuilds what every gone process left marked, then removes it. On a shared store the other
 /// processes are told first, and hold on to every billable window until it is done (see

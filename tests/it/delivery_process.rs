@@ -127,6 +127,9 @@ async fn a_window_counted_by_both_processes_counts_once() {
     let first = start(keyspace.as_str()).await;
     let second = start(keyspace.as_str()).await;
     let campaign = Campaign::fresh();
+    // Each process compares every second; one that has not yet seen the other listed has no
+    // one to publish for.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let shared: Vec<Uuid> = (0..120).map(|_| Uuid::new_v4()).collect();
     let first_only: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
     let second_only: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
