@@ -87,14 +87,6 @@ impl Ingestor {
     }
 
     pub async fn impressions(&self, events: Vec<Impression>) -> Result<(), StoreError> {
-        if self.registry.is_repairing() {
-            // Not ready: what this process counted before its repair's read of the others'
-            // rows it could never give up, so it counts nothing until the repair is done (a
-            // load balancer waits for `/readyz`; an ad server retries elsewhere).
-            return Err(StoreError::unavailable_message(
-                "repairing the delivery counts of a server process that went away",
-            ));
-        }
         let countable = self.delivery.countable(&events);
         let counted_days: BTreeSet<(CampaignKey, Day)> = countable
             .iter()

@@ -11,9 +11,7 @@
 //! On a store several processes share, a user's window counted by more than one of them
 //! counts once as soon as the window has closed and been compared ([`super::windows`]).
 
-use super::windows::{
-    Entry, PublicationBatch, Published, WindowKey, WindowLedger, cede_targets, ceded,
-};
+use super::windows::{Entry, PublicationBatch, Published, WindowKey, WindowLedger, ceded};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::Impression;
 use crate::domain::ids::{CampaignKey, UserId};
@@ -38,10 +36,6 @@ pub const MAX_WINDOWS: usize = 4_000_000;
 const QUIET_BEFORE_DROP: Duration = Duration::from_secs(300);
 /// Marks a window remembered in a day counter that another process counts.
 const CEDED: u8 = u8::MAX;
-/// How long after the process list was read that allowed them given-up windows must be stored,
-/// or they are taken back: a repair waits longer than a read of the list and this after saying
-/// so, before it reads the others' rows (see [`crate::processes::repair`]).
-const CEDE_DEADLINE: Duration = Duration::from_secs(2);
 /// Windows' publications read at once while comparing.
 const WINDOW_READS_IN_FLIGHT: usize = 16;
 
@@ -301,14 +295,20 @@ impl LiveDelivery {
     }
 
     /// Compares every window due at `now` with the other processes' publications and gives up
-    /// the users a publication ranked before this process's already counts, unless a process
-    /// repairs a gone one's counts (then everything counted so far is kept). Returns how many
-    /// were given up.
+    /// the users a publication ranked before this process's already counts; the rows that
+    /// changed are stored at the next flush. Returns how many were given up.
     pub async fn reconcile(
         &self,
         store: &dyn Store,
         now: DateTime<Utc>,
     ) -> Result<usize, StoreError> {
+        let others_listed = store
+            .processes()
+            .await?
+            .iter()
+            .any(|report| report.id != self.writer);
+        self.others_listed
+            .store(others_listed, std::sync::atomic::Ordering::Relaxed);
         let due = lock(&self.counters).ledger.due(now, self.window.length());
         let compared: Vec<(WindowKey, Vec<Published>, Vec<WindowPublication>)> = stream::iter(due)
             .map(|(window, mine)| async move {
@@ -320,71 +320,31 @@ impl LiveDelivery {
             .buffer_unordered(WINDOW_READS_IN_FLIGHT)
             .try_collect()
             .await?;
-        // Read after the publications: what is given up is stored within the deadline of it.
-        let reports = store.processes().await?;
-        let listed_at = Instant::now();
-        let others_listed = reports.iter().any(|report| report.id != self.writer);
-        self.others_listed
-            .store(others_listed, std::sync::atomic::Ordering::Relaxed);
-        let Some(cede_to) = cede_targets(&reports, self.writer) else {
-            lock(&self.counters).ledger.fence();
-            return Ok(0);
-        };
-        let mut taken_back = Vec::new();
-        {
-            let mut counters = lock(&self.counters);
-            let counters = &mut *counters;
-            counters.ledger.unfence();
-            for (window, mine, theirs) in compared {
-                let given_up = ceded(&theirs, self.writer, &mine, &cede_to);
-                counters.ledger.settle(window, &mine, &given_up, now);
-                for (published_at, entry) in given_up {
-                    let Some(counter) = counters
-                        .campaigns
-                        .get_mut(&window.campaign)
-                        .and_then(|days| days.get_mut(&entry.day))
-                    else {
-                        continue;
-                    };
-                    if let Some(slice) = counter.windows.get_mut(&entry.key)
-                        && *slice != CEDED
-                    {
-                        counter.slices.remove_one(usize::from(*slice));
-                        taken_back.push((window, published_at, entry, *slice));
-                        *slice = CEDED;
-                        counter.dirty = true;
-                    }
+        let mut counters = lock(&self.counters);
+        let counters = &mut *counters;
+        let mut given_up_count = 0;
+        for (window, mine, theirs) in compared {
+            let given_up = ceded(&theirs, self.writer, &mine);
+            counters.ledger.settle(window, &mine, &given_up, now);
+            for entry in given_up {
+                let Some(counter) = counters
+                    .campaigns
+                    .get_mut(&window.campaign)
+                    .and_then(|days| days.get_mut(&entry.day))
+                else {
+                    continue;
+                };
+                if let Some(slice) = counter.windows.get_mut(&entry.key)
+                    && *slice != CEDED
+                {
+                    counter.slices.remove_one(usize::from(*slice));
+                    *slice = CEDED;
+                    counter.dirty = true;
+                    given_up_count += 1;
                 }
             }
         }
-        if taken_back.is_empty() {
-            return Ok(0);
-        }
-        let deadline = CEDE_DEADLINE.saturating_sub(listed_at.elapsed());
-        let stored = tokio::time::timeout(deadline, self.flush(store, now)).await;
-        if matches!(stored, Ok(Ok(_))) {
-            return Ok(taken_back.len());
-        }
-        // Counted again (twice, never nowhere), and compared again at the next pass.
-        let mut counters = lock(&self.counters);
-        let counters = &mut *counters;
-        for (window, published_at, entry, slice) in taken_back {
-            if let Some(counter) = counters
-                .campaigns
-                .get_mut(&window.campaign)
-                .and_then(|days| days.get_mut(&entry.day))
-                && let Some(held) = counter.windows.get_mut(&entry.key)
-                && *held == CEDED
-            {
-                *held = slice;
-                counter.slices.add(usize::from(slice), 1);
-                counter.dirty = true;
-                counters
-                    .ledger
-                    .compare_again(window, vec![(published_at, entry)], now);
-            }
-        }
-        Ok(0)
+        Ok(given_up_count)
     }
 
     fn drop_quiet_days(&self, now: DateTime<Utc>) {

@@ -1,34 +1,64 @@
 //! Repairing the live delivery counts a process that went away left behind (kill -9, a lost
 //! machine): its stored row of a campaign-day may miss the impressions it acknowledged in its
-//! last quarter second. The day's billable impressions are aggregated from the raw events and
-//! the gone writer's row becomes what the other writers' rows do not hold.
+//! last quarter second. The day's billable windows are read from the raw events, and the gone
+//! writer's row becomes the windows no other writer holds.
 //!
-//! Never an under-count: the other writers' rows are read before the raw events, so whatever
-//! they store after that read adds to a total that already counts every impression stored
-//! before the raw read. What they store in between counts twice until the day is sealed (about
-//! a second of their traffic), which stops a campaign early rather than late. Nor does a
-//! window the others give up later take away from it: the repair says so before this read,
-//! and until it is done no process gives a window up (see [`super::windows`]).
+//! Which windows another writer holds, two ways by their age:
+//! - Windows of the day's last minutes before the process went silent, and since, on a store
+//!   several processes share, while the day was open: every writer published the users it
+//!   counted there, and each window belongs to its first-ranked publication
+//!   ([`super::windows`]). The gone writer keeps the windows it ranks first in, and those
+//!   no one published (what it had not stored yet). Exact: the publications are read after
+//!   the raw events, so everything the others counted of what the read saw is published.
+//! - Older windows, and every window elsewhere: the other writers' rows are read before the
+//!   raw events, and the gone writer's row is the difference. Their comparisons of those
+//!   windows ended long before, so no give-up lowers the rows after the read; what they count
+//!   in between (late events) counts twice until the day is sealed, which stops a campaign
+//!   early rather than late.
 
+use super::windows::first_ranked;
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::process::ProcessId;
+use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
 use crate::query::FanOut;
-use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
+use crate::query::aggregate::{BillableWindow, DayRead, billable_windows_of_day};
 use crate::settings::SettingsCache;
 use crate::store::{LiveCountRow, Store, StoreError};
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// How long before the gone process's last report its windows are settled by publications:
+/// every window that ended earlier was compared (and compared again) by the others long before.
+const SETTLED_BEFORE_SILENCE: TimeDelta = TimeDelta::minutes(2);
+/// How long after the raw read the publications are read: the others publish what they count
+/// within a quarter second.
+const PUBLISHED_WITHIN: Duration = Duration::from_secs(2);
+/// Windows' publications read at once.
+const WINDOW_READS_IN_FLIGHT: usize = 16;
+
+/// What a repair knows of the process that went away.
+#[derive(Debug, Clone, Copy)]
+pub struct Gone {
+    pub id: ProcessId,
+    pub last_report_at: DateTime<Utc>,
+}
 
 /// Rewrites `gone`'s live row of `campaign`'s UTC `day` from the raw events; returns the
 /// day's billable impressions.
+#[allow(clippy::too_many_arguments)]
 pub async fn rebuild_campaign_day(
     store: &dyn Store,
     settings: &SettingsCache,
     campaign: CampaignKey,
     day: Day,
-    gone: ProcessId,
+    gone: Gone,
     window: BillableWindow,
+    rule: SealingRule,
     fan_out: FanOut,
 ) -> Result<u64, StoreError> {
     let sealed = store.read_sealed_counts(campaign).await?;
@@ -38,7 +68,7 @@ pub async fn rebuild_campaign_day(
     }
     let mut others = DaySlices::default();
     for row in store.read_live_counts(campaign).await? {
-        if row.day == day && row.writer != gone {
+        if row.day == day && row.writer != gone.id {
             others.merge(&row.slices);
         }
     }
@@ -50,13 +80,56 @@ pub async fn rebuild_campaign_day(
         settings.read_staleness(),
         Vec::new(),
     );
-    let aggregate = aggregate_day(store, &read, window, fan_out.concurrency).await?;
-    let stored = aggregate.billable_slices(day);
+    let windows = billable_windows_of_day(store, &read, window, fan_out.concurrency).await?;
+    let published = store.is_shared() && !rule.may_seal(day, gone.last_report_at);
+    let settled_until = if published {
+        DaySlices::slice_of(
+            day,
+            (gone.last_report_at - SETTLED_BEFORE_SILENCE).timestamp_millis(),
+        )
+    } else {
+        crate::domain::delivery::SLICES_PER_DAY
+    };
+    let mut stored = DaySlices::default();
+    let mut recent = Vec::new();
+    for ((user, number), first) in &windows {
+        let slice = DaySlices::slice_of(day, first.epoch_millis());
+        stored.add(slice, 1);
+        if slice >= settled_until {
+            recent.push((*number, *user, slice));
+        }
+    }
+    let mut row_slices = stored
+        .before(settled_until)
+        .saturating_sub(&others.before(settled_until));
+    if !recent.is_empty() {
+        tokio::time::sleep(PUBLISHED_WITHIN).await;
+        let numbers: BTreeSet<i64> = recent.iter().map(|(number, _, _)| *number).collect();
+        let owners: std::collections::HashMap<i64, _> = stream::iter(numbers)
+            .map(|number| async move {
+                let publications = store
+                    .window_publications(campaign, window.start_of(number))
+                    .await?;
+                Ok::<_, StoreError>((number, first_ranked(&publications)))
+            })
+            .buffer_unordered(WINDOW_READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        for (number, user, slice) in recent {
+            let owner = owners
+                .get(&number)
+                .and_then(|first| first.get(&user))
+                .map(|(_, writer)| *writer);
+            if owner.is_none_or(|writer| writer == gone.id) {
+                row_slices.add(slice, 1);
+            }
+        }
+    }
     let row = LiveCountRow {
         campaign,
         day,
-        writer: gone,
-        slices: stored.saturating_sub(&others),
+        writer: gone.id,
+        slices: row_slices,
     };
     store.write_live_counts(std::slice::from_ref(&row)).await?;
     Ok(stored.total())

@@ -50,6 +50,15 @@ impl DaySlices {
         }
     }
 
+    /// The counts of the slices before `slice` (the rest zero).
+    pub fn before(&self, slice: usize) -> DaySlices {
+        let mut kept = self.clone();
+        for cell in kept.0.iter_mut().skip(slice) {
+            *cell = 0;
+        }
+        kept
+    }
+
     pub fn get(&self, slice: usize) -> u64 {
         self.0.get(slice).copied().unwrap_or(0)
     }

@@ -39,9 +39,6 @@ pub struct ProcessReport {
     pub id: ProcessId,
     pub started_at: DateTime<Utc>,
     pub last_report_at: DateTime<Utc>,
-    /// Rebuilding a gone process's live counts from the raw events: until it is done, no
-    /// process gives up a billable window to another (see `delivery::windows`).
-    pub repairing: bool,
 }
 
 impl ProcessReport {

@@ -332,8 +332,9 @@ impl AppState {
         repair_gone_processes(
             self.store.as_ref(),
             &self.settings_cache,
-            &self.registry,
+            self.registry.id(),
             self.options.queries.billable_window,
+            self.options.sealer.rule,
             self.options.queries.fan_out,
         )
         .await

@@ -32,8 +32,6 @@ pub struct ProcessRegistry {
     /// flushers of their own), the start of the latest flush that stored all of it counted
     /// before.
     saved_through: Mutex<HashMap<OwnerKind, Instant>>,
-    /// Reported while this process rebuilds a gone one's live counts.
-    repairing: std::sync::atomic::AtomicBool,
 }
 
 impl ProcessRegistry {
@@ -45,7 +43,6 @@ impl ProcessRegistry {
             marks: Mutex::new(HashMap::new()),
             mark_writes: tokio::sync::Mutex::new(()),
             saved_through: Mutex::new(HashMap::new()),
-            repairing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -123,22 +120,8 @@ impl ProcessRegistry {
             id: self.id,
             started_at: self.started_at,
             last_report_at: Utc::now(),
-            repairing: self.repairing.load(std::sync::atomic::Ordering::Acquire),
         };
         self.store.report_process(&report).await
-    }
-
-    /// Whether this process is rebuilding a gone one's live counts (and has said so).
-    pub fn is_repairing(&self) -> bool {
-        self.repairing.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Tells the other processes, at once, that this one starts (`true`) or has finished
-    /// rebuilding a gone process's live counts.
-    pub async fn announce_repair(&self, repairing: bool) -> Result<(), StoreError> {
-        self.repairing
-            .store(repairing, std::sync::atomic::Ordering::Release);
-        self.report().await
     }
 
     /// Reports this process every [`ProcessReport::PERIOD`] and clears saved marks, until the

@@ -8,10 +8,10 @@
 //! embedded store, whose folder one process holds at a time, every other process is gone.
 
 use crate::beacons::rebuild::rebuild_site_day;
-use crate::delivery::rebuild::rebuild_campaign_day;
+use crate::delivery::rebuild::{Gone, rebuild_campaign_day};
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport};
-use crate::processes::ProcessRegistry;
+use crate::domain::sealing::SealingRule;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
 use crate::settings::SettingsCache;
@@ -31,7 +31,7 @@ pub struct Repaired {
 }
 
 /// The processes other than `me` that are gone.
-async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<ProcessId>, StoreError> {
+async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<Gone>, StoreError> {
     let now = Utc::now();
     let mut gone = Vec::new();
     let mut watched = Vec::new();
@@ -40,7 +40,10 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<ProcessI
             continue;
         }
         if !store.is_shared() || report.is_silent(now) {
-            gone.push(report.id);
+            gone.push(Gone {
+                id: report.id,
+                last_report_at: report.last_report_at,
+            });
         } else {
             watched.push(report);
         }
@@ -60,54 +63,27 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<ProcessI
             .iter()
             .any(|again| again.id == report.id && again.last_report_at == report.last_report_at)
         {
-            gone.push(report.id);
+            gone.push(Gone {
+                id: report.id,
+                last_report_at: report.last_report_at,
+            });
         }
     }
     Ok(gone)
 }
 
-/// How long a repair waits after saying so before it reads the other processes' rows: longer
-/// than any of them takes to see the report (a read a second) and store a window it gave up
-/// on a read of the list from before it (see `delivery::live`'s deadline).
-const ANNOUNCED: Duration = Duration::from_secs(3);
-
-/// Rebuilds what every gone process left marked, then removes it. On a shared store the other
-/// processes are told first, and hold on to every billable window until it is done (see
-/// [`crate::delivery::windows`]).
+/// Rebuilds what every gone process left marked, then removes it.
 pub async fn repair_gone_processes(
     store: &dyn Store,
     settings: &SettingsCache,
-    registry: &ProcessRegistry,
+    me: ProcessId,
     window: BillableWindow,
-    fan_out: FanOut,
-) -> Result<Repaired, StoreError> {
-    let gone = gone_processes(store, registry.id()).await?;
-    if gone.is_empty() {
-        return Ok(Repaired::default());
-    }
-    let announced = store.is_shared();
-    if announced {
-        registry.announce_repair(true).await?;
-        tokio::time::sleep(ANNOUNCED).await;
-    }
-    let outcome = rebuild_gone(store, settings, gone, window, fan_out).await;
-    if announced && let Err(error) = registry.announce_repair(false).await {
-        // The next report, a second later, says it.
-        tracing::warn!(error = %error.chain(), "cannot report the end of the repair yet");
-    }
-    outcome
-}
-
-async fn rebuild_gone(
-    store: &dyn Store,
-    settings: &SettingsCache,
-    gone: Vec<ProcessId>,
-    window: BillableWindow,
+    rule: SealingRule,
     fan_out: FanOut,
 ) -> Result<Repaired, StoreError> {
     let mut repaired = Repaired::default();
-    for process in gone {
-        for marked in store.unflushed(process).await? {
+    for process in gone_processes(store, me).await? {
+        for marked in store.unflushed(process.id).await? {
             match &marked.owner {
                 Owner::Site(site) => {
                     repaired.beacons +=
@@ -115,14 +91,14 @@ async fn rebuild_gone(
                 }
                 Owner::Campaign(campaign) => {
                     rebuild_campaign_day(
-                        store, settings, *campaign, marked.day, process, window, fan_out,
+                        store, settings, *campaign, marked.day, process, window, rule, fan_out,
                     )
                     .await?;
                 }
             }
             repaired.days += 1;
         }
-        store.remove_process(process).await?;
+        store.remove_process(process.id).await?;
         repaired.processes += 1;
     }
     Ok(repaired)

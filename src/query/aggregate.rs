@@ -288,25 +288,16 @@ impl DayRead {
     }
 }
 
-/// Reads one UTC day's impression and click partitions and aggregates them, with users
-/// reached at the levels asked for; `concurrency` partition reads at a time.
-pub async fn aggregate_day(
+/// Each impression id of `partitions` at its earliest copy, valid if any copy is.
+async fn earliest_impressions(
     store: &dyn EventStore,
-    read: &DayRead,
-    window: BillableWindow,
+    partitions: &[EventPartition],
     concurrency: usize,
-) -> Result<DayAggregate, StoreError> {
-    let DayRead {
-        campaign,
-        partitions,
-        levels,
-    } = read;
-    let concurrency = concurrency.max(1);
-    // Each id at its earliest copy of the day, valid if any copy is.
+) -> Result<HashMap<ImpressionId, ImpressionSummaryRow>, StoreError> {
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
     let mut reads = stream::iter(partitions.iter().copied())
         .map(|partition| async move { store.read_impression_summaries(&partition).await })
-        .buffer_unordered(concurrency);
+        .buffer_unordered(concurrency.max(1));
     while let Some(rows) = reads.next().await {
         for row in rows? {
             earliest
@@ -321,6 +312,43 @@ pub async fn aggregate_day(
                 .or_insert(row);
         }
     }
+    Ok(earliest)
+}
+
+/// One UTC day's billable windows: each valid user's window (numbered as
+/// [`BillableWindow::of`] does) with the time of its earliest impression.
+pub async fn billable_windows_of_day(
+    store: &dyn EventStore,
+    read: &DayRead,
+    window: BillableWindow,
+    concurrency: usize,
+) -> Result<HashMap<(UserId, i64), EventTime>, StoreError> {
+    let earliest = earliest_impressions(store, &read.partitions, concurrency).await?;
+    let mut windows: HashMap<(UserId, i64), EventTime> = HashMap::new();
+    for row in earliest.into_values().filter(|row| row.invalid.is_none()) {
+        windows
+            .entry((row.user_id, window.of(row.timestamp)))
+            .and_modify(|first| *first = (*first).min(row.timestamp))
+            .or_insert(row.timestamp);
+    }
+    Ok(windows)
+}
+
+/// Reads one UTC day's impression and click partitions and aggregates them, with users
+/// reached at the levels asked for; `concurrency` partition reads at a time.
+pub async fn aggregate_day(
+    store: &dyn EventStore,
+    read: &DayRead,
+    window: BillableWindow,
+    concurrency: usize,
+) -> Result<DayAggregate, StoreError> {
+    let DayRead {
+        campaign,
+        partitions,
+        levels,
+    } = read;
+    let concurrency = concurrency.max(1);
+    let earliest = earliest_impressions(store, partitions, concurrency).await?;
     let mut day = DayAggregate {
         slices: BTreeMap::new(),
         reach: Reach::with_levels(levels),

@@ -198,8 +198,6 @@ pub struct WindowPublication {
     /// When the writer published, to the millisecond: with the writer, orders publications.
     pub published_at: DateTime<Utc>,
     pub writer: ProcessId,
-    /// Counted around a repair: the writer never gives these users up, so others do.
-    pub keeps: bool,
     pub users: Vec<UserId>,
 }
 

@@ -79,10 +79,10 @@ impl DeliveryStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.delivery_windows (advertiser_id, campaign_id, \
-                     window_start, published_at, writer, keeps, users) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                     window_start, published_at, writer, users) VALUES (?, ?, ?, ?, ?, ?)"
                 ),
                 format!(
-                    "SELECT published_at, writer, keeps, users FROM {keyspace}.delivery_windows \
+                    "SELECT published_at, writer, users FROM {keyspace}.delivery_windows \
                      WHERE advertiser_id = ? AND campaign_id = ? AND window_start = ?"
                 ),
             ],
@@ -136,7 +136,6 @@ struct WindowValues {
     window_start: DateTime<Utc>,
     published_at: DateTime<Utc>,
     writer: Uuid,
-    keeps: bool,
     users: Vec<u8>,
 }
 
@@ -144,7 +143,6 @@ struct WindowValues {
 struct StoredPublication {
     published_at: DateTime<Utc>,
     writer: Uuid,
-    keeps: Option<bool>,
     users: Vec<u8>,
 }
 
@@ -301,7 +299,6 @@ impl DeliveryStore for CassandraStore {
                 window_start: publication.window_start,
                 published_at: publication.published_at,
                 writer: publication.writer.as_uuid(),
-                keeps: publication.keeps,
                 users: publication.packed_users(),
             },
             "publishing counted billable windows",
@@ -335,7 +332,6 @@ impl DeliveryStore for CassandraStore {
                     window_start,
                     published_at: row.published_at,
                     writer: ProcessId::new(row.writer),
-                    keeps: row.keeps.unwrap_or(false),
                     users,
                 })
             })

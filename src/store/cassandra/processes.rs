@@ -1,6 +1,6 @@
 //! Server processes on Cassandra: `server_process` (one small partition, every process's
 //! report) and `process_mark` (a partition per process: its unflushed owner-days). See
-//! `migrations/0007_processes.cql` (and 0012 for `repairing`).
+//! `migrations/0007_processes.cql`.
 
 use super::CassandraStore;
 use super::config::KeyspaceName;
@@ -46,11 +46,11 @@ impl ProcessStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.server_process (shard, process_id, started_at, \
-                     last_report_at, repairing) VALUES (?, ?, ?, ?, ?)"
+                     last_report_at) VALUES (?, ?, ?, ?)"
                 ),
                 format!(
-                    "SELECT process_id, started_at, last_report_at, repairing \
-                     FROM {keyspace}.server_process WHERE shard = ?"
+                    "SELECT process_id, started_at, last_report_at FROM {keyspace}.server_process \
+                     WHERE shard = ?"
                 ),
                 format!("DELETE FROM {keyspace}.server_process WHERE shard = ? AND process_id = ?"),
                 format!(
@@ -86,7 +86,6 @@ struct StoredReport {
     process_id: Uuid,
     started_at: DateTime<Utc>,
     last_report_at: DateTime<Utc>,
-    repairing: Option<bool>,
 }
 
 #[derive(DeserializeRow)]
@@ -104,7 +103,6 @@ impl ProcessStore for CassandraStore {
             report.id.as_uuid(),
             report.started_at,
             report.last_report_at,
-            report.repairing,
         );
         execute(
             &self.session,
@@ -130,7 +128,6 @@ impl ProcessStore for CassandraStore {
                 id: ProcessId::new(row.process_id),
                 started_at: row.started_at,
                 last_report_at: row.last_report_at,
-                repairing: row.repairing.unwrap_or(false),
             })
             .collect())
     }

@@ -196,10 +196,11 @@ impl DeliveryStore for EmbeddedStore {
         let rows = publications
             .iter()
             .map(|publication| {
-                // A byte for `keeps`, then the users.
-                let mut value = vec![u8::from(publication.keeps)];
-                value.extend_from_slice(&publication.packed_users());
-                (Table::DeliveryWindows, publication_key(publication), value)
+                (
+                    Table::DeliveryWindows,
+                    publication_key(publication),
+                    publication.packed_users(),
+                )
             })
             .collect();
         self.write("publishing counted billable windows", rows)
@@ -224,14 +225,12 @@ impl DeliveryStore for EmbeddedStore {
             .map(|(key, value)| {
                 let (published_at, writer) =
                     decode_publication_key(key).ok_or_else(|| corrupt(CONTEXT))?;
-                let (keeps, users) = value.split_first().ok_or_else(|| corrupt(CONTEXT))?;
                 Ok(WindowPublication {
                     campaign,
                     window_start,
                     published_at,
                     writer,
-                    keeps: *keeps != 0,
-                    users: WindowPublication::unpack_users(users)
+                    users: WindowPublication::unpack_users(value)
                         .ok_or_else(|| corrupt(CONTEXT))?,
                 })
             })
@@ -268,7 +267,6 @@ mod tests {
             window_start: "2026-11-26T10:00:40Z".parse().expect("time"),
             published_at: "2026-11-26T10:01:02.345Z".parse().expect("time"),
             writer: ProcessId::random(),
-            keeps: false,
             users: Vec::new(),
         };
         assert_eq!(

@@ -14,10 +14,9 @@ use chrono::DateTime;
 use uuid::Uuid;
 
 fn report_value(report: &ProcessReport) -> Vec<u8> {
-    let mut value = Vec::with_capacity(17);
+    let mut value = Vec::with_capacity(16);
     value.extend_from_slice(&report.started_at.timestamp_millis().to_be_bytes());
     value.extend_from_slice(&report.last_report_at.timestamp_millis().to_be_bytes());
-    value.push(u8::from(report.repairing));
     value
 }
 
@@ -29,8 +28,6 @@ fn decode_report(key: &[u8], value: &[u8]) -> Option<ProcessReport> {
         id: ProcessId::new(Uuid::from_slice(key).ok()?),
         started_at: millis(0..8)?,
         last_report_at: millis(8..16)?,
-        // Reports written before the flag have 16 bytes.
-        repairing: value.get(16).is_some_and(|flag| *flag != 0),
     })
 }
 
@@ -141,7 +138,6 @@ mod tests {
             started_at: DateTime::from_timestamp_millis(now.timestamp_millis() - 5000)
                 .expect("time"),
             last_report_at: DateTime::from_timestamp_millis(now.timestamp_millis()).expect("time"),
-            repairing: true,
         };
         let key = process.as_uuid().as_bytes().to_vec();
         assert_eq!(decode_report(&key, &report_value(&report)), Some(report));
