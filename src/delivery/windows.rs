@@ -281,6 +281,14 @@ mod tests {
         }
     }
 
+    /// A campaign's window from 10:00:00.
+    fn ten_o_clock() -> WindowKey {
+        WindowKey {
+            campaign: campaign(),
+            start: at("2026-11-26T10:00:00Z"),
+        }
+    }
+
     fn users<const N: usize>() -> [UserId; N] {
         std::array::from_fn(|_| UserId::new(Uuid::new_v4()))
     }
@@ -352,10 +360,7 @@ mod tests {
     #[test]
     fn a_window_is_compared_once_closed_then_once_more_for_what_was_kept() {
         let mut ledger = WindowLedger::default();
-        let window = WindowKey {
-            campaign: campaign(),
-            start: at("2026-11-26T10:00:00Z"),
-        };
+        let window = ten_o_clock();
         let length = TimeDelta::seconds(40);
         let [first, late] = users();
         assert!(ledger.note(window, entry(first)));
@@ -389,10 +394,7 @@ mod tests {
     #[test]
     fn a_refused_publication_goes_out_with_the_next() {
         let mut ledger = WindowLedger::default();
-        let window = WindowKey {
-            campaign: campaign(),
-            start: at("2026-11-26T10:00:00Z"),
-        };
+        let window = ten_o_clock();
         let [one, two] = users();
         ledger.note(window, entry(one));
         let refused = ledger.take_unpublished(at("2026-11-26T10:00:20Z"));
@@ -407,10 +409,7 @@ mod tests {
     #[test]
     fn publications_of_one_process_are_stamped_in_order() {
         let mut ledger = WindowLedger::default();
-        let window = WindowKey {
-            campaign: campaign(),
-            start: at("2026-11-26T10:00:00Z"),
-        };
+        let window = ten_o_clock();
         let [one, two] = users();
         ledger.note(window, entry(one));
         let first = ledger.take_unpublished(at("2026-11-26T10:00:20Z"));
