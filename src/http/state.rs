@@ -303,10 +303,15 @@ impl AppState {
     }
 
     /// Stores every acknowledged impression's live delivery count (before the process goes).
+    /// On a shared store it first compares every window it published, closed or not, so that
+    /// what another process ranks first in is not kept in the saved row as well.
     pub async fn flush_delivery(&self) -> Result<usize, StoreError> {
-        self.live_delivery
-            .flush(self.store.as_ref(), chrono::Utc::now())
-            .await
+        let store = self.store.as_ref();
+        if store.is_shared() {
+            self.live_delivery.flush(store, chrono::Utc::now()).await?;
+            self.live_delivery.compare_every_window(store).await?;
+        }
+        self.live_delivery.flush(store, chrono::Utc::now()).await
     }
 
     /// Lists this process among those sharing the store, reporting every second until the

@@ -1,7 +1,7 @@
 //! Delivery across server processes on one Cassandra keyspace: what one process acknowledged
 //! is counted by the other within a second, and a process killed with -9 makes `complete`
 //! false until a starting process repairs its counts; a user's billable window counted by both
-//! processes counts once as soon as the window has closed.
+//! processes counts once as soon as the window has closed, or as soon as one of them stops.
 
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents};
@@ -181,5 +181,35 @@ async fn a_window_counted_by_both_processes_counts_once() {
     );
     drop(second);
     drop(first);
+    drop_keyspace(&keyspace).await;
+}
+
+#[tokio::test]
+async fn a_process_stopping_cleanly_gives_up_the_open_windows_another_counted_first() {
+    let keyspace = private_keyspace("delivery_stop");
+    let staying = start(keyspace.as_str()).await;
+    let mut stopping = start(keyspace.as_str()).await;
+    let campaign = Campaign::fresh();
+    // Each process compares every second; one that has not yet seen the other listed has no
+    // one to publish for.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let users: Vec<Uuid> = (0..80).map(|_| Uuid::new_v4()).collect();
+    // The window these impressions share is still open when the second process stops.
+    let at = Utc::now();
+    post_for(&staying, &campaign, &users, at).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    post_for(&stopping, &campaign, &users, at).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    stopping.send_signal("TERM");
+    let status = stopping.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{}", stopping.output());
+
+    let answer = delivery(&staying, &campaign).await;
+    assert_eq!(
+        answer["lifetime"]["billable_impressions"],
+        users.len(),
+        "{answer}"
+    );
+    drop(staying);
     drop_keyspace(&keyspace).await;
 }
