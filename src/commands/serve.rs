@@ -33,6 +33,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     } else {
         first_admin_key(&state, &args, has_operator_key).await?;
     }
+    // Listened for before the address is announced: a stop right after it is a clean stop.
+    let shutdown = server::shutdown_signal();
     spawn_repair(&state);
     let _sealer = state.sealer().spawn();
     let last_flush = state.clone();
@@ -58,7 +60,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
 
     tokio::select! {
         joined = &mut server => return server_outcome(joined),
-        () = server::shutdown_signal() => {}
+        () = shutdown => {}
     }
     tracing::info!(timeout = ?args.shutdown_timeout, "shutting down: finishing in-flight requests");
     let _ = stop.send(());

@@ -207,30 +207,43 @@ pub fn survive_file_size_limit() {
     }
 }
 
-/// Completes on Ctrl-C (SIGINT) or SIGTERM, the signal process supervisors send.
-pub async fn shutdown_signal() {
-    let interrupt = async {
+/// Listens for Ctrl-C (SIGINT) and SIGTERM, the signal process supervisors send, from the
+/// moment it is called: a signal that arrives before the returned future is first polled (a
+/// supervisor stopping a process that has only just said it listens) still stops it cleanly.
+/// The future completes on the first of them.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            tokio::select! {
+                () = until_received(interrupt, "Ctrl-C") => {}
+                () = until_received(terminate, "SIGTERM") => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if let Err(error) = tokio::signal::ctrl_c().await {
             tracing::error!(%error, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+        tracing::info!("received Ctrl-C");
+    }
+}
+
+#[cfg(unix)]
+async fn until_received(listener: std::io::Result<tokio::signal::unix::Signal>, name: &str) {
+    match listener {
+        Ok(mut signal) => {
+            signal.recv().await;
+            tracing::info!("received {name}");
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => tracing::info!("received Ctrl-C"),
-        () = terminate => tracing::info!("received SIGTERM"),
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for {name}");
+            std::future::pending::<()>().await;
+        }
     }
 }
