@@ -18,7 +18,7 @@ use crate::domain::process::ProcessId;
 use crate::domain::time::Day;
 use crate::store::WindowPublication;
 use chrono::{DateTime, TimeDelta, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// How long after a window closes, or after this process's latest publication of it, the
 /// window is compared: every process's publications of it are stored by then (each publishes
@@ -41,7 +41,7 @@ pub struct WindowKey {
 
 /// A user whose window this process counted, and where that count sits: the day counter and
 /// the keyed hash it is remembered under there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Entry {
     pub user: UserId,
     pub day: Day,
@@ -192,6 +192,8 @@ impl WindowLedger {
         let Some(publications) = self.published.get_mut(&window) else {
             return;
         };
+        // A set, not the slice: a busy window gives up thousands of users at once.
+        let given_up: HashSet<&Entry> = given_up.iter().collect();
         let mut forgotten = 0;
         for publication in publications.iter_mut() {
             let Some(seen) = compared.iter().find(|seen| seen.at == publication.at) else {
