@@ -25,6 +25,7 @@ pub mod http;
 pub mod ingest;
 pub mod ivt;
 pub mod migrations;
+pub mod periodic;
 pub mod processes;
 pub mod query;
 pub mod remembered;

@@ -169,22 +169,14 @@ impl Access {
     /// read keeps the last ones known.
     pub fn spawn_refresh(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(self.options.refresh);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut failing = false;
+            let mut ticks = crate::periodic::ticks(self.options.refresh);
+            let mut outage = crate::periodic::OutageLog::new(
+                "cannot read keys and sites; keeping the last ones known",
+                None,
+            );
             loop {
                 ticks.tick().await;
-                match self.refresh().await {
-                    Ok(()) => failing = false,
-                    Err(error) if !failing => {
-                        failing = true;
-                        tracing::warn!(
-                            error = %error.chain(),
-                            "cannot read keys and sites; keeping the last ones known"
-                        );
-                    }
-                    Err(_) => {}
-                }
+                outage.record(&self.refresh().await);
             }
         })
     }

@@ -437,9 +437,12 @@ pub fn spawn_flusher(
 ) -> tokio::task::JoinHandle<()> {
     const IDLE: Duration = Duration::from_secs(15 * 60);
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
+        let mut ticks = crate::periodic::ticks(period);
+        // The sketches stay in memory and are retried.
+        let mut outage = crate::periodic::OutageLog::new(
+            "cannot store unique-visitor sketches; retrying every flush",
+            Some("unique-visitor sketches are being stored again"),
+        );
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
@@ -452,22 +455,10 @@ pub fn spawn_flusher(
             live.evict_idle(IDLE);
             live.evict_least_recent();
             metrics::gauge!("adevents_sketch_memory_bytes").set(live.held_bytes() as f64);
-            match flushed {
-                Ok(_) => {
-                    registry.saved_through(OwnerKind::Site, started);
-                    if failing {
-                        tracing::info!("unique-visitor sketches are being stored again");
-                    }
-                    failing = false;
-                }
-                Err(error) => {
-                    // Logged once per outage; the sketches stay in memory and are retried.
-                    if !failing {
-                        tracing::warn!(%error, "cannot store unique-visitor sketches; retrying every flush");
-                    }
-                    failing = true;
-                }
+            if flushed.is_ok() {
+                registry.saved_through(OwnerKind::Site, started);
             }
+            outage.record(&flushed);
         }
     })
 }

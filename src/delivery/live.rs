@@ -387,26 +387,19 @@ pub fn spawn_flusher(
     saved: impl Fn(Instant) + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
+        let mut ticks = crate::periodic::ticks(interval);
+        let mut outage = crate::periodic::OutageLog::new(
+            "cannot store live delivery counts; retrying",
+            Some("storing live delivery counts again"),
+        );
         loop {
             ticks.tick().await;
             let started = Instant::now();
-            match live.flush(store.as_ref(), Utc::now()).await {
-                Ok(_) => {
-                    saved(started);
-                    if failing {
-                        failing = false;
-                        tracing::info!("storing live delivery counts again");
-                    }
-                }
-                Err(error) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %error.chain(), "cannot store live delivery counts; retrying");
-                }
-                Err(_) => {}
+            let flushed = live.flush(store.as_ref(), Utc::now()).await;
+            if flushed.is_ok() {
+                saved(started);
             }
+            outage.record(&flushed);
         }
     })
 }
@@ -418,28 +411,19 @@ pub fn spawn_reconciler(
     store: std::sync::Arc<dyn Store>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(Duration::from_secs(1));
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
+        let mut ticks = crate::periodic::ticks(Duration::from_secs(1));
+        let mut outage = crate::periodic::OutageLog::new(
+            "cannot compare billable windows with other processes; retrying",
+            Some("comparing billable windows with other processes again"),
+        );
         loop {
             ticks.tick().await;
-            match live.reconcile(store.as_ref(), Utc::now()).await {
-                Ok(given_up) => {
-                    if given_up > 0 {
-                        metrics::counter!("adevents_delivery_windows_given_up_total")
-                            .increment(given_up as u64);
-                    }
-                    if failing {
-                        failing = false;
-                        tracing::info!("comparing billable windows with other processes again");
-                    }
-                }
-                Err(error) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %error.chain(), "cannot compare billable windows with other processes; retrying");
-                }
-                Err(_) => {}
+            let compared = live.reconcile(store.as_ref(), Utc::now()).await;
+            if let Ok(given_up @ 1..) = compared {
+                metrics::counter!("adevents_delivery_windows_given_up_total")
+                    .increment(given_up as u64);
             }
+            outage.record(&compared);
         }
     })
 }

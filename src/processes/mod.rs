@@ -136,8 +136,7 @@ impl ProcessRegistry {
             let period = ProcessReport::PERIOD
                 .to_std()
                 .unwrap_or(Duration::from_secs(1));
-            let mut ticks = tokio::time::interval(period);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut ticks = crate::periodic::ticks(period);
             let silence = ProcessReport::SILENCE
                 .to_std()
                 .unwrap_or(Duration::from_secs(10));
