@@ -48,19 +48,31 @@ pub struct Gone {
     pub last_report_at: DateTime<Utc>,
 }
 
+/// What a start-up repair reads with: the same for every day it rebuilds.
+#[derive(Clone, Copy)]
+pub struct DayRepair<'a> {
+    pub store: &'a dyn Store,
+    pub settings: &'a SettingsCache,
+    pub window: BillableWindow,
+    pub rule: SealingRule,
+    pub fan_out: FanOut,
+}
+
 /// Rewrites `gone`'s live row of `campaign`'s UTC `day` from the raw events; returns the
 /// day's billable impressions.
-#[allow(clippy::too_many_arguments)]
 pub async fn rebuild_campaign_day(
-    store: &dyn Store,
-    settings: &SettingsCache,
+    repair: DayRepair<'_>,
     campaign: CampaignKey,
     day: Day,
     gone: Gone,
-    window: BillableWindow,
-    rule: SealingRule,
-    fan_out: FanOut,
 ) -> Result<u64, StoreError> {
+    let DayRepair {
+        store,
+        settings,
+        window,
+        rule,
+        fan_out,
+    } = repair;
     let sealed = store.read_sealed_counts(campaign).await?;
     if sealed.days.iter().any(|(sealed_day, _)| *sealed_day == day) {
         // Its sealed total answers for it; live rows are not read.

@@ -13,6 +13,7 @@ use crate::delivery::live::{
     LiveDelivery, spawn_flusher as spawn_delivery_flusher,
     spawn_reconciler as spawn_window_reconciler,
 };
+use crate::delivery::rebuild::DayRepair;
 use crate::domain::beacon::BeaconRules;
 use crate::domain::owner::OwnerKind;
 use crate::domain::process::ProcessReport;
@@ -334,15 +335,14 @@ impl AppState {
     /// Rebuilds what server processes that went away without saving their live state left
     /// marked (see [`crate::processes::repair`]).
     pub async fn repair_gone_processes(&self) -> Result<Repaired, StoreError> {
-        repair_gone_processes(
-            self.store.as_ref(),
-            &self.settings_cache,
-            self.registry.id(),
-            self.options.queries.billable_window,
-            self.options.sealer.rule,
-            self.options.queries.fan_out,
-        )
-        .await
+        let repair = DayRepair {
+            store: self.store.as_ref(),
+            settings: &self.settings_cache,
+            window: self.options.queries.billable_window,
+            rule: self.options.sealer.rule,
+            fan_out: self.options.queries.fan_out,
+        };
+        repair_gone_processes(repair, self.registry.id()).await
     }
 
     /// Lets `/readyz` answer 200 again once the start-up repair is done.

@@ -8,13 +8,9 @@
 //! embedded store, whose folder one process holds at a time, every other process is gone.
 
 use crate::beacons::rebuild::rebuild_site_day;
-use crate::delivery::rebuild::{Gone, rebuild_campaign_day};
+use crate::delivery::rebuild::{DayRepair, Gone, rebuild_campaign_day};
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport};
-use crate::domain::sealing::SealingRule;
-use crate::query::FanOut;
-use crate::query::aggregate::BillableWindow;
-use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 use std::time::Duration;
@@ -74,13 +70,15 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<Gone>, S
 
 /// Rebuilds what every gone process left marked, then removes it.
 pub async fn repair_gone_processes(
-    store: &dyn Store,
-    settings: &SettingsCache,
+    repair: DayRepair<'_>,
     me: ProcessId,
-    window: BillableWindow,
-    rule: SealingRule,
-    fan_out: FanOut,
 ) -> Result<Repaired, StoreError> {
+    let DayRepair {
+        store,
+        settings,
+        fan_out,
+        ..
+    } = repair;
     let mut repaired = Repaired::default();
     for process in gone_processes(store, me).await? {
         for marked in store.unflushed(process.id).await? {
@@ -90,10 +88,7 @@ pub async fn repair_gone_processes(
                         rebuild_site_day(store, settings, site, marked.day, fan_out).await?;
                 }
                 Owner::Campaign(campaign) => {
-                    rebuild_campaign_day(
-                        store, settings, *campaign, marked.day, process, window, rule, fan_out,
-                    )
-                    .await?;
+                    rebuild_campaign_day(repair, *campaign, marked.day, process).await?;
                 }
             }
             repaired.days += 1;
