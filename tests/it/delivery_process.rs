@@ -33,19 +33,33 @@ async fn start(keyspace: &str) -> ServerProcess {
     server
 }
 
+/// Two processes on `keyspace`, each having seen the other listed: a process compares every
+/// second, and one that has not yet seen another listed has no one to publish its windows for.
+async fn two_listed(keyspace: &str) -> (ServerProcess, ServerProcess) {
+    let first = start(keyspace).await;
+    let second = start(keyspace).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (first, second)
+}
+
+/// Posts `events` as one batch; acknowledged.
+async fn post_batch(server: &ServerProcess, events: &[Value]) {
+    let response = http()
+        .post(server.url("/v1/impressions"))
+        .json(events)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::OK, "{}", server.output());
+}
+
 /// Posts `count` impressions of distinct users now, in batches of 50; all acknowledged.
 async fn post(server: &ServerProcess, campaign: &Campaign, count: usize) {
     let events: Vec<Value> = (0..count)
         .map(|_| campaign.impression(Uuid::new_v4(), Uuid::new_v4(), Utc::now()))
         .collect();
     for batch in events.chunks(50) {
-        let response = http()
-            .post(server.url("/v1/impressions"))
-            .json(&serde_json::json!(batch))
-            .send()
-            .await
-            .expect("answered");
-        assert_eq!(response.status(), StatusCode::OK, "{}", server.output());
+        post_batch(server, batch).await;
     }
 }
 
@@ -59,13 +73,7 @@ async fn post_for(server: &ServerProcess, campaign: &Campaign, users: &[Uuid], a
             impression
         })
         .collect();
-    let response = http()
-        .post(server.url("/v1/impressions"))
-        .json(&events)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status(), StatusCode::OK, "{}", server.output());
+    post_batch(server, &events).await;
 }
 
 async fn delivery(server: &ServerProcess, campaign: &Campaign) -> Value {
@@ -124,12 +132,8 @@ async fn two_processes_count_each_others_impressions_and_a_killed_one_is_repaire
 #[tokio::test]
 async fn a_window_counted_by_both_processes_counts_once() {
     let keyspace = private_keyspace("delivery_windows");
-    let first = start(keyspace.as_str()).await;
-    let second = start(keyspace.as_str()).await;
+    let (first, second) = two_listed(keyspace.as_str()).await;
     let campaign = Campaign::fresh();
-    // Each process compares every second; one that has not yet seen the other listed has no
-    // one to publish for.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let shared: Vec<Uuid> = (0..120).map(|_| Uuid::new_v4()).collect();
     let first_only: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
     let second_only: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
@@ -187,12 +191,8 @@ async fn a_window_counted_by_both_processes_counts_once() {
 #[tokio::test]
 async fn a_process_stopping_cleanly_gives_up_the_open_windows_another_counted_first() {
     let keyspace = private_keyspace("delivery_stop");
-    let staying = start(keyspace.as_str()).await;
-    let mut stopping = start(keyspace.as_str()).await;
+    let (staying, mut stopping) = two_listed(keyspace.as_str()).await;
     let campaign = Campaign::fresh();
-    // Each process compares every second; one that has not yet seen the other listed has no
-    // one to publish for.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let users: Vec<Uuid> = (0..80).map(|_| Uuid::new_v4()).collect();
     // The window these impressions share is still open when the second process stops.
     let at = Utc::now();
