@@ -219,14 +219,12 @@ impl WindowLedger {
     }
 }
 
-/// Which of `mine` (this process's publications of one window, to compare) a publication of
-/// another process ranked before it already counts: those this process gives up.
+/// Which of `mine` (this process's publications of one window, to compare) another process
+/// holds: the first-ranked of every stored publication and of `mine` is another writer's.
+/// This process's own stored publications rank too: one refused by the store yet stored
+/// (a timeout) was published again later, and the other processes rank its first copy.
 pub fn ceded(publications: &[WindowPublication], me: ProcessId, mine: &[Published]) -> Vec<Entry> {
-    let first = first_ranked(
-        publications
-            .iter()
-            .filter(|publication| publication.writer != me),
-    );
+    let first = first_ranked(publications);
     mine.iter()
         .flat_map(|publication| {
             let rank = (publication.at, me);
@@ -234,7 +232,11 @@ pub fn ceded(publications: &[WindowPublication], me: ProcessId, mine: &[Publishe
             publication
                 .entries
                 .iter()
-                .filter(move |entry| first.get(&entry.user).is_some_and(|held| *held < rank))
+                .filter(move |entry| {
+                    first
+                        .get(&entry.user)
+                        .is_some_and(|held| held.1 != me && *held < rank)
+                })
                 .copied()
         })
         .collect()
@@ -357,6 +359,30 @@ mod tests {
             expected.insert(0, same_ms);
         }
         assert_eq!(given_up(&all, other, &other_mine), expected);
+    }
+
+    #[test]
+    fn a_publication_refused_yet_stored_keeps_its_rank_for_its_writer_too() {
+        let (me, other) = (ProcessId::random(), ProcessId::random());
+        let [user] = users();
+        // Mine at :05.250 was reported refused but stored, and went out again at :05.750;
+        // the other process published the user in between.
+        let stored = vec![
+            publication(me, "2026-11-26T10:00:05.250Z", &[user]),
+            publication(other, "2026-11-26T10:00:05.500Z", &[user]),
+            publication(me, "2026-11-26T10:00:05.750Z", &[user]),
+        ];
+        let mine = vec![Published::new(
+            at("2026-11-26T10:00:05.750Z"),
+            vec![entry(user)],
+        )];
+        let theirs = vec![Published::new(
+            at("2026-11-26T10:00:05.500Z"),
+            vec![entry(user)],
+        )];
+        // Exactly one keeps the window: the writer of its first stored copy.
+        assert_eq!(given_up(&stored, me, &mine), vec![]);
+        assert_eq!(given_up(&stored, other, &theirs), vec![user]);
     }
 
     #[test]
