@@ -19,13 +19,16 @@ use crate::domain::process::ProcessId;
 use crate::domain::sealing::SealingRule;
 use crate::domain::time::Day;
 use crate::query::aggregate::BillableWindow;
-use crate::store::{DeliveryStore, LiveCountRow, Store, StoreError, WindowPublication};
+use crate::store::{DeliveryStore, LiveCountRow, Store, StoreError};
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// A window compared: this process's publications of it and the users it gives up.
+type Compared = (WindowKey, Vec<Published>, Vec<Entry>);
 
 /// How often a process stores its live counts: with the write's own latency, well inside the
 /// second within which `delivery` promises every acknowledged impression.
@@ -263,32 +266,20 @@ impl LiveDelivery {
             self.drop_quiet_days(now);
             return Ok(0);
         }
-        if let Err(error) = store.write_live_counts(&rows).await {
-            lock(&self.counters).ledger.restore(batch);
-            // Written again at the next flush.
-            let mut counters = lock(&self.counters);
-            for row in &rows {
-                if let Some(counter) = counters
-                    .campaigns
-                    .get_mut(&row.campaign)
-                    .and_then(|days| days.get_mut(&row.day))
-                {
-                    counter.dirty = true;
-                }
-            }
-            return Err(error);
-        }
-        if !batch.is_empty() {
-            match store
+        let mut unstored = Unstored {
+            live: self,
+            days: rows.iter().map(|row| (row.campaign, row.day)).collect(),
+            batch: Some(batch),
+        };
+        store.write_live_counts(&rows).await?;
+        unstored.days.clear();
+        if let Some(batch) = unstored.batch.as_ref().filter(|batch| !batch.is_empty()) {
+            store
                 .publish_windows(&batch.publications(self.writer))
-                .await
-            {
-                Ok(()) => lock(&self.counters).ledger.published(batch),
-                Err(error) => {
-                    lock(&self.counters).ledger.restore(batch);
-                    return Err(error);
-                }
-            }
+                .await?;
+        }
+        if let Some(batch) = unstored.batch.take() {
+            lock(&self.counters).ledger.published(batch);
         }
         self.drop_quiet_days(now);
         Ok(rows.len())
@@ -296,7 +287,9 @@ impl LiveDelivery {
 
     /// Compares every window due at `now` with the other processes' publications and gives up
     /// the users a publication ranked before this process's already counts; the rows that
-    /// changed are stored at the next flush. Returns how many were given up.
+    /// changed are stored at the next flush. Returns how many were given up. A window whose
+    /// publications cannot be read stays due for the next call, and the first such error is
+    /// returned once every other window is settled: one bad partition stalls no other.
     pub async fn reconcile(
         &self,
         store: &dyn Store,
@@ -310,21 +303,34 @@ impl LiveDelivery {
         self.others_listed
             .store(others_listed, std::sync::atomic::Ordering::Relaxed);
         let due = lock(&self.counters).ledger.due(now, self.window.length());
-        let compared: Vec<(WindowKey, Vec<Published>, Vec<WindowPublication>)> = stream::iter(due)
+        let me = self.writer;
+        // Ranked before the counters' lock is taken: every impression counted waits for it.
+        let read: Vec<Result<Compared, StoreError>> = stream::iter(due)
             .map(|(window, mine)| async move {
                 let theirs = store
                     .window_publications(window.campaign, window.start)
                     .await?;
-                Ok::<_, StoreError>((window, mine, theirs))
+                let given_up = ceded(&theirs, me, &mine);
+                Ok((window, mine, given_up))
             })
             .buffer_unordered(WINDOW_READS_IN_FLIGHT)
-            .try_collect()
-            .await?;
-        let mut counters = lock(&self.counters);
-        let counters = &mut *counters;
+            .collect()
+            .await;
+        let mut first_error = None;
+        let compared: Vec<Compared> = read
+            .into_iter()
+            .filter_map(|outcome| {
+                outcome
+                    .map_err(|error| {
+                        first_error.get_or_insert(error);
+                    })
+                    .ok()
+            })
+            .collect();
+        let mut guard = lock(&self.counters);
+        let counters = &mut *guard;
         let mut given_up_count = 0;
-        for (window, mine, theirs) in compared {
-            let given_up = ceded(&theirs, self.writer, &mine);
+        for (window, mine, given_up) in compared {
             counters.ledger.settle(window, &mine, &given_up, now);
             for entry in given_up {
                 let Some(counter) = counters
@@ -344,7 +350,15 @@ impl LiveDelivery {
                 }
             }
         }
-        Ok(given_up_count)
+        drop(guard);
+        if given_up_count > 0 {
+            metrics::counter!("adevents_delivery_windows_given_up_total")
+                .increment(given_up_count as u64);
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(given_up_count),
+        }
     }
 
     /// Compares every window published, closed or not (a process about to stop cleanly: what
@@ -418,14 +432,38 @@ pub fn spawn_reconciler(
         );
         loop {
             ticks.tick().await;
-            let compared = live.reconcile(store.as_ref(), Utc::now()).await;
-            if let Ok(given_up @ 1..) = compared {
-                metrics::counter!("adevents_delivery_windows_given_up_total")
-                    .increment(given_up as u64);
-            }
-            outage.record(&compared);
+            outage.record(&live.reconcile(store.as_ref(), Utc::now()).await);
         }
     })
+}
+
+/// What a flush took out of the counters and has not stored yet, put back when the flush
+/// fails or is cancelled (a clean stop aborts the flusher, mid-write or not), so that a later
+/// flush, the last one before the process leaves included, stores it.
+struct Unstored<'a> {
+    live: &'a LiveDelivery,
+    /// Campaign-days whose rows are not stored yet: dirty again.
+    days: Vec<(CampaignKey, Day)>,
+    /// Users not published yet: published with the next batch.
+    batch: Option<PublicationBatch>,
+}
+
+impl Drop for Unstored<'_> {
+    fn drop(&mut self) {
+        let mut counters = lock(&self.live.counters);
+        if let Some(batch) = self.batch.take() {
+            counters.ledger.restore(batch);
+        }
+        for (campaign, day) in &self.days {
+            if let Some(counter) = counters
+                .campaigns
+                .get_mut(campaign)
+                .and_then(|days| days.get_mut(day))
+            {
+                counter.dirty = true;
+            }
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
