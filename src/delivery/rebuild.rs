@@ -4,19 +4,22 @@
 //! writer's row becomes the windows no other writer holds.
 //!
 //! Which windows another writer holds, two ways by their age:
-//! - Windows of the day's last minutes before the process went silent, and since, on a store
-//!   several processes share, while the day was open: every writer published the users it
-//!   counted there, and each window belongs to its first-ranked publication
-//!   ([`super::windows`]). The gone writer keeps the windows it ranks first in, and those
-//!   no one published (what it had not stored yet). Exact: the publications are read after
-//!   the raw events, so everything the others counted of what the read saw is published.
+//! - Windows of the day's last minutes before the process went silent, and since, and any
+//!   window the others may still compare (one that ended less than its grace and second
+//!   comparison before their rows are read: long windows), on a store several processes
+//!   share, while the day was open: every writer published the users it counted there, and
+//!   each window belongs to its first-ranked publication ([`super::windows`]). The gone writer
+//!   keeps the windows it ranks first in, and those no one published (what it had not stored
+//!   yet). Exact: the publications are read after the raw events, so everything the others
+//!   counted of what the read saw is published.
 //! - Older windows, and every window elsewhere: the other writers' rows are read before the
 //!   raw events, and the gone writer's row is the difference. Their comparisons of those
-//!   windows ended long before, so no give-up lowers the rows after the read; what they count
-//!   in between (late events) counts twice until the day is sealed, which stops a campaign
-//!   early rather than late.
+//!   windows ended before the read, so no give-up lowers the rows afterwards. One exception:
+//!   a late event for such a window, counted by another process within about half a minute of
+//!   the read, is compared afterwards and given up to the gone writer if it ranks first, whose
+//!   row did not get it: that user's window counts nowhere until the day is sealed.
 
-use super::windows::first_ranked;
+use super::windows::{GRACE, RECHECK, first_ranked};
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
@@ -35,6 +38,9 @@ use std::time::Duration;
 /// How long before the gone process's last report its windows are settled by publications:
 /// every window that ended earlier was compared (and compared again) by the others long before.
 const SETTLED_BEFORE_SILENCE: TimeDelta = TimeDelta::minutes(2);
+/// Slack for the comparisons' once-a-second ticks, after a window's grace and its second
+/// comparison.
+const COMPARISON_TICKS: TimeDelta = TimeDelta::seconds(5);
 /// How long after the raw read the publications are read: the others publish what they count
 /// within a quarter second.
 const PUBLISHED_WITHIN: Duration = Duration::from_secs(2);
@@ -78,6 +84,7 @@ pub async fn rebuild_campaign_day(
         // Its sealed total answers for it; live rows are not read.
         return Ok(0);
     }
+    let others_read_at = Utc::now();
     let mut others = DaySlices::default();
     for row in store.read_live_counts(campaign).await? {
         if row.day == day && row.writer != gone.id {
@@ -95,10 +102,13 @@ pub async fn rebuild_campaign_day(
     let windows = billable_windows_of_day(store, &read, window, fan_out.concurrency).await?;
     let published = store.is_shared() && !rule.may_seal(day, gone.last_report_at);
     let settled_until = if published {
-        DaySlices::slice_of(
-            day,
-            (gone.last_report_at - SETTLED_BEFORE_SILENCE).timestamp_millis(),
-        )
+        // A window is settled once the others compared it for the last time before their
+        // rows were read: its end, the grace and the second comparison ago. A window that
+        // began in an earlier slice ended at most one window's length after that slice.
+        let compared_for_good =
+            others_read_at - window.length() - GRACE - RECHECK - COMPARISON_TICKS;
+        let settled_before = compared_for_good.min(gone.last_report_at - SETTLED_BEFORE_SILENCE);
+        DaySlices::slice_of(day, settled_before.timestamp_millis())
     } else {
         crate::domain::delivery::SLICES_PER_DAY
     };
