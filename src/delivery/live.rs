@@ -450,6 +450,10 @@ struct Unstored<'a> {
 
 impl Drop for Unstored<'_> {
     fn drop(&mut self) {
+        if self.days.is_empty() && self.batch.is_none() {
+            // Stored: nothing to put back, and no lock to take four times a second.
+            return;
+        }
         let mut counters = lock(&self.live.counters);
         if let Some(batch) = self.batch.take() {
             counters.ledger.restore(batch);
