@@ -36,16 +36,17 @@ const FLUSH_CHUNK: usize = 4096;
 /// The default memory budget of the live sketches.
 pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 
-/// What a sketch is charged against the budget, as measured (about 640 bytes for a sketch of
-/// one member with a short key): its map slot (the entry and its key, at the map's worst load
-/// and growth, hence twice), the key's allocation and the sketch's first allocations ...
+/// What a sketch is charged against the budget: its map slot (the entry and its key, at the
+/// map's worst load and growth, hence twice) and the key's allocation (with the allocator's
+/// rounding); a sketch of up to four members needs no allocation of its own ...
 const ENTRY_BASE_BYTES: u64 =
-    (2 * (std::mem::size_of::<Entry>() + std::mem::size_of::<String>()) + 128) as u64;
-/// ... which grow by at most this per member while the sketch is sparse (a hash set of `u32`
-/// codes at its worst load, before they are packed) ...
-const BYTES_PER_INSERT: u64 = 12;
-/// ... up to the dense registers (2^14 six-bit registers) and the sparse list they replace.
-const MAX_SKETCH_BYTES: u64 = 24 * 1024;
+    (2 * (std::mem::size_of::<Entry>() + std::mem::size_of::<String>()) + 32) as u64;
+/// ... and past those grows by at most this per member while it is sparse (four bytes an
+/// entry, in a list that doubles when full) ...
+const BYTES_PER_INSERT: u64 = 8;
+/// ... up to its largest sparse list (6,144 entries), which the dense registers (2^14 bytes)
+/// then replace.
+const MAX_SKETCH_BYTES: u64 = 24 * 1024 + 512;
 
 /// One sketch's place: site, hour and combination.
 #[derive(Debug, Clone, PartialEq, Eq)]

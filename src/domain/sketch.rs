@@ -1,61 +1,115 @@
-//! Distinct-count sketches: HyperLogLog++ (the `hyperloglogplus` crate) at precision 14, whose
-//! sparse form (precision 25) is near-exact for small sets and whose dense form is within
-//! ~0.8 % (one standard error) for large ones.
+//! Distinct-count sketches: HyperLogLog++ at precision 14. A sketch starts sparse (an exact
+//! list of its members' places at precision 25, near-exact up to its 6,144 entries) and then
+//! turns dense (2^14 registers, ~0.8 % standard error). The dense estimate is Ertl's ("New cardinality estimation algorithms for
+//! HyperLogLog sketches", 2017), which needs no empirical bias tables.
 //!
 //! Sketches are persisted and merged across processes and releases, so the hash must be fixed:
-//! a member is hashed once with xxh3 (a fixed, seedless algorithm) and that 64-bit value is fed
-//! to the sketch through a pass-through hasher. The persisted form is the crate's serde state
-//! in `postcard`'s compact binary encoding.
+//! a member is hashed once with xxh3 (a fixed, seedless algorithm). The persisted form is a tag
+//! byte and either the sparse list, delta- and varint-encoded, or the registers packed six bits
+//! each. Sketches stored by earlier releases (the `hyperloglogplus` crate's state in
+//! `postcard`) are still read: see [`legacy`].
 
-use hyperloglogplus::{HyperLogLog, HyperLogLogPlus};
-use serde::{Deserialize, Serialize};
-use std::hash::{BuildHasher, Hash, Hasher};
+use smallvec::SmallVec;
 
-const PRECISION: u8 = 14;
+mod legacy;
+
+/// Dense registers: 2^14.
+const PRECISION: u32 = 14;
+/// The sparse list places members at this precision.
+const SPARSE_PRECISION: u32 = 25;
+const REGISTERS: usize = 1 << PRECISION;
+/// The index bits a sparse entry has beyond its register's.
+const EXTRA_BITS: u32 = SPARSE_PRECISION - PRECISION;
+const EXTRA_MASK: u32 = (1 << EXTRA_BITS) - 1;
+/// The most entries (four bytes each) a sparse list holds: one and a half times the registers'
+/// memory, for exact counts up to about as many members as the sketches of earlier releases.
+const SPARSE_LIMIT: usize = 6 * 1024;
+/// Past this many entries a sparse list grows straight to its limit rather than doubling.
+const SPARSE_GROWS_TO_LIMIT: usize = 4 * 1024;
+/// Entries held without an allocation: most live sketches (a rare feature combination in one
+/// hour) never have more members than this.
+const INLINE_ENTRIES: usize = 4;
+/// The largest register value: one plus the 50 bits a 64-bit hash has past the index.
+const MAX_RANK: u8 = (64 - PRECISION + 1) as u8;
+/// The largest rank a sparse entry records (past precision 25).
+const MAX_SPARSE_RANK: u8 = (64 - SPARSE_PRECISION + 1) as u8;
+
+const TAG_SPARSE: u8 = 1;
+const TAG_DENSE: u8 = 2;
+/// Dense registers persisted six bits each: four registers in three bytes.
+const PACKED_DENSE_BYTES: usize = REGISTERS / 4 * 3;
 
 /// A member's fixed 64-bit hash: what a sketch records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberHash(u64);
 
 impl MemberHash {
     pub fn of(member: &[u8]) -> Self {
         Self(xxhash_rust::xxh3::xxh3_64(member))
     }
-}
 
-impl Hash for MemberHash {
-    fn hash<S: Hasher>(&self, state: &mut S) {
-        state.write_u64(self.0);
+    /// The dense register this member falls in, and the value it sets there.
+    fn register(self) -> (usize, u8) {
+        (
+            (self.0 >> (64 - PRECISION)) as usize,
+            rank_past(self.0, PRECISION),
+        )
     }
 }
 
-/// Hands a [`MemberHash`] to the sketch unchanged.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct PassThrough;
-
-#[derive(Debug, Default)]
-pub struct PassThroughHasher(u64);
-
-impl Hasher for PassThroughHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used by `MemberHash`; anything else is still hashed stably.
-        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
+/// One plus the leading zeros of `hash` past its first `bits` bits (at most `65 - bits`).
+fn rank_past(hash: u64, bits: u32) -> u8 {
+    // The marker bit caps the count where the hash's bits end.
+    (((hash << bits) | (1 << (bits - 1))).leading_zeros() + 1) as u8
 }
 
-impl BuildHasher for PassThrough {
-    type Hasher = PassThroughHasher;
+/// A member's place in the sparse list: its index at precision 25 and, only when the index's
+/// bits past precision 14 are all zero (so they do not give its register's value), its rank
+/// past precision 25. Ordered by index first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct SparseEntry(u32);
 
-    fn build_hasher(&self) -> PassThroughHasher {
-        PassThroughHasher::default()
+impl SparseEntry {
+    fn of(member: MemberHash) -> Self {
+        let index = (member.0 >> (64 - SPARSE_PRECISION)) as u32;
+        Self::new(index, rank_past(member.0, SPARSE_PRECISION))
+    }
+
+    /// Drops a rank the index makes redundant, so one member always gives one entry, however
+    /// it was recorded.
+    fn new(index: u32, rank: u8) -> Self {
+        let rank = if index & EXTRA_MASK == 0 { rank } else { 0 };
+        Self((index << 6) | u32::from(rank))
+    }
+
+    /// An entry read back from storage, if it is one [`SparseEntry::new`] can make.
+    fn decoded(raw: u32) -> Option<Self> {
+        let entry = Self(raw);
+        let valid_rank = if entry.index() & EXTRA_MASK == 0 {
+            (1..=MAX_SPARSE_RANK).contains(&entry.rank())
+        } else {
+            entry.rank() == 0
+        };
+        (raw >> 31 == 0 && valid_rank).then_some(entry)
+    }
+
+    fn index(self) -> u32 {
+        self.0 >> 6
+    }
+
+    fn rank(self) -> u8 {
+        (self.0 & 0x3f) as u8
+    }
+
+    /// The dense register this entry falls in, and the value it sets there.
+    fn register(self) -> (usize, u8) {
+        let extra = self.index() & EXTRA_MASK;
+        let rank = if extra == 0 {
+            EXTRA_BITS as u8 + self.rank()
+        } else {
+            ((extra << (32 - EXTRA_BITS)).leading_zeros() + 1) as u8
+        };
+        ((self.index() >> EXTRA_BITS) as usize, rank)
     }
 }
 
@@ -66,7 +120,14 @@ pub struct SketchDecodeError(String);
 
 /// A mergeable distinct-count sketch.
 #[derive(Debug, Clone)]
-pub struct UniqueSketch(HyperLogLogPlus<MemberHash, PassThrough>);
+pub struct UniqueSketch(Repr);
+
+#[derive(Debug, Clone)]
+enum Repr {
+    /// Sorted by index, one entry per index, at most [`SPARSE_LIMIT`].
+    Sparse(SmallVec<[SparseEntry; INLINE_ENTRIES]>),
+    Dense(Box<[u8; REGISTERS]>),
+}
 
 impl Default for UniqueSketch {
     fn default() -> Self {
@@ -76,38 +137,283 @@ impl Default for UniqueSketch {
 
 impl UniqueSketch {
     pub fn new() -> Self {
-        // Precision 14 is within the crate's 4..=18.
-        match HyperLogLogPlus::new(PRECISION, PassThrough) {
-            Ok(sketch) => Self(sketch),
-            Err(error) => unreachable!("precision {PRECISION} is valid: {error:?}"),
-        }
+        Self(Repr::Sparse(SmallVec::new()))
     }
 
     pub fn insert(&mut self, member: MemberHash) {
-        self.0.insert(&member);
+        match &mut self.0 {
+            Repr::Dense(registers) => raise(registers, member.register()),
+            Repr::Sparse(entries) => {
+                let entry = SparseEntry::of(member);
+                match entries.binary_search_by_key(&entry.index(), |e| e.index()) {
+                    Ok(at) => entries[at] = entries[at].max(entry),
+                    Err(_) if entries.len() >= SPARSE_LIMIT => {
+                        let mut registers = dense_from(entries);
+                        raise(&mut registers, member.register());
+                        self.0 = Repr::Dense(registers);
+                    }
+                    Err(at) => {
+                        if entries.len() == entries.capacity()
+                            && entries.len() >= SPARSE_GROWS_TO_LIMIT
+                        {
+                            entries.reserve_exact(SPARSE_LIMIT - entries.len());
+                        }
+                        entries.insert(at, entry)
+                    }
+                }
+            }
+        }
     }
 
     /// Adds every member of `other`.
     pub fn merge(&mut self, other: &UniqueSketch) {
-        // Both sketches have this module's precision, the only thing merge checks.
-        let _ = self.0.merge(&other.0);
+        match (&mut self.0, &other.0) {
+            (Repr::Dense(registers), Repr::Dense(others)) => {
+                for (register, other) in registers.iter_mut().zip(others.iter()) {
+                    *register = (*register).max(*other);
+                }
+            }
+            (Repr::Dense(registers), Repr::Sparse(entries)) => {
+                for entry in entries {
+                    raise(registers, entry.register());
+                }
+            }
+            (Repr::Sparse(entries), Repr::Dense(others)) => {
+                let mut registers = others.clone();
+                for entry in entries.iter() {
+                    raise(&mut registers, entry.register());
+                }
+                self.0 = Repr::Dense(registers);
+            }
+            (Repr::Sparse(entries), Repr::Sparse(others)) => {
+                self.0 = sparse_or_dense(merge_sorted(entries, others));
+            }
+        }
     }
 
     /// The estimated number of distinct members, rounded.
-    pub fn estimate(&mut self) -> u64 {
-        self.0.count().round().max(0.0) as u64
+    pub fn estimate(&self) -> u64 {
+        let estimate = match &self.0 {
+            Repr::Sparse(entries) => linear_count(1 << SPARSE_PRECISION, entries.len()),
+            Repr::Dense(registers) => dense_estimate(registers),
+        };
+        estimate.round().max(0.0) as u64
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        // Serializing plain in-memory data into a Vec does not fail.
-        postcard::to_stdvec(&self.0).unwrap_or_default()
+        match &self.0 {
+            Repr::Sparse(entries) => {
+                let mut bytes = Vec::with_capacity(1 + 3 * entries.len());
+                bytes.push(TAG_SPARSE);
+                let mut previous = 0;
+                for entry in entries {
+                    push_varint(&mut bytes, entry.0 - previous);
+                    previous = entry.0;
+                }
+                bytes
+            }
+            Repr::Dense(registers) => {
+                let mut bytes = Vec::with_capacity(1 + PACKED_DENSE_BYTES);
+                bytes.push(TAG_DENSE);
+                for four in registers.chunks_exact(4) {
+                    let packed = four
+                        .iter()
+                        .fold(0u32, |packed, &value| (packed << 6) | u32::from(value));
+                    bytes.extend_from_slice(&packed.to_be_bytes()[1..]);
+                }
+                bytes
+            }
+        }
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, SketchDecodeError> {
-        postcard::from_bytes(bytes)
-            .map(Self)
-            .map_err(|error| SketchDecodeError(error.to_string()))
+        let fail = |why: &str| SketchDecodeError(why.to_owned());
+        match bytes.split_first() {
+            Some((&TAG_SPARSE, mut rest)) => {
+                let mut entries = Vec::new();
+                let mut previous = 0u32;
+                while !rest.is_empty() {
+                    let delta = take_varint(&mut rest).ok_or_else(|| fail("truncated entry"))?;
+                    let raw = previous
+                        .checked_add(delta)
+                        .ok_or_else(|| fail("entry out of range"))?;
+                    let entry = SparseEntry::decoded(raw).ok_or_else(|| fail("invalid entry"))?;
+                    if !entries.is_empty() && delta == 0 {
+                        return Err(fail("entries out of order"));
+                    }
+                    entries.push(entry);
+                    previous = raw;
+                }
+                if entries
+                    .windows(2)
+                    .any(|pair| pair[0].index() == pair[1].index())
+                {
+                    return Err(fail("two entries for one index"));
+                }
+                Ok(Self(sparse_or_dense(entries)))
+            }
+            Some((&TAG_DENSE, packed)) => {
+                if packed.len() != PACKED_DENSE_BYTES {
+                    return Err(fail("dense registers of the wrong length"));
+                }
+                let mut registers = zeroed_registers();
+                for (four, three) in registers.chunks_exact_mut(4).zip(packed.chunks_exact(3)) {
+                    let packed = u32::from_be_bytes([0, three[0], three[1], three[2]]);
+                    for (at, register) in four.iter_mut().enumerate() {
+                        *register = ((packed >> (18 - 6 * at)) & 0x3f) as u8;
+                    }
+                }
+                if registers.iter().any(|&value| value > MAX_RANK) {
+                    return Err(fail("register value out of range"));
+                }
+                Ok(Self(Repr::Dense(registers)))
+            }
+            Some((&legacy::TAG, _)) => legacy::decode(bytes),
+            Some((tag, _)) => Err(fail(&format!("unknown format {tag}"))),
+            None => Err(fail("empty")),
+        }
     }
+
+    /// Bytes this sketch holds beyond its own struct (for memory accounting).
+    pub fn heap_bytes(&self) -> usize {
+        match &self.0 {
+            Repr::Sparse(entries) if entries.spilled() => 4 * entries.capacity(),
+            Repr::Sparse(_) => 0,
+            Repr::Dense(_) => REGISTERS,
+        }
+    }
+}
+
+fn raise(registers: &mut [u8; REGISTERS], (register, value): (usize, u8)) {
+    let slot = &mut registers[register];
+    *slot = (*slot).max(value);
+}
+
+fn zeroed_registers() -> Box<[u8; REGISTERS]> {
+    match vec![0u8; REGISTERS].into_boxed_slice().try_into() {
+        Ok(registers) => registers,
+        Err(_) => unreachable!("the vector has REGISTERS elements"),
+    }
+}
+
+fn dense_from(entries: &[SparseEntry]) -> Box<[u8; REGISTERS]> {
+    let mut registers = zeroed_registers();
+    for entry in entries {
+        raise(&mut registers, entry.register());
+    }
+    registers
+}
+
+fn sparse_or_dense(entries: Vec<SparseEntry>) -> Repr {
+    if entries.len() > SPARSE_LIMIT {
+        Repr::Dense(dense_from(&entries))
+    } else {
+        Repr::Sparse(SmallVec::from_vec(entries))
+    }
+}
+
+/// The union of two sorted entry lists, one entry per index with the larger rank.
+fn merge_sorted(left: &[SparseEntry], right: &[SparseEntry]) -> Vec<SparseEntry> {
+    let mut merged = Vec::with_capacity(left.len() + right.len());
+    let (mut l, mut r) = (0, 0);
+    while let (Some(&from_left), Some(&from_right)) = (left.get(l), right.get(r)) {
+        match from_left.index().cmp(&from_right.index()) {
+            std::cmp::Ordering::Less => {
+                merged.push(from_left);
+                l += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                merged.push(from_right);
+                r += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                merged.push(from_left.max(from_right));
+                l += 1;
+                r += 1;
+            }
+        }
+    }
+    merged.extend_from_slice(&left[l..]);
+    merged.extend_from_slice(&right[r..]);
+    merged
+}
+
+/// Linear counting: the expected number of distinct members that leave `filled` of `slots`
+/// slots occupied.
+fn linear_count(slots: u64, filled: usize) -> f64 {
+    let slots = slots as f64;
+    slots * (slots / (slots - filled as f64)).ln()
+}
+
+/// Ertl's improved estimator (Algorithm 6 of the paper) over the registers' histogram.
+fn dense_estimate(registers: &[u8; REGISTERS]) -> f64 {
+    let mut histogram = [0u32; MAX_RANK as usize + 1];
+    for &value in registers.iter() {
+        histogram[usize::from(value)] += 1;
+    }
+    let m = REGISTERS as f64;
+    let top = usize::from(MAX_RANK);
+    let mut z = m * tau(1.0 - f64::from(histogram[top]) / m);
+    for count in histogram[1..top].iter().rev() {
+        z = 0.5 * (z + f64::from(*count));
+    }
+    z += m * sigma(f64::from(histogram[0]) / m);
+    m * m / (2.0 * std::f64::consts::LN_2 * z)
+}
+
+fn sigma(mut x: f64) -> f64 {
+    if x == 1.0 {
+        return f64::INFINITY;
+    }
+    let (mut y, mut z) = (1.0, x);
+    loop {
+        x *= x;
+        let previous = z;
+        z += x * y;
+        y += y;
+        if z == previous {
+            return z;
+        }
+    }
+}
+
+fn tau(mut x: f64) -> f64 {
+    if x == 0.0 || x == 1.0 {
+        return 0.0;
+    }
+    let (mut y, mut z) = (1.0, 1.0 - x);
+    loop {
+        x = x.sqrt();
+        let previous = z;
+        y *= 0.5;
+        z -= (1.0 - x).powi(2) * y;
+        if z == previous {
+            return z / 3.0;
+        }
+    }
+}
+
+fn push_varint(bytes: &mut Vec<u8>, mut value: u32) {
+    while value >= 0x80 {
+        bytes.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    bytes.push(value as u8);
+}
+
+fn take_varint(bytes: &mut &[u8]) -> Option<u32> {
+    let mut value = 0u32;
+    for (at, &byte) in bytes.iter().enumerate().take(5) {
+        if at == 4 && byte > 0x0f {
+            return None; // past 32 bits
+        }
+        value |= u32::from(byte & 0x7f) << (7 * at);
+        if byte & 0x80 == 0 {
+            *bytes = &bytes[at + 1..];
+            return Some(value);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -124,7 +430,7 @@ mod tests {
 
     #[test]
     fn small_sets_are_counted_within_one() {
-        for n in [0u64, 1, 2, 10, 99, 500, 999] {
+        for n in [0u64, 1, 2, 4, 5, 10, 99, 500, 999, 4_000, 6_000] {
             let estimate = sketch_of(0..n).estimate();
             assert!(estimate.abs_diff(n) <= 1, "{n} counted as {estimate}");
         }
@@ -132,7 +438,7 @@ mod tests {
 
     #[test]
     fn large_sets_are_within_two_percent() {
-        for n in [5_000u64, 50_000, 300_000] {
+        for n in [5_000u64, 12_000, 50_000, 300_000, 2_000_000] {
             let estimate = sketch_of(0..n).estimate();
             let error = estimate.abs_diff(n) as f64 / n as f64;
             assert!(error < 0.02, "{n} counted as {estimate}");
@@ -150,7 +456,69 @@ mod tests {
         assert!(estimate.abs_diff(50_000) < 1_000, "{estimate}");
         let mut small = sketch_of(0..300);
         small.merge(&UniqueSketch::from_bytes(&sketch_of(200..400).to_bytes()).expect("decodes"));
-        assert!(small.estimate().abs_diff(400) <= 1);
+        assert_eq!(small.estimate(), 400);
+    }
+
+    #[test]
+    fn a_sketch_counts_the_same_however_it_was_put_together() {
+        // Inserted one by one, merged from parts (sparse into sparse, sparse into dense and
+        // dense into sparse), and read back from bytes: one state.
+        for n in [3u64, 3_000, 7_000, 12_000] {
+            let whole = sketch_of(0..n);
+            let mut parts = sketch_of(0..n / 3);
+            parts.merge(&sketch_of(n / 3..n));
+            let mut reversed = sketch_of(n / 3..n);
+            reversed.merge(&sketch_of(0..n / 3));
+            let reread = UniqueSketch::from_bytes(&whole.to_bytes()).expect("decodes");
+            for other in [parts, reversed, reread] {
+                assert_eq!(other.to_bytes(), whole.to_bytes(), "{n} members");
+            }
+        }
+    }
+
+    #[test]
+    fn a_sparse_entry_sets_the_register_its_member_sets() {
+        for n in 0..100_000u64 {
+            let member = MemberHash::of(&n.to_le_bytes());
+            assert_eq!(SparseEntry::of(member).register(), member.register());
+        }
+        // The members whose index bits past precision 14 are zero, and the longest ranks.
+        for hash in [0u64, 1, 1 << 38, 1 << 39, 1 << 40, 1 << 50, u64::MAX >> 14] {
+            let member = MemberHash(hash);
+            assert_eq!(
+                SparseEntry::of(member).register(),
+                member.register(),
+                "{hash:#x}"
+            );
+        }
+        assert_eq!(MemberHash(0).register(), (0, MAX_RANK));
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_sketch_are_refused() {
+        let dense = sketch_of(0..10_000).to_bytes();
+        let sparse = sketch_of(0..100).to_bytes();
+        for bytes in [
+            &[][..],
+            &[9],
+            &dense[..dense.len() - 1],
+            &[TAG_SPARSE, 0x80],
+            &[TAG_SPARSE, 0x40, 0],
+            &[TAG_SPARSE, 1, 1],
+            &[TAG_SPARSE, 0x7f],
+            &[TAG_SPARSE, 0xff, 0xff, 0xff, 0xff, 0x7f],
+            &[TAG_SPARSE, 0xff, 0xff, 0xff, 0xff, 0x0f],
+            &sparse[..sparse.len() - 1]
+                .iter()
+                .chain(&[0x80])
+                .copied()
+                .collect::<Vec<_>>(),
+        ] {
+            assert!(UniqueSketch::from_bytes(bytes).is_err(), "{bytes:?}");
+        }
+        let mut out_of_range = dense.clone();
+        out_of_range[1] = 0xff;
+        assert!(UniqueSketch::from_bytes(&out_of_range).is_err());
     }
 
     #[test]

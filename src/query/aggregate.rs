@@ -431,7 +431,7 @@ mod tests {
         assert_eq!(rollup.reach.len(), 27);
         let daily = DayAggregate::from_rollup(rollup.clone(), &[ReachLevel::CampaignDay])
             .expect("complete");
-        assert_eq!(daily.reach.day.map(|mut users| users.estimate()), Some(1));
+        assert_eq!(daily.reach.day.map(|users| users.estimate()), Some(1));
         let hourly = DayAggregate::from_rollup(rollup.clone(), &[ReachLevel::CampaignHour])
             .expect("complete");
         assert_eq!(hourly.reach.hours.map(|hours| hours.len()), Some(24));

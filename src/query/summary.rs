@@ -79,7 +79,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn finish(mut self) -> Counts {
+    fn finish(self) -> Counts {
         let reached = self.users.estimate();
         Counts {
             impressions: self.counts.impressions,

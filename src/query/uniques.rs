@@ -95,7 +95,7 @@ struct Tally {
 impl Tally {
     /// The counts; unique visitors never exceed visits, nor are zero when there are visits
     /// (an estimate must not contradict the exact count beside it).
-    fn finish(mut self) -> VisitCounts {
+    fn finish(self) -> VisitCounts {
         let estimate = self.sketch.estimate();
         VisitCounts {
             visits: self.visits,
