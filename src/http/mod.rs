@@ -37,10 +37,13 @@ pub use error::{ApiError, FieldError};
 pub use limits::{ConnectionLimits, InFlight, RateLimits};
 pub use state::{AppState, ServiceOptions};
 
-use axum::Router;
 use axum::http::{HeaderName, Method, Request, header};
+use axum::response::IntoResponse;
 use axum::routing::head;
+use std::convert::Infallible;
 use std::time::Duration;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -106,8 +109,11 @@ fn ad_tags() -> OpenApiRouter<AppState> {
         .route("/c", head(tags::head_click))
 }
 
-/// The whole API as one router, ready for `axum::serve` or for tests.
-pub fn router(state: AppState) -> Router {
+/// The whole API as one service, for the server's connections.
+pub type App = BoxCloneSyncService<axum::extract::Request, axum::response::Response, Infallible>;
+
+/// The whole API: routes, their middleware and the framework's own answers in JSON.
+pub fn router(state: AppState) -> App {
     metrics::prometheus();
     let (routes, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(health::healthz))
@@ -140,7 +146,7 @@ pub fn router(state: AppState) -> Router {
         .split_for_parts();
     openapi::publish(document);
     let body_timeout = state.options.body_timeout;
-    routes
+    let routed = routes
         // After routing (they need the route template), before any handler reads a body: the
         // key first (a refused caller spends no slot), then the caps on work in flight.
         .route_layer(axum::middleware::from_fn_with_state(
@@ -152,14 +158,17 @@ pub fn router(state: AppState) -> Router {
             auth::authorize,
         ))
         .fallback(error::not_found)
-        .with_state(state)
-        // A body that does not arrive in time ends its request with a 408.
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            body_timeout,
-        ))
-        .layer(axum::middleware::from_fn(error::log_server_errors))
-        .layer(axum::middleware::from_fn(json_errors::json_errors))
+        // Labelled with the route template, which only routing finds.
         .layer(axum::middleware::from_fn(metrics::track_requests))
+        .with_state(state);
+    // The rest wraps the router from outside: a layer added to the router itself wraps every
+    // route in one more boxed service, and axum clones a route's whole stack for each request.
+    let app = ServiceBuilder::new()
+        // Outermost: a caller's X-Request-Id is kept, otherwise one is made, and it is echoed
+        // back so a client can quote it when reporting a problem.
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .map_response(IntoResponse::into_response)
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
                 let request_id = request
@@ -175,8 +184,12 @@ pub fn router(state: AppState) -> Router {
                 )
             }),
         )
-        // Outermost: a caller's X-Request-Id is kept, otherwise one is made, and it is echoed
-        // back so a client can quote it when reporting a problem.
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(axum::middleware::from_fn(json_errors::json_errors))
+        .layer(axum::middleware::from_fn(error::log_server_errors))
+        // A body that does not arrive in time ends its request with a 408.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
+        .service(routed);
+    App::new(app)
 }

@@ -76,13 +76,13 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let app = app
-            .clone()
-            .map_request(move |mut request: axum::extract::Request<_>| {
-                // The peer address: the default `user_ip`, and the rate limits' key.
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            });
+        let app =
+            app.clone()
+                .map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    // The peer address: the default `user_ip`, and the rate limits' key.
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request.map(axum::body::Body::new)
+                });
         let head = HeadLimits {
             timeout: limits.header_timeout,
             max_bytes: limits.max_header_bytes,
