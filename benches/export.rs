@@ -12,9 +12,6 @@
 
 mod support;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
 use adevents::domain::ids::CampaignKey;

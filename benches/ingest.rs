@@ -15,10 +15,6 @@
 
 mod support;
 
-/// The allocator the `adevents` binary uses, so the in-process server measures the same.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use adevents::access::{AccessOptions, AuthMode};
 use adevents::domain::access::Grant;
 use adevents::domain::ids::AdvertiserId;

@@ -9,10 +9,6 @@
 
 mod support;
 
-/// The allocator the `adevents` binary uses, so the in-process server measures the same.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use adevents::beacons::live::LiveSketches;
 use adevents::domain::beacon::{Beacon, Features, Guid, SiteId};
 use adevents::domain::bucket::BucketCount;

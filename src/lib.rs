@@ -16,6 +16,7 @@
 //! holds the schema files this build carries; [`simulate`] is a client of the HTTP API.
 
 pub mod access;
+pub mod allocator;
 pub mod beacons;
 pub mod cli;
 pub mod commands;

@@ -6,12 +6,6 @@ use adevents::telemetry::{self, LogTo};
 use clap::Parser;
 use std::process::ExitCode;
 
-/// Every request allocates many small, short-lived values across threads (headers, keys,
-/// sketch entries); mimalloc serves those with far less contention and fragmentation than the
-/// system allocator (measured in docs/BENCHMARKS.md, `/track`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Blocking threads the runtime may start. Only the embedded store uses them, at most 8 calls
 /// at once; without a cap, bursts of short calls leave dozens of idle threads behind, each
 /// holding allocator pages.
