@@ -8,10 +8,6 @@
 
 mod support;
 
-/// The allocator the `adevents` binary uses, so the in-process work measures the same.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use adevents::domain::ids::CampaignKey;
 use adevents::domain::time::Day;
 use adevents::ingest::Ingestor;

@@ -2,10 +2,11 @@
 //! a second. Defined here, in the library, so the server, the benchmarks' in-process servers and
 //! the tests all allocate the same way.
 //!
-//! Why not mimalloc, used before (docs/BENCHMARKS.md, "The allocator, again"): under beacons with
-//! fresh feature values the live sketches turn over constantly (stored, dropped, replaced), and
-//! mimalloc kept about 200 MiB of freed pages resident above the sketch budget; jemalloc with a
-//! one-second decay keeps about 120 MiB, at the same or a higher beacon rate.
+//! Why not mimalloc, used before (docs/BENCHMARKS.md, "The compact sketch, the router's
+//! middleware and jemalloc"): under beacons with fresh feature values the live sketches turn
+//! over constantly (stored, dropped, replaced), and mimalloc's peak resident memory was about
+//! 240 MiB above the 256 MiB sketch budget; jemalloc's, with a one-second decay, about 125 MiB
+//! above it, at the same or a higher beacon rate.
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
