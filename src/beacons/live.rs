@@ -36,17 +36,11 @@ const FLUSH_CHUNK: usize = 4096;
 /// The default memory budget of the live sketches.
 pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 
-/// What a sketch is charged against the budget: its map slot (the entry and its key, at the
-/// map's worst load and growth, hence twice) and the key's allocation (with the allocator's
-/// rounding); a sketch of up to four members needs no allocation of its own ...
+/// What a sketch is charged against the budget, besides what the sketch itself holds
+/// ([`UniqueSketch::heap_bytes`]): its map slot (the entry and its key, at the map's worst load
+/// and growth, hence twice) and the key's allocation (with the allocator's rounding).
 const ENTRY_BASE_BYTES: u64 =
     (2 * (std::mem::size_of::<Entry>() + std::mem::size_of::<String>()) + 32) as u64;
-/// ... and past those grows by at most this per member while it is sparse (four bytes an
-/// entry, in a list that doubles when full) ...
-const BYTES_PER_INSERT: u64 = 8;
-/// ... up to its largest sparse list (6,144 entries), which the dense registers (2^14 bytes)
-/// then replace.
-const MAX_SKETCH_BYTES: u64 = 24 * 1024 + 512;
 
 /// One sketch's place: site, hour and combination.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,9 +204,12 @@ impl LiveSketches {
             entry.sketch.insert(member);
             entry.version += 1;
             entry.touched = now;
-            if entry.charged < MAX_SKETCH_BYTES {
-                entry.charged += BYTES_PER_INSERT;
-                charged += BYTES_PER_INSERT;
+            // Never lowered: turning dense frees a list larger than the registers, and the
+            // allocator may keep it a while.
+            let charge = ENTRY_BASE_BYTES + key.len() as u64 + entry.sketch.heap_bytes() as u64;
+            if charge > entry.charged {
+                charged += charge - entry.charged;
+                entry.charged = charge;
             }
         }
         let held = self.held.fetch_add(charged, Ordering::Relaxed) + charged;

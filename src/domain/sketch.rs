@@ -308,7 +308,11 @@ fn sparse_or_dense(entries: Vec<SparseEntry>) -> Repr {
     if entries.len() > SPARSE_LIMIT {
         Repr::Dense(dense_from(&entries))
     } else {
-        Repr::Sparse(SmallVec::from_vec(entries))
+        // A merge reserves room for both sides, a decode grows by doubling: hold no more than
+        // the entries (inline again if they fit).
+        let mut list = SmallVec::from_vec(entries);
+        list.shrink_to_fit();
+        Repr::Sparse(list)
     }
 }
 
@@ -474,6 +478,25 @@ mod tests {
                 assert_eq!(other.to_bytes(), whole.to_bytes(), "{n} members");
             }
         }
+    }
+
+    #[test]
+    fn a_sketch_holds_no_more_memory_than_its_members_need() {
+        assert_eq!(sketch_of(0..4).heap_bytes(), 0, "four members fit inline");
+        let mut merged = sketch_of(0..2);
+        merged.merge(&sketch_of(1..4));
+        assert_eq!(merged.heap_bytes(), 0, "a small union is inline again");
+        for n in [100u64, 5_000] {
+            let decoded = UniqueSketch::from_bytes(&sketch_of(0..n).to_bytes()).expect("decodes");
+            assert_eq!(
+                decoded.heap_bytes(),
+                4 * n as usize,
+                "{n} entries, no spare room"
+            );
+        }
+        let near_limit = sketch_of(0..SPARSE_LIMIT as u64);
+        assert_eq!(near_limit.heap_bytes(), 4 * SPARSE_LIMIT);
+        assert_eq!(sketch_of(0..10_000).heap_bytes(), REGISTERS);
     }
 
     #[test]

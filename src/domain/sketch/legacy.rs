@@ -1,11 +1,12 @@
 //! Sketches as releases before the compact form stored them: the `hyperloglogplus` crate's
 //! `HyperLogLogPlus` state (precision 14, the member hash passed through) in `postcard`,
 //! mirrored field by field so they decode without the crate, into the state the same members
-//! give today.
+//! give today. One exception: the crate turned dense from about 5,900 members, this form at
+//! 6,144, and a sketch the crate had made dense stays dense (its places are gone).
 
 use super::{
-    MAX_RANK, PRECISION, REGISTERS, Repr, SketchDecodeError, SparseEntry, UniqueSketch, dense_from,
-    raise, sparse_or_dense, take_varint, zeroed_registers,
+    EXTRA_MASK, MAX_RANK, PRECISION, REGISTERS, Repr, SketchDecodeError, SparseEntry, UniqueSketch,
+    dense_from, raise, sparse_or_dense, take_varint, zeroed_registers,
 };
 use serde::Deserialize;
 
@@ -97,13 +98,19 @@ pub(super) fn decode(bytes: &[u8]) -> Result<UniqueSketch, SketchDecodeError> {
 /// The crate's 32-bit code, as an entry: the index at precision 25 and, flagged by the lowest
 /// bit only when the index's bits past precision 14 are zero, the rank past it.
 fn entry_of(code: u32) -> Option<SparseEntry> {
-    let entry = if code & 1 == 1 {
+    let flagged = code & 1 == 1;
+    let entry = if flagged {
         SparseEntry::new(code >> 7, ((code >> 1) & 0x3f) as u8)
     } else {
         SparseEntry::new(code >> 1, 0)
     };
-    let index_fits = code & 1 == 1 || code >> 26 == 0;
-    SparseEntry::decoded(entry.0).filter(|_| index_fits)
+    // The crate flags exactly the codes whose extra index bits are zero.
+    let well_formed = if flagged {
+        (code >> 7) & EXTRA_MASK == 0
+    } else {
+        code >> 26 == 0
+    };
+    SparseEntry::decoded(entry.0).filter(|_| well_formed)
 }
 
 #[cfg(test)]
@@ -217,5 +224,12 @@ mod tests {
         let mut other_precision = stored_by_the_crate(0..10);
         other_precision[0] = 12;
         assert!(UniqueSketch::from_bytes(&other_precision).is_err());
+        // A flagged code whose index bits past precision 14 are not zero: the crate never
+        // writes one. Precision, three counts, one pending code 0x83 (varint 0x83 0x01), an
+        // empty sparse list, no registers.
+        let flagged_wrongly = [TAG, 0, 0, 0, 1, 0x83, 0x01, 0, 0, 0, 0];
+        assert!(UniqueSketch::from_bytes(&flagged_wrongly).is_err());
+        let flagged_rightly = [TAG, 0, 0, 0, 1, 0x83, 0x80, 0x10, 0, 0, 0, 0];
+        assert!(UniqueSketch::from_bytes(&flagged_rightly).is_ok());
     }
 }
