@@ -5,7 +5,10 @@
 use crate::common::beacons::{register_site, within_accuracy};
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents};
-use crate::common::{Backend, cassandra_nodes, eventually, http, shared_keyspace};
+use crate::common::{
+    Backend, cassandra_nodes, drop_keyspace, eventually, http, private_keyspace, shared_keyspace,
+};
+use adevents::store::cassandra::config::KeyspaceName;
 use chrono::{Duration, Utc};
 use futures::{StreamExt, stream};
 use reqwest::StatusCode;
@@ -23,10 +26,28 @@ conformance!(
 struct Place {
     args: Vec<String>,
     _folder: Option<tempfile::TempDir>,
+    /// A keyspace of the test's own, dropped by [`Place::clean_up`].
+    private: Option<KeyspaceName>,
 }
 
 impl Place {
     fn new(backend: Backend) -> Self {
+        Self::with_keyspace(backend, shared_keyspace(), None)
+    }
+
+    /// A place no other test's process uses: a fresh folder, or a keyspace of its own. For
+    /// tests whose answer another process would change by doing its job (a sealer seals every
+    /// marked day of its keyspace, whoever's it is).
+    fn isolated(backend: Backend, purpose: &str) -> Self {
+        let keyspace = private_keyspace(purpose);
+        Self::with_keyspace(backend, keyspace.clone(), Some(keyspace))
+    }
+
+    fn with_keyspace(
+        backend: Backend,
+        keyspace: KeyspaceName,
+        private: Option<KeyspaceName>,
+    ) -> Self {
         match backend {
             Backend::Embedded => {
                 let folder = tempfile::tempdir().expect("a temporary folder");
@@ -38,6 +59,7 @@ impl Place {
                 Self {
                     args,
                     _folder: Some(folder),
+                    private: None,
                 }
             }
             Backend::Cassandra => Self {
@@ -45,12 +67,19 @@ impl Place {
                     "--store".into(),
                     "cassandra".into(),
                     "--keyspace".into(),
-                    shared_keyspace().to_string(),
+                    keyspace.to_string(),
                     "--cassandra-nodes".into(),
                     cassandra_nodes().join(","),
                 ],
                 _folder: None,
+                private,
             },
+        }
+    }
+
+    async fn clean_up(self) {
+        if let Some(keyspace) = &self.private {
+            drop_keyspace(keyspace).await;
         }
     }
 
@@ -171,7 +200,8 @@ async fn beacons_with_fresh_feature_values_keep_the_sketches_within_their_memory
 async fn a_kill_9_after_beacons_ten_days_old_is_repaired_before_the_restart_is_ready(
     backend: Backend,
 ) {
-    let place = Place::new(backend);
+    // Its own keyspace: another test's sealer would seal the marked day before the query.
+    let place = Place::isolated(backend, "repair");
     // Sketches never flushed and days never sealed while the test runs: only the start-up
     // repair can make the counts right.
     let flags = ["--sketch-flush-interval", "1h", "--seal-interval", "1h"];
@@ -239,6 +269,8 @@ async fn a_kill_9_after_beacons_ten_days_old_is_repaired_before_the_restart_is_r
     );
     assert_eq!(answer["total"]["visits"], 30, "{answer}");
     assert_eq!(answer["total"]["unique_visitors"], 30, "{answer}");
+    drop(restarted);
+    place.clean_up().await;
 }
 
 async fn a_backfilled_month_a_year_ago_is_sealed_by_the_background_sealer_alone(backend: Backend) {
