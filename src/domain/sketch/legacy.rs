@@ -6,7 +6,7 @@
 
 use super::{
     EXTRA_MASK, MAX_RANK, PRECISION, REGISTERS, Repr, SketchDecodeError, SparseEntry, UniqueSketch,
-    dense_from, raise, sparse_or_dense, take_varint, zeroed_registers,
+    raise, sparse_or_dense, take_varint, zeroed_registers,
 };
 use serde::Deserialize;
 
@@ -88,9 +88,8 @@ pub(super) fn decode(bytes: &[u8]) -> Result<UniqueSketch, SketchDecodeError> {
         return Err(fail("register value out of range"));
     }
     // The crate empties its sparse codes when it turns dense; apply any left all the same.
-    let sparse = dense_from(&entries);
-    for (register, value) in sparse.iter().enumerate() {
-        raise(&mut registers, (register, *value));
+    for entry in &entries {
+        raise(&mut registers, entry.register());
     }
     Ok(UniqueSketch(Repr::Dense(registers)))
 }
