@@ -13,83 +13,31 @@
 //! hour and combination, so no single map holds a busy site's whole hour (growing one map
 //! briefly holds its old and new tables).
 
-use crate::domain::beacon::{Beacon, SiteId};
+mod shard;
+
+use crate::domain::beacon::Beacon;
 use crate::domain::owner::OwnerKind;
-use crate::domain::sketch::{MemberHash, UniqueSketch};
-use crate::domain::time::{Day, HOUR_MILLIS};
+use crate::domain::sketch::MemberHash;
+use crate::domain::time::HOUR_MILLIS;
 use crate::processes::ProcessRegistry;
 use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitStore};
-use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, HashMap};
+use chrono::Utc;
+use shard::{CellRef, Queued, Shard, Snapshot};
+use std::collections::BTreeMap;
+use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use uuid::Uuid;
 
 /// Independent locks, so concurrent beacons rarely wait for each other.
 const SHARDS: usize = 16;
-/// Dirty sketches copied out and written as one store call: a flush holds this many copies
+/// Changed sketches copied out and written as one store call: a flush holds this many copies
 /// at most, and the embedded store commits them (one fsync) together.
 const FLUSH_CHUNK: usize = 4096;
 /// The default memory budget of the live sketches.
 pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
-
-/// What a sketch is charged against the budget, besides what the sketch itself holds
-/// ([`UniqueSketch::heap_bytes`]): its map slot (the entry and its key, at the map's worst load
-/// and growth, hence twice) and the key's allocation (with the allocator's rounding).
-const ENTRY_BASE_BYTES: u64 =
-    (2 * (std::mem::size_of::<Entry>() + std::mem::size_of::<String>()) + 32) as u64;
-
-/// One sketch's place: site, hour and combination.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Cell {
-    site: SiteId,
-    /// Hours since the epoch.
-    hour: i64,
-    combination: String,
-}
-
-impl Cell {
-    fn hour_start(&self) -> DateTime<Utc> {
-        DateTime::from_timestamp_millis(self.hour * HOUR_MILLIS).unwrap_or_default()
-    }
-
-    fn partition(&self) -> SketchPartition {
-        SketchPartition {
-            site: self.site.clone(),
-            day: Day::new(self.hour_start().date_naive()),
-            combination: self.combination.clone(),
-        }
-    }
-}
-
-struct Entry {
-    writer: Uuid,
-    sketch: UniqueSketch,
-    /// Bumped by every insert; the state is stored once `flushed` catches up.
-    version: u64,
-    flushed: u64,
-    touched: Instant,
-    /// What this entry is charged against the budget.
-    charged: u64,
-}
-
-impl Entry {
-    fn is_dirty(&self) -> bool {
-        self.version != self.flushed
-    }
-}
-
-/// One dirty sketch, copied out for a flush.
-struct Snapshot {
-    cell: Cell,
-    writer: Uuid,
-    version: u64,
-    bytes: Vec<u8>,
-    captured_at: i64,
-}
 
 /// Microseconds since the epoch, strictly increasing within the process: the capture time of
 /// a sketch state.
@@ -112,14 +60,11 @@ pub struct Flushed {
     pub bytes: usize,
 }
 
-/// A site's sketches by hour, then combination: nested so a beacon's lookups borrow its
-/// site and keys instead of allocating a composite key per subset.
-type SiteSketches = HashMap<i64, HashMap<String, Entry>>;
-type Shard = HashMap<SiteId, SiteSketches>;
-
 pub struct LiveSketches {
     shards: Vec<Mutex<Shard>>,
-    hasher: std::collections::hash_map::RandomState,
+    /// Hashes each cell once per beacon: the hash picks the shard and finds the sketch in it.
+    /// Keyed per process, so feature values cannot be chosen to collide.
+    hasher: RandomState,
     budget: u64,
     /// Bytes charged for the sketches in memory.
     held: AtomicU64,
@@ -136,8 +81,8 @@ impl Default for LiveSketches {
 impl LiveSketches {
     pub fn with_budget(budget_bytes: u64) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
             budget: budget_bytes.max(1),
             held: AtomicU64::new(0),
             pressure: Notify::new(),
@@ -180,37 +125,13 @@ impl LiveSketches {
                     key.push_str(pair);
                 }
             }
-            let mut shard = self.shard(&beacon.site, hour, &key);
-            let hours = match shard.get_mut(&beacon.site) {
-                Some(hours) => hours,
-                None => shard.entry(beacon.site.clone()).or_default(),
+            let cell = CellRef {
+                site: &beacon.site,
+                hour,
+                combination: &key,
             };
-            let combinations = hours.entry(hour).or_default();
-            let entry = match combinations.get_mut(key.as_str()) {
-                Some(entry) => entry,
-                None => {
-                    let base = ENTRY_BASE_BYTES + key.len() as u64;
-                    charged += base;
-                    combinations.entry(key.clone()).or_insert_with(|| Entry {
-                        writer: Uuid::new_v4(),
-                        sketch: UniqueSketch::new(),
-                        version: 0,
-                        flushed: 0,
-                        touched: now,
-                        charged: base,
-                    })
-                }
-            };
-            entry.sketch.insert(member);
-            entry.version += 1;
-            entry.touched = now;
-            // Never lowered: turning dense frees a list larger than the registers, and the
-            // allocator may keep it a while.
-            let charge = ENTRY_BASE_BYTES + key.len() as u64 + entry.sketch.heap_bytes() as u64;
-            if charge > entry.charged {
-                charged += charge - entry.charged;
-                entry.charged = charge;
-            }
+            let hash = self.hash(cell);
+            charged += self.shard(hash).record(hash, cell, member, now);
         }
         let held = self.held.fetch_add(charged, Ordering::Relaxed) + charged;
         if held > self.pressure_mark() {
@@ -220,40 +141,26 @@ impl LiveSketches {
 
     /// Writes every sketch changed since its last flush, at most [`FLUSH_CHUNK`] at a time
     /// (the copies a flush holds stay small, and each chunk is one store call). A sketch
-    /// dirtied again while its shard is written waits for the next flush, so a flush ends
-    /// under any load. A sketch whose write fails stays dirty and is written by the next flush;
-    /// the first failure is returned after every shard was tried.
+    /// changed again while its shard is written waits for the next flush, so a flush ends
+    /// under any load. A sketch whose write fails stays changed and is written by the next
+    /// flush; the first failure is returned after every shard was tried.
     pub async fn flush(&self, store: &dyn VisitStore) -> Result<Flushed, StoreError> {
         let mut written = Flushed::default();
         let mut first_error = None;
-        for shard in 0..SHARDS {
-            let mut chunks_left = None;
-            loop {
-                let (mut snapshots, dirty) = self.dirty_in(shard, FLUSH_CHUNK);
-                let left = chunks_left.get_or_insert(dirty.div_ceil(FLUSH_CHUNK));
-                if snapshots.is_empty() || *left == 0 {
-                    break;
-                }
-                *left -= 1;
+        for shard in &self.shards {
+            // Sketches changed after this point wait for the next flush.
+            let mut left = lock(shard).queued();
+            while left > 0 {
+                let take = left.min(FLUSH_CHUNK);
+                left -= take;
+                let mut snapshots = lock(shard).snapshot_next(take, capture_time());
+                let in_flight = InFlight::new(shard, &snapshots);
                 let bytes: usize = snapshots.iter().map(|s| s.bytes.len()).sum();
-                let mut by_partition: BTreeMap<SketchPartition, Vec<SketchRow>> = BTreeMap::new();
-                for snapshot in &mut snapshots {
-                    by_partition
-                        .entry(snapshot.cell.partition())
-                        .or_default()
-                        .push(SketchRow {
-                            hour: snapshot.cell.hour_start(),
-                            writer: snapshot.writer,
-                            sketch: std::mem::take(&mut snapshot.bytes),
-                            captured_at: snapshot.captured_at,
-                        });
-                }
-                let batches: Vec<SketchBatch> = by_partition.into_iter().collect();
-                match store.write_sketches(&batches).await {
+                match store.write_sketches(&batches(&mut snapshots)).await {
                     Ok(()) => {
                         written.sketches += snapshots.len();
                         written.bytes += bytes;
-                        self.mark_flushed(&snapshots);
+                        in_flight.stored(&snapshots);
                     }
                     Err(error) => {
                         first_error.get_or_insert(error);
@@ -271,7 +178,7 @@ impl LiveSketches {
     /// Drops sketches that are stored and have not changed for `idle`.
     pub fn evict_idle(&self, idle: Duration) {
         let now = Instant::now();
-        self.evict_stored(|entry| now.saturating_duration_since(entry.touched) >= idle);
+        self.evict_stored(|touched| now.saturating_duration_since(touched) >= idle);
     }
 
     /// Once past four fifths of the budget, drops the least recently used stored sketches
@@ -284,16 +191,12 @@ impl LiveSketches {
         let to_free = held - self.budget / 5 * 3;
         let mut stored: Vec<(Instant, u64)> = Vec::new();
         for shard in &self.shards {
-            for hours in lock(shard).values() {
-                for combinations in hours.values() {
-                    stored.extend(
-                        combinations
-                            .values()
-                            .filter(|entry| !entry.is_dirty())
-                            .map(|entry| (entry.touched, entry.charged)),
-                    );
-                }
-            }
+            stored.extend(
+                lock(shard)
+                    .entries()
+                    .filter(|entry| !entry.is_dirty())
+                    .map(|entry| (entry.touched, entry.charged)),
+            );
         }
         stored.sort_unstable_by_key(|(touched, _)| *touched);
         let mut freed = 0;
@@ -305,116 +208,105 @@ impl LiveSketches {
             self.evict_stored(|_| true);
             return;
         };
-        self.evict_stored(|entry| entry.touched <= cutoff);
+        self.evict_stored(|touched| touched <= cutoff);
     }
 
-    /// Drops the stored (not dirty) sketches `evict` picks, releasing their charge.
-    fn evict_stored(&self, evict: impl Fn(&Entry) -> bool) {
-        let mut released = 0;
-        for shard in &self.shards {
-            lock(shard).retain(|_, hours| {
-                hours.retain(|_, combinations| {
-                    combinations.retain(|_, entry| {
-                        let drop = !entry.is_dirty() && evict(entry);
-                        if drop {
-                            released += entry.charged;
-                        }
-                        !drop
-                    });
-                    // A map never shrinks by itself: one that held a burst would keep its
-                    // table (and grow it again over its tombstones) for the hour.
-                    if combinations.capacity() > 4 * combinations.len() + 64 {
-                        combinations.shrink_to_fit();
-                    }
-                    !combinations.is_empty()
-                });
-                !hours.is_empty()
-            });
-        }
+    /// Drops the stored (not dirty) sketches last touched when `evict` says, releasing their
+    /// charge.
+    fn evict_stored(&self, evict: impl Fn(Instant) -> bool) {
+        let released: u64 = self
+            .shards
+            .iter()
+            .map(|shard| lock(shard).evict(|entry| evict(entry.touched)))
+            .sum();
         self.held.fetch_sub(released, Ordering::Relaxed);
     }
 
     /// Sketches held in memory.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| {
-                lock(shard)
-                    .values()
-                    .flat_map(HashMap::values)
-                    .map(HashMap::len)
-                    .sum::<usize>()
-            })
-            .sum()
+        self.shards.iter().map(|shard| lock(shard).len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Every dirty sketch, copied out (tests).
+    /// Every changed sketch, copied out, by shard (tests).
     #[cfg(test)]
-    fn dirty(&self) -> Vec<Snapshot> {
-        (0..SHARDS)
-            .flat_map(|shard| self.dirty_in(shard, usize::MAX).0)
+    fn dirty(&self) -> Vec<(usize, Vec<Snapshot>)> {
+        let captured_at = capture_time();
+        self.shards
+            .iter()
+            .enumerate()
+            .map(|(index, shard)| (index, lock(shard).snapshot_next(usize::MAX, captured_at)))
+            .filter(|(_, snapshots)| !snapshots.is_empty())
             .collect()
     }
 
-    /// Up to `limit` dirty sketches of one shard, copied out for a flush, and how many of its
-    /// sketches are dirty.
-    fn dirty_in(&self, shard: usize, limit: usize) -> (Vec<Snapshot>, usize) {
-        let mut dirty = Vec::new();
-        let mut count = 0;
-        let captured_at = capture_time();
-        for (site, hours) in lock(&self.shards[shard]).iter() {
-            for (hour, combinations) in hours {
-                for (combination, entry) in combinations {
-                    if !entry.is_dirty() {
-                        continue;
-                    }
-                    count += 1;
-                    if dirty.len() < limit {
-                        dirty.push(Snapshot {
-                            cell: Cell {
-                                site: site.clone(),
-                                hour: *hour,
-                                combination: combination.clone(),
-                            },
-                            writer: entry.writer,
-                            version: entry.version,
-                            bytes: entry.sketch.to_bytes(),
-                            captured_at,
-                        });
-                    }
-                }
-            }
-        }
-        (dirty, count)
-    }
-
-    fn mark_flushed(&self, snapshots: &[Snapshot]) {
-        for snapshot in snapshots {
-            let Cell {
-                site,
-                hour,
-                combination,
-            } = &snapshot.cell;
-            if let Some(entry) = self
-                .shard(site, *hour, combination)
-                .get_mut(site)
-                .and_then(|hours| hours.get_mut(hour))
-                .and_then(|combinations| combinations.get_mut(combination))
-                && entry.writer == snapshot.writer
-            {
-                entry.flushed = entry.flushed.max(snapshot.version);
-            }
+    /// Records copies as stored (tests).
+    #[cfg(test)]
+    fn mark_flushed(&self, dirty: &[(usize, Vec<Snapshot>)]) {
+        for (index, snapshots) in dirty {
+            lock(&self.shards[*index]).mark_flushed(snapshots);
         }
     }
 
-    fn shard(&self, site: &SiteId, hour: i64, combination: &str) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one((site, hour, combination)) as usize) % SHARDS;
-        lock(&self.shards[index])
+    fn hash(&self, cell: CellRef<'_>) -> u64 {
+        self.hasher
+            .hash_one((cell.site.as_str(), cell.hour, cell.combination))
     }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        // Bits the table does not use: its buckets come from the low bits of the same hash, its
+        // tags from the top seven.
+        lock(&self.shards[(hash >> 32) as usize % SHARDS])
+    }
+}
+
+/// Snapshots taken off a shard's queue and not yet stored: queued again if their write fails,
+/// or if the flush is dropped halfway (at shutdown), so a later flush still finds them.
+struct InFlight<'a> {
+    shard: &'a Mutex<Shard>,
+    names: Vec<Queued>,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(shard: &'a Mutex<Shard>, snapshots: &[Snapshot]) -> Self {
+        Self {
+            shard,
+            names: snapshots.iter().map(Snapshot::named).collect(),
+        }
+    }
+
+    fn stored(mut self, snapshots: &[Snapshot]) {
+        lock(self.shard).mark_flushed(snapshots);
+        self.names.clear();
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.names.is_empty() {
+            lock(self.shard).requeue(&self.names);
+        }
+    }
+}
+
+/// The snapshots' rows, grouped by partition (their bytes are moved out).
+fn batches(snapshots: &mut [Snapshot]) -> Vec<SketchBatch> {
+    let mut by_partition: BTreeMap<SketchPartition, Vec<SketchRow>> = BTreeMap::new();
+    for snapshot in snapshots {
+        by_partition
+            .entry(snapshot.cell.partition())
+            .or_default()
+            .push(SketchRow {
+                hour: snapshot.cell.hour_start(),
+                writer: snapshot.writer,
+                sketch: std::mem::take(&mut snapshot.bytes),
+                captured_at: snapshot.captured_at,
+            });
+    }
+    by_partition.into_iter().collect()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -434,8 +326,11 @@ pub fn spawn_flusher(
     period: Duration,
 ) -> tokio::task::JoinHandle<()> {
     const IDLE: Duration = Duration::from_secs(15 * 60);
+    // A sweep for idle sketches visits every sketch: once a minute is often enough for 15.
+    const IDLE_SWEEP: Duration = Duration::from_secs(60);
     tokio::spawn(async move {
         let mut ticks = crate::periodic::ticks(period);
+        let mut last_sweep = Instant::now();
         // The sketches stay in memory and are retried.
         let mut outage = crate::periodic::OutageLog::new(
             "cannot store unique-visitor sketches; retrying every flush",
@@ -450,7 +345,10 @@ pub fn spawn_flusher(
             let flushed = live.flush(store.as_ref()).await;
             // Whatever the outcome: only stored sketches are dropped, and some of a failed
             // flush's were stored.
-            live.evict_idle(IDLE);
+            if last_sweep.elapsed() >= IDLE_SWEEP {
+                live.evict_idle(IDLE);
+                last_sweep = Instant::now();
+            }
             live.evict_least_recent();
             metrics::gauge!("adevents_sketch_memory_bytes").set(live.held_bytes() as f64);
             if flushed.is_ok() {
@@ -489,14 +387,56 @@ mod tests {
         live.record(&beacon("b", &[("ref", "x"), ("page", "/")]));
         assert_eq!(live.len(), 4);
         let dirty = live.dirty();
-        assert_eq!(dirty.len(), 4);
+        assert_eq!(count(&dirty), 4);
         live.mark_flushed(&dirty);
-        assert!(live.dirty().is_empty());
+        assert_eq!(count(&live.dirty()), 0);
         live.record(&beacon("c", &[("ref", "y")]));
         // Two new cells (ref=y, and the site-wide one again).
-        assert_eq!(live.dirty().len(), 2);
+        assert_eq!(count(&live.dirty()), 2);
         live.evict_idle(Duration::ZERO);
         assert_eq!(live.len(), 2, "only the stored, idle sketches are dropped");
+    }
+
+    #[test]
+    fn a_sketch_changed_while_its_copy_is_written_is_written_again() {
+        let live = LiveSketches::default();
+        live.record(&beacon("a", &[]));
+        let shard = &live.shards[first_dirty_shard(&live)];
+        let copies = lock(shard).snapshot_next(usize::MAX, capture_time());
+        assert_eq!(copies.len(), 1);
+        live.record(&beacon("b", &[]));
+        InFlight::new(shard, &copies).stored(&copies);
+        let again = live.dirty();
+        assert_eq!(count(&again), 1, "the second visitor is not stored yet");
+        live.mark_flushed(&again);
+        assert_eq!(count(&live.dirty()), 0);
+    }
+
+    #[test]
+    fn copies_whose_write_failed_or_was_dropped_are_queued_again() {
+        let live = LiveSketches::default();
+        live.record(&beacon("a", &[("ref", "x")]));
+        for shard in &live.shards {
+            let copies = lock(shard).snapshot_next(usize::MAX, capture_time());
+            // Dropped before `stored`: a failed write, or a flush cancelled at shutdown.
+            drop(InFlight::new(shard, &copies));
+        }
+        let dirty = live.dirty();
+        assert_eq!(count(&dirty), 2, "both sketches are still to be written");
+        live.mark_flushed(&dirty);
+        live.evict_idle(Duration::ZERO);
+        assert!(live.is_empty(), "once stored, they may go");
+    }
+
+    fn count(dirty: &[(usize, Vec<Snapshot>)]) -> usize {
+        dirty.iter().map(|(_, snapshots)| snapshots.len()).sum()
+    }
+
+    fn first_dirty_shard(live: &LiveSketches) -> usize {
+        live.shards
+            .iter()
+            .position(|shard| lock(shard).queued() > 0)
+            .expect("a queued sketch")
     }
 }
 
@@ -541,17 +481,14 @@ mod budget_tests {
         );
         assert!(live.has_room());
         // The site-wide sketch is used by every beacon: the most recent, it stays.
-        let site = fresh_beacon(0).site;
-        let hour = fresh_beacon(0)
-            .timestamp
-            .epoch_millis()
-            .div_euclid(HOUR_MILLIS);
-        let site_wide = live
-            .shard(&site, hour, "")
-            .get(&site)
-            .and_then(|hours| hours.get(&hour))
-            .is_some_and(|combinations| combinations.contains_key(""));
-        assert!(site_wide);
+        let beacon = fresh_beacon(0);
+        let site_wide = CellRef {
+            site: &beacon.site,
+            hour: beacon.timestamp.epoch_millis().div_euclid(HOUR_MILLIS),
+            combination: "",
+        };
+        let hash = live.hash(site_wide);
+        assert!(live.shard(hash).holds(hash, site_wide));
         live.evict_idle(Duration::ZERO);
         assert_eq!(
             live.held_bytes(),
