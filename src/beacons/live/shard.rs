@@ -14,10 +14,12 @@ use uuid::Uuid;
 
 /// What a sketch is charged against the budget, besides its site and combination text and what
 /// the sketch itself holds ([`UniqueSketch::heap_bytes`]): its table slot (at the table's worst
-/// load and growth, hence twice), its place in the flush queue, and the allocator's rounding of
-/// its two texts.
-pub const ENTRY_BASE_BYTES: u64 =
-    (2 * std::mem::size_of::<Entry>() + std::mem::size_of::<Queued>() + 32) as u64;
+/// load and growth, hence twice), its entry, its place in the flush queue, and the allocator's
+/// rounding of the entry and its two texts.
+pub const ENTRY_BASE_BYTES: u64 = (2 * std::mem::size_of::<Box<Entry>>()
+    + std::mem::size_of::<Entry>()
+    + std::mem::size_of::<Queued>()
+    + 48) as u64;
 
 /// A sketch's place, borrowed from a beacon.
 #[derive(Clone, Copy)]
@@ -108,7 +110,9 @@ pub struct Snapshot {
 
 #[derive(Default)]
 pub struct Shard {
-    sketches: HashTable<Entry>,
+    /// Boxed: a new sketch's entry is written to fresh memory, not to a cold table slot three
+    /// cache lines wide, and the table moves pointers when it grows.
+    sketches: HashTable<Box<Entry>>,
     /// Changed sketches not yet copied out by a flush, oldest change first.
     queue: VecDeque<Queued>,
 }
@@ -127,7 +131,7 @@ impl Shard {
         let entry = match self.sketches.find_mut(hash, |entry| entry.is(hash, cell)) {
             Some(entry) => entry,
             None => {
-                let entry = Entry {
+                let entry = Box::new(Entry {
                     hash,
                     site: cell.site.clone(),
                     hour: cell.hour,
@@ -139,7 +143,7 @@ impl Shard {
                     touched: now,
                     charged: 0,
                     queued: false,
-                };
+                });
                 self.sketches
                     .insert_unique(hash, entry, |entry| entry.hash)
                     .into_mut()
@@ -240,7 +244,7 @@ impl Shard {
     }
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.sketches.iter()
+        self.sketches.iter().map(|entry| &**entry)
     }
 
     pub fn len(&self) -> usize {
@@ -260,10 +264,12 @@ impl Shard {
     }
 }
 
-fn find_mut(sketches: &mut HashTable<Entry>, named: Queued) -> Option<&mut Entry> {
-    sketches.find_mut(named.hash, |entry| {
-        entry.hash == named.hash && entry.writer == named.writer
-    })
+fn find_mut(sketches: &mut HashTable<Box<Entry>>, named: Queued) -> Option<&mut Entry> {
+    sketches
+        .find_mut(named.hash, |entry| {
+            entry.hash == named.hash && entry.writer == named.writer
+        })
+        .map(|entry| &mut **entry)
 }
 
 impl Snapshot {
