@@ -29,6 +29,7 @@ pub mod migrations;
 pub mod periodic;
 pub mod processes;
 pub mod query;
+pub mod random_id;
 pub mod remembered;
 pub mod sealer;
 pub mod server;

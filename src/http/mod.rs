@@ -37,6 +37,7 @@ pub use error::{ApiError, FieldError};
 pub use limits::{ConnectionLimits, InFlight, RateLimits};
 pub use state::{AppState, ServiceOptions};
 
+use crate::random_id::MakeRandomRequestId;
 use axum::http::{HeaderName, Method, Request, header};
 use axum::response::IntoResponse;
 use axum::routing::head;
@@ -45,7 +46,7 @@ use std::time::Duration;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -166,7 +167,7 @@ pub fn router(state: AppState) -> App {
     let app = ServiceBuilder::new()
         // Outermost: a caller's X-Request-Id is kept, otherwise one is made, and it is echoed
         // back so a client can quote it when reporting a problem.
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRandomRequestId))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .map_response(IntoResponse::into_response)
         .layer(

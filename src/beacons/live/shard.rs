@@ -5,6 +5,7 @@
 use crate::domain::beacon::SiteId;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS};
+use crate::random_id::random_uuid;
 use crate::store::SketchPartition;
 use chrono::{DateTime, Utc};
 use hashbrown::HashTable;
@@ -136,7 +137,7 @@ impl Shard {
                     site: cell.site.clone(),
                     hour: cell.hour,
                     combination: cell.combination.into(),
-                    writer: new_writer(),
+                    writer: random_uuid(),
                     sketch: UniqueSketch::new(),
                     version: 0,
                     flushed: 0,
@@ -278,24 +279,5 @@ impl Snapshot {
             hash: self.hash,
             writer: self.writer,
         }
-    }
-}
-
-/// A random (version 4) writer id from the thread's generator: one per new sketch, so a
-/// system call per id (`Uuid::new_v4`) would be one per new sketch too.
-fn new_writer() -> Uuid {
-    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_writer_id_is_a_random_version_4_uuid() {
-        let (first, second) = (new_writer(), new_writer());
-        assert_eq!(first.get_version_num(), 4);
-        assert_eq!(first.get_variant(), uuid::Variant::RFC4122);
-        assert_ne!(first, second);
     }
 }
