@@ -363,6 +363,7 @@ pub fn spawn_flusher(
 mod tests {
     use super::*;
     use crate::domain::beacon::{Features, Guid, SiteId};
+    use crate::domain::sketch::UniqueSketch;
     use crate::domain::time::EventTime;
 
     fn beacon(guid: &str, features: &[(&str, &str)]) -> Beacon {
@@ -426,6 +427,20 @@ mod tests {
         live.mark_flushed(&dirty);
         live.evict_idle(Duration::ZERO);
         assert!(live.is_empty(), "once stored, they may go");
+    }
+
+    #[test]
+    fn a_long_sketchs_waiting_members_are_in_its_copy() {
+        let live = LiveSketches::default();
+        // Past 512 entries, members wait in a buffer of 64: 1,000 leaves some waiting.
+        for n in 0..1_000 {
+            live.record(&beacon(&format!("visitor-{n}"), &[]));
+        }
+        let dirty = live.dirty();
+        let copies: Vec<&Snapshot> = dirty.iter().flat_map(|(_, copies)| copies).collect();
+        assert_eq!(copies.len(), 1, "the site-wide sketch");
+        let sketch = UniqueSketch::from_bytes(&copies[0].bytes).expect("decodes");
+        assert_eq!(sketch.estimate(), 1_000);
     }
 
     fn count(dirty: &[(usize, Vec<Snapshot>)]) -> usize {

@@ -22,6 +22,18 @@ pub const ENTRY_BASE_BYTES: u64 = (2 * std::mem::size_of::<Box<Entry>>()
     + std::mem::size_of::<Queued>()
     + 48) as u64;
 
+/// From this many entries a sparse sketch's new members wait in a buffer and are merged into
+/// its list [`PENDING_MEMBERS`] at a time: below it, a list is short enough to insert into.
+const BUFFER_FROM_ENTRIES: usize = 512;
+/// Members a long sparse sketch takes in one merge.
+const PENDING_MEMBERS: usize = 64;
+
+/// Members waiting to be merged into a long sparse sketch.
+struct Pending {
+    members: [MemberHash; PENDING_MEMBERS],
+    len: usize,
+}
+
 /// A sketch's place, borrowed from a beacon.
 #[derive(Clone, Copy)]
 pub struct CellRef<'a> {
@@ -63,6 +75,8 @@ pub struct Entry {
     /// Unique to this entry in the process: a sketch dropped and needed again gets a new one.
     writer: Uuid,
     sketch: UniqueSketch,
+    /// Members not yet in `sketch` (only while it is a long sparse list): part of its state.
+    pending: Option<Box<Pending>>,
     /// Bumped by every insert; the state is stored once `flushed` catches up.
     version: u64,
     flushed: u64,
@@ -86,9 +100,41 @@ impl Entry {
     }
 
     fn charge(&self) -> u64 {
+        let pending = self
+            .pending
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Pending>());
         ENTRY_BASE_BYTES
-            + (self.site.as_str().len() + self.combination.len()) as u64
+            + (self.site.as_str().len() + self.combination.len() + pending) as u64
             + self.sketch.heap_bytes() as u64
+    }
+
+    fn add(&mut self, member: MemberHash) {
+        if let Some(pending) = &mut self.pending {
+            pending.members[pending.len] = member;
+            pending.len += 1;
+            if pending.len == PENDING_MEMBERS {
+                self.settle();
+            }
+        } else if self
+            .sketch
+            .sparse_len()
+            .is_some_and(|len| len >= BUFFER_FROM_ENTRIES)
+        {
+            self.pending = Some(Box::new(Pending {
+                members: [member; PENDING_MEMBERS],
+                len: 1,
+            }));
+        } else {
+            self.sketch.insert(member);
+        }
+    }
+
+    /// Merges the pending members into the sketch.
+    fn settle(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            self.sketch.insert_all(&pending.members[..pending.len]);
+        }
     }
 }
 
@@ -139,6 +185,7 @@ impl Shard {
                     combination: cell.combination.into(),
                     writer: random_uuid(),
                     sketch: UniqueSketch::new(),
+                    pending: None,
                     version: 0,
                     flushed: 0,
                     touched: now,
@@ -150,7 +197,7 @@ impl Shard {
                     .into_mut()
             }
         };
-        entry.sketch.insert(member);
+        entry.add(member);
         entry.version += 1;
         entry.touched = now;
         // Never lowered: turning dense frees a list larger than the registers, and the
@@ -186,6 +233,7 @@ impl Shard {
                 continue;
             };
             entry.queued = false;
+            entry.settle();
             snapshots.push(Snapshot {
                 cell: Cell {
                     site: entry.site.clone(),
