@@ -174,7 +174,7 @@ impl Sealer {
                     reach: combination_day
                         .hours
                         .into_iter()
-                        .map(|(hour, sketch)| (hour, sketch.to_bytes()))
+                        .map(|(hour, sketch)| (hour, sketch.into_sketch().to_bytes()))
                         .collect(),
                 };
                 (combination, rollup)

@@ -50,7 +50,7 @@ pub async fn rebuild_site_day(
                 .map(|(hour, sketch)| SketchRow {
                     hour: hour_start(hour),
                     writer: REBUILD_WRITER,
-                    sketch: sketch.to_bytes(),
+                    sketch: sketch.into_sketch().to_bytes(),
                     captured_at,
                 })
                 .collect();

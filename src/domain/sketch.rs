@@ -11,7 +11,10 @@
 
 use smallvec::SmallVec;
 
+mod buffered;
 mod legacy;
+
+pub use buffered::BufferedSketch;
 
 /// Dense registers: 2^14.
 const PRECISION: u32 = 14;

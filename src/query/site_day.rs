@@ -7,7 +7,7 @@ use super::FanOut;
 use super::plan::visit_partitions;
 use crate::domain::beacon::SiteId;
 use crate::domain::owner::Owner;
-use crate::domain::sketch::{MemberHash, UniqueSketch};
+use crate::domain::sketch::{BufferedSketch, MemberHash};
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
 use crate::settings::SettingsCache;
 use crate::store::{SliceVisits, StoreError, VisitStore};
@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, HashMap};
 pub struct CombinationDay {
     /// Visits by 15-minute slice since the epoch.
     pub slices: BTreeMap<i64, SliceVisits>,
-    /// Visitors by hour since the epoch.
-    pub hours: BTreeMap<i64, UniqueSketch>,
+    /// Visitors by hour since the epoch (a busy hour's sketch takes its members in batches).
+    pub hours: BTreeMap<i64, BufferedSketch>,
 }
 
 /// Every feature combination of a site-day.

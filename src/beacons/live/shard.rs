@@ -3,7 +3,7 @@
 //! them out, so a flush visits only what changed and finds each again without a string compare.
 
 use crate::domain::beacon::SiteId;
-use crate::domain::sketch::{MemberHash, UniqueSketch};
+use crate::domain::sketch::{BufferedSketch, MemberHash};
 use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::random_id::random_uuid;
 use crate::store::SketchPartition;
@@ -14,25 +14,13 @@ use std::time::Instant;
 use uuid::Uuid;
 
 /// What a sketch is charged against the budget, besides its site and combination text and what
-/// the sketch itself holds ([`UniqueSketch::heap_bytes`]): its table slot (at the table's worst
+/// the sketch itself holds ([`BufferedSketch::heap_bytes`]): its table slot (at the table's worst
 /// load and growth, hence twice), its entry, its place in the flush queue, and the allocator's
 /// rounding of the entry and its two texts.
 pub const ENTRY_BASE_BYTES: u64 = (2 * std::mem::size_of::<Box<Entry>>()
     + std::mem::size_of::<Entry>()
     + std::mem::size_of::<Queued>()
     + 48) as u64;
-
-/// From this many entries a sparse sketch's new members wait in a buffer and are merged into
-/// its list [`PENDING_MEMBERS`] at a time: below it, a list is short enough to insert into.
-const BUFFER_FROM_ENTRIES: usize = 512;
-/// Members a long sparse sketch takes in one merge.
-const PENDING_MEMBERS: usize = 64;
-
-/// Members waiting to be merged into a long sparse sketch.
-struct Pending {
-    members: [MemberHash; PENDING_MEMBERS],
-    len: usize,
-}
 
 /// A sketch's place, borrowed from a beacon.
 #[derive(Clone, Copy)]
@@ -74,9 +62,7 @@ pub struct Entry {
     combination: Box<str>,
     /// Unique to this entry in the process: a sketch dropped and needed again gets a new one.
     writer: Uuid,
-    sketch: UniqueSketch,
-    /// Members not yet in `sketch` (only while it is a long sparse list): part of its state.
-    pending: Option<Box<Pending>>,
+    sketch: BufferedSketch,
     /// Bumped by every insert; the state is stored once `flushed` catches up.
     version: u64,
     flushed: u64,
@@ -100,41 +86,8 @@ impl Entry {
     }
 
     fn charge(&self) -> u64 {
-        let pending = self
-            .pending
-            .as_ref()
-            .map_or(0, |_| std::mem::size_of::<Pending>());
         ENTRY_BASE_BYTES
-            + (self.site.as_str().len() + self.combination.len() + pending) as u64
-            + self.sketch.heap_bytes() as u64
-    }
-
-    fn add(&mut self, member: MemberHash) {
-        if let Some(pending) = &mut self.pending {
-            pending.members[pending.len] = member;
-            pending.len += 1;
-            if pending.len == PENDING_MEMBERS {
-                self.settle();
-            }
-        } else if self
-            .sketch
-            .sparse_len()
-            .is_some_and(|len| len >= BUFFER_FROM_ENTRIES)
-        {
-            self.pending = Some(Box::new(Pending {
-                members: [member; PENDING_MEMBERS],
-                len: 1,
-            }));
-        } else {
-            self.sketch.insert(member);
-        }
-    }
-
-    /// Merges the pending members into the sketch.
-    fn settle(&mut self) {
-        if let Some(pending) = self.pending.take() {
-            self.sketch.insert_all(&pending.members[..pending.len]);
-        }
+            + (self.site.as_str().len() + self.combination.len() + self.sketch.heap_bytes()) as u64
     }
 }
 
@@ -184,8 +137,7 @@ impl Shard {
                     hour: cell.hour,
                     combination: cell.combination.into(),
                     writer: random_uuid(),
-                    sketch: UniqueSketch::new(),
-                    pending: None,
+                    sketch: BufferedSketch::new(),
                     version: 0,
                     flushed: 0,
                     touched: now,
@@ -197,7 +149,7 @@ impl Shard {
                     .into_mut()
             }
         };
-        entry.add(member);
+        entry.sketch.insert(member);
         entry.version += 1;
         entry.touched = now;
         // Never lowered: turning dense frees a list larger than the registers, and the
@@ -233,7 +185,6 @@ impl Shard {
                 continue;
             };
             entry.queued = false;
-            entry.settle();
             snapshots.push(Snapshot {
                 cell: Cell {
                     site: entry.site.clone(),
@@ -243,7 +194,7 @@ impl Shard {
                 writer: entry.writer,
                 hash: entry.hash,
                 version: entry.version,
-                bytes: entry.sketch.to_bytes(),
+                bytes: entry.sketch.settled().to_bytes(),
                 captured_at,
             });
         }

@@ -1,0 +1,133 @@
+//! A sketch filled one member at a time. Inserting into a sorted sparse list of thousands of
+//! entries costs a binary search and a shift of half the list per member, so once the list is
+//! long, new members wait in a small buffer and join it [`PENDING_MEMBERS`] at a time, in one
+//! merge ([`UniqueSketch::insert_all`], which gives exactly the state of one-by-one inserts).
+
+use super::{MemberHash, UniqueSketch};
+
+/// From this many entries a sparse sketch's new members wait in the buffer: below it, a list
+/// is short enough to insert into directly.
+const BUFFER_FROM_ENTRIES: usize = 512;
+/// Members a long sparse sketch takes in one merge.
+const PENDING_MEMBERS: usize = 64;
+
+/// Members waiting to be merged into a long sparse sketch.
+#[derive(Debug)]
+struct Pending {
+    members: [MemberHash; PENDING_MEMBERS],
+    len: usize,
+}
+
+/// A [`UniqueSketch`] and the members not yet merged into it; together they are its state.
+#[derive(Debug, Default)]
+pub struct BufferedSketch {
+    sketch: UniqueSketch,
+    /// Only while the sketch is a long sparse list; boxed, so the many short sketches do not
+    /// carry room for it.
+    pending: Option<Box<Pending>>,
+}
+
+impl BufferedSketch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, member: MemberHash) {
+        if let Some(pending) = &mut self.pending {
+            pending.members[pending.len] = member;
+            pending.len += 1;
+            if pending.len == PENDING_MEMBERS {
+                self.settle();
+            }
+        } else if self
+            .sketch
+            .sparse_len()
+            .is_some_and(|len| len >= BUFFER_FROM_ENTRIES)
+        {
+            self.pending = Some(Box::new(Pending {
+                members: [member; PENDING_MEMBERS],
+                len: 1,
+            }));
+        } else {
+            self.sketch.insert(member);
+        }
+    }
+
+    /// The sketch with every member inserted so far.
+    pub fn settled(&mut self) -> &UniqueSketch {
+        self.settle();
+        &self.sketch
+    }
+
+    /// The sketch with every member inserted.
+    pub fn into_sketch(mut self) -> UniqueSketch {
+        self.settle();
+        self.sketch
+    }
+
+    /// Bytes held on the heap: the sketch's and the buffer's.
+    pub fn heap_bytes(&self) -> usize {
+        let pending = self
+            .pending
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Pending>());
+        self.sketch.heap_bytes() + pending
+    }
+
+    fn settle(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            self.sketch.insert_all(&pending.members[..pending.len]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(n: u64) -> MemberHash {
+        MemberHash::of(&n.to_le_bytes())
+    }
+
+    /// Across the point where buffering starts, mid-buffer and through the change to dense
+    /// registers, the buffered sketch is byte for byte the sketch of one-by-one inserts.
+    #[test]
+    fn a_buffered_sketch_holds_exactly_what_one_by_one_inserts_hold() {
+        let mut direct = UniqueSketch::new();
+        let mut buffered = BufferedSketch::new();
+        for n in 0..20_000u64 {
+            // Repeats too: a member seen before changes nothing.
+            let member = member(n % 7_919);
+            direct.insert(member);
+            buffered.insert(member);
+            if [0, 511, 512, 513, 575, 576, 600, 3_000, 19_999].contains(&n) {
+                assert_eq!(
+                    buffered.settled().to_bytes(),
+                    direct.to_bytes(),
+                    "after {n}"
+                );
+            }
+        }
+        assert_eq!(buffered.into_sketch().to_bytes(), direct.to_bytes());
+    }
+
+    #[test]
+    fn the_buffer_is_counted_while_it_holds_members() {
+        let mut buffered = BufferedSketch::new();
+        for n in 0..BUFFER_FROM_ENTRIES as u64 {
+            buffered.insert(member(n));
+        }
+        let list_only = buffered.heap_bytes();
+        buffered.insert(member(1_000_000));
+        assert_eq!(
+            buffered.heap_bytes(),
+            list_only + std::mem::size_of::<Pending>()
+        );
+        let merged = buffered.settled().heap_bytes();
+        assert_eq!(
+            buffered.heap_bytes(),
+            merged,
+            "the buffer is gone once merged"
+        );
+    }
+}
