@@ -104,9 +104,16 @@ impl PeakRss {
     }
 }
 
+/// The middle value; for an even count, the mean of the two middle ones (NaN for none).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    let middle = values.len() / 2;
+    match values.len() {
+        0 => f64::NAN,
+        // An even count has two middles: reporting the higher one flattered two-round runs.
+        even if even % 2 == 0 => (values[middle - 1] + values[middle]) / 2.0,
+        _ => values[middle],
+    }
 }
 
 /// An embedded store in `target/bench-data/NAME` (kept between runs, so loaded data is reused).
