@@ -111,24 +111,14 @@ impl LiveSketches {
     pub fn record(&self, beacon: &Beacon) {
         let member = MemberHash::of(beacon.guid.as_str().as_bytes());
         let hour = beacon.timestamp.epoch_millis().div_euclid(HOUR_MILLIS);
-        let pairs = beacon.features.encoded_pairs();
-        let mut key = String::with_capacity(pairs.iter().map(|pair| pair.len() + 1).sum());
+        let mut keys = beacon.features.each_subset_key();
         let now = Instant::now();
         let mut charged = 0u64;
-        for mask in 0u32..(1 << pairs.len()) {
-            key.clear();
-            for (bit, pair) in pairs.iter().enumerate() {
-                if mask & (1 << bit) != 0 {
-                    if !key.is_empty() {
-                        key.push('&');
-                    }
-                    key.push_str(pair);
-                }
-            }
+        while let Some(key) = keys.next_key() {
             let cell = CellRef {
                 site: &beacon.site,
                 hour,
-                combination: &key,
+                combination: key,
             };
             let hash = self.hash(cell);
             charged += self.shard(hash).record(hash, cell, member, now);

@@ -154,24 +154,56 @@ impl Features {
 
     /// The [`combination_key`](Self::combination_key) of every subset of these features (2^n
     /// of them, the empty set included): the combinations whose unique visitors one beacon
-    /// counts towards. Each pair is encoded once and the subsets joined from them, since this
-    /// runs for every beacon.
+    /// counts towards.
     pub fn subset_keys(&self) -> Vec<String> {
+        let mut keys = self.each_subset_key();
+        let mut all = Vec::with_capacity(1 << self.0.len());
+        while let Some(key) = keys.next_key() {
+            all.push(key.to_owned());
+        }
+        all
+    }
+
+    /// The same keys as [`subset_keys`](Self::subset_keys), one at a time in one reused
+    /// buffer: each pair is encoded once and the subsets joined from them, since this runs for
+    /// every beacon.
+    pub fn each_subset_key(&self) -> SubsetKeys {
         let pairs = self.encoded_pairs();
-        (0u32..(1 << pairs.len()))
-            .map(|mask| {
-                let mut key = String::new();
-                for (bit, pair) in pairs.iter().enumerate() {
-                    if mask & (1 << bit) != 0 {
-                        if !key.is_empty() {
-                            key.push('&');
-                        }
-                        key.push_str(pair);
-                    }
+        let key = String::with_capacity(pairs.iter().map(|pair| pair.len() + 1).sum());
+        SubsetKeys {
+            pairs,
+            key,
+            next_mask: 0,
+        }
+    }
+}
+
+/// The combination keys of every subset of one beacon's features, built one at a time
+/// ([`Features::each_subset_key`]).
+pub struct SubsetKeys {
+    pairs: Vec<String>,
+    key: String,
+    next_mask: u32,
+}
+
+impl SubsetKeys {
+    /// The next subset's key, or `None` after the last.
+    pub fn next_key(&mut self) -> Option<&str> {
+        let mask = self.next_mask;
+        if mask >= 1 << self.pairs.len() {
+            return None;
+        }
+        self.next_mask += 1;
+        self.key.clear();
+        for (bit, pair) in self.pairs.iter().enumerate() {
+            if mask & (1 << bit) != 0 {
+                if !self.key.is_empty() {
+                    self.key.push('&');
                 }
-                key
-            })
-            .collect()
+                self.key.push_str(pair);
+            }
+        }
+        Some(&self.key)
     }
 }
 
