@@ -355,6 +355,8 @@ mod tests {
     use crate::domain::beacon::{Features, Guid, SiteId};
     use crate::domain::sketch::UniqueSketch;
     use crate::domain::time::EventTime;
+    use std::collections::HashMap;
+    use uuid::Uuid;
 
     fn beacon(guid: &str, features: &[(&str, &str)]) -> Beacon {
         let features = features
@@ -431,6 +433,88 @@ mod tests {
         assert_eq!(copies.len(), 1, "the site-wide sketch");
         let sketch = UniqueSketch::from_bytes(&copies[0].bytes).expect("decodes");
         assert_eq!(sketch.estimate(), 1_000);
+    }
+
+    /// The two rows of a sketch always hold every member between them, and a growing sketch
+    /// is not rewritten whole every flush.
+    #[test]
+    fn a_growing_sketch_stores_what_it_gained_apart_until_rewriting_it_pays() {
+        let live = LiveSketches::default();
+        let mut stored: HashMap<Uuid, UniqueSketch> = HashMap::new();
+        let mut whole_writer = None;
+        let (mut wholes, mut written, mut whole_each_time) = (0, 0, 0);
+        for round in 0..30 {
+            for n in round * 100..round * 100 + 100 {
+                live.record(&beacon(&format!("visitor-{n}"), &[]));
+            }
+            let dirty = live.dirty();
+            live.mark_flushed(&dirty);
+            let copies: Vec<Snapshot> = dirty.into_iter().flat_map(|(_, c)| c).collect();
+            assert_eq!(copies.len(), 1, "the site-wide sketch only");
+            let copy = &copies[0];
+            let sketch = UniqueSketch::from_bytes(&copy.bytes).expect("decodes");
+            let members = (round + 1) * 100;
+            if *whole_writer.get_or_insert(copy.writer) == copy.writer {
+                assert_eq!(sketch.estimate(), members as u64, "round {round}: whole");
+                wholes += 1;
+            }
+            written += copy.bytes.len();
+            whole_each_time += live_whole_bytes(&live);
+            // A write replaces its row; readers merge the rows there are.
+            stored.insert(copy.writer, sketch);
+            let mut union = UniqueSketch::new();
+            stored.values().for_each(|row| union.merge(row));
+            assert!(
+                union.estimate().abs_diff(members as u64) <= 1,
+                "round {round}: {} of {members}",
+                union.estimate()
+            );
+            // Returning visitors change nothing: no copy.
+            live.record(&beacon("visitor-0", &[]));
+            assert_eq!(count(&live.dirty()), 0);
+        }
+        assert_eq!(stored.len(), 2, "the whole row and the recent row");
+        assert!(
+            (3..15).contains(&wholes),
+            "{wholes} whole rows in 30 flushes"
+        );
+        assert!(
+            written * 2 < whole_each_time,
+            "{written} bytes, against {whole_each_time} rewriting the whole"
+        );
+    }
+
+    fn live_whole_bytes(live: &LiveSketches) -> usize {
+        live.shards
+            .iter()
+            .map(|shard| lock(shard).whole_bytes())
+            .sum()
+    }
+
+    #[test]
+    fn members_gained_while_the_whole_row_is_written_stay_for_the_next_copy() {
+        let live = LiveSketches::default();
+        let visit = |range: std::ops::Range<usize>| {
+            for n in range {
+                live.record(&beacon(&format!("visitor-{n}"), &[]));
+            }
+        };
+        visit(0..100);
+        let first = live.dirty();
+        live.mark_flushed(&first);
+        // Thirty times what the whole row holds: the next copy is the whole row again.
+        visit(100..3_100);
+        let shard = &live.shards[first_dirty_shard(&live)];
+        let whole = lock(shard).snapshot_next(usize::MAX, capture_time());
+        assert_eq!(whole[0].writer, first[0].1[0].writer, "the whole row");
+        live.record(&beacon("arrived-during-the-write", &[]));
+        InFlight::new(shard, &whole).stored(&whole);
+        let next = live.dirty();
+        let copies: Vec<&Snapshot> = next.iter().flat_map(|(_, copies)| copies).collect();
+        assert_eq!(copies.len(), 1);
+        assert_ne!(copies[0].writer, whole[0].writer, "the recent row");
+        let recent = UniqueSketch::from_bytes(&copies[0].bytes).expect("decodes");
+        assert_eq!(recent.estimate(), 1, "only the member the whole row missed");
     }
 
     fn count(dirty: &[(usize, Vec<Snapshot>)]) -> usize {

@@ -143,17 +143,24 @@ impl UniqueSketch {
         Self(Repr::Sparse(SmallVec::new()))
     }
 
-    pub fn insert(&mut self, member: MemberHash) {
+    /// Adds `member`; says whether the state changed (a member already recorded, or one whose
+    /// register already holds as much, changes nothing, and needs no new copy stored).
+    pub fn insert(&mut self, member: MemberHash) -> bool {
         match &mut self.0 {
             Repr::Dense(registers) => raise(registers, member.register()),
             Repr::Sparse(entries) => {
                 let entry = SparseEntry::of(member);
                 match entries.binary_search_by_key(&entry.index(), |e| e.index()) {
-                    Ok(at) => entries[at] = entries[at].max(entry),
+                    Ok(at) => {
+                        let raised = entry > entries[at];
+                        entries[at] = entries[at].max(entry);
+                        raised
+                    }
                     Err(_) if entries.len() >= SPARSE_LIMIT => {
                         let mut registers = dense_from(entries);
                         raise(&mut registers, member.register());
                         self.0 = Repr::Dense(registers);
+                        true
                     }
                     Err(at) => {
                         if entries.len() == entries.capacity()
@@ -161,10 +168,37 @@ impl UniqueSketch {
                         {
                             entries.reserve_exact(SPARSE_LIMIT - entries.len());
                         }
-                        entries.insert(at, entry)
+                        entries.insert(at, entry);
+                        true
                     }
                 }
             }
+        }
+    }
+
+    /// Whether inserting `member` would leave the state as it is (a binary search or one
+    /// register read: no shift of a long list).
+    pub fn holds(&self, member: MemberHash) -> bool {
+        match &self.0 {
+            Repr::Dense(registers) => {
+                let (register, value) = member.register();
+                registers[register] >= value
+            }
+            Repr::Sparse(entries) => {
+                let entry = SparseEntry::of(member);
+                entries
+                    .binary_search_by_key(&entry.index(), |e| e.index())
+                    .is_ok_and(|at| entries[at] >= entry)
+            }
+        }
+    }
+
+    /// About how many bytes [`to_bytes`](Self::to_bytes) gives (entries take one to four
+    /// bytes each, by how far apart they are).
+    pub fn encoded_len_estimate(&self) -> usize {
+        match &self.0 {
+            Repr::Sparse(entries) => 1 + 3 * entries.len(),
+            Repr::Dense(_) => 1 + PACKED_DENSE_BYTES,
         }
     }
 
@@ -324,9 +358,12 @@ impl UniqueSketch {
     }
 }
 
-fn raise(registers: &mut [u8; REGISTERS], (register, value): (usize, u8)) {
+/// Raises a register to `value`; says whether it was lower.
+fn raise(registers: &mut [u8; REGISTERS], (register, value): (usize, u8)) -> bool {
     let slot = &mut registers[register];
+    let raised = value > *slot;
     *slot = (*slot).max(value);
+    raised
 }
 
 fn zeroed_registers() -> Box<[u8; REGISTERS]> {
@@ -470,6 +507,26 @@ mod tests {
             sketch.insert(MemberHash::of(format!("visitor-{n}").as_bytes()));
         }
         sketch
+    }
+
+    /// Sparse and dense, an insert says it changed the sketch exactly when its bytes change,
+    /// and `holds` answers the same question without inserting.
+    #[test]
+    fn an_insert_says_whether_it_changed_the_state() {
+        let mut sketch = UniqueSketch::new();
+        for n in 0..9_000u64 {
+            let member = MemberHash::of(format!("visitor-{}", n % 7_000).as_bytes());
+            let before = sketch.to_bytes();
+            let held = sketch.holds(member);
+            let changed = sketch.insert(member);
+            assert_eq!(changed, sketch.to_bytes() != before, "insert {n}");
+            assert_eq!(held, !changed, "insert {n}");
+            assert!(sketch.holds(member));
+        }
+        assert!(
+            sketch.sparse_len().is_none(),
+            "the test reached dense registers"
+        );
     }
 
     #[test]

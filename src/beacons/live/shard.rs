@@ -1,9 +1,18 @@
 //! One shard of the live sketches: a flat table of sketches found by one precomputed hash of
 //! their cell (site, hour, combination), and the queue of those changed since a flush copied
 //! them out, so a flush visits only what changed and finds each again without a string compare.
+//!
+//! A sketch is stored as two rows, each the absolute state of a set of members: its **whole**
+//! state under its writer id, and the members it gained since that row was copied under a
+//! second writer id (its **recent** row). Readers merge both like any two writers' rows, and a
+//! union of sketches never counts a member twice. A flush writes the recent row until the
+//! recent rows written since the whole row would add up to more than rewriting the whole row,
+//! then the whole row, which empties the recent set: a sketch of size S gaining X members a
+//! second is rewritten every √(2S/X) seconds instead of every second (the rent-or-buy rule,
+//! within twice the least bytes any schedule writes).
 
 use crate::domain::beacon::SiteId;
-use crate::domain::sketch::{BufferedSketch, MemberHash};
+use crate::domain::sketch::{BufferedSketch, MemberHash, UniqueSketch};
 use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::random_id::random_uuid;
 use crate::store::SketchPartition;
@@ -13,8 +22,12 @@ use std::collections::VecDeque;
 use std::time::Instant;
 use uuid::Uuid;
 
-/// What a sketch is charged against the budget, besides its site and combination text and what
-/// the sketch itself holds ([`BufferedSketch::heap_bytes`]): its table slot (at the table's worst
+/// Bytes a recent member is taken to add to its row (the few entries of a recent row lie far
+/// apart, so their gaps take more bytes than a long list's).
+const RECENT_MEMBER_BYTES: usize = 4;
+
+/// What a sketch is charged against the budget, besides its site and combination text, what
+/// the sketch itself holds ([`BufferedSketch::heap_bytes`]) and its recent members: its table slot (at the table's worst
 /// load and growth, hence twice), its entry, its place in the flush queue, and the allocator's
 /// rounding of the entry and its two texts.
 pub const ENTRY_BASE_BYTES: u64 = (2 * std::mem::size_of::<Box<Entry>>()
@@ -62,7 +75,17 @@ pub struct Entry {
     combination: Box<str>,
     /// Unique to this entry in the process: a sketch dropped and needed again gets a new one.
     writer: Uuid,
+    /// The writer id of the recent row.
+    recent_writer: Uuid,
     sketch: BufferedSketch,
+    /// Members that changed the sketch since the stored whole row was copied, oldest first
+    /// (a member may be here twice), while `recent_complete`.
+    recent: Vec<MemberHash>,
+    /// Whether a whole row is stored and `recent` holds every member it lacks; until then a
+    /// flush writes the whole row.
+    recent_complete: bool,
+    /// Bytes of the recent rows written since the whole row.
+    recent_bytes_written: usize,
     /// Bumped by every insert; the state is stored once `flushed` catches up.
     version: u64,
     flushed: u64,
@@ -86,9 +109,75 @@ impl Entry {
     }
 
     fn charge(&self) -> u64 {
+        let recent = self.recent.capacity() * std::mem::size_of::<MemberHash>();
         ENTRY_BASE_BYTES
-            + (self.site.as_str().len() + self.combination.len() + self.sketch.heap_bytes()) as u64
+            + (self.site.as_str().len()
+                + self.combination.len()
+                + self.sketch.heap_bytes()
+                + recent) as u64
     }
+
+    /// Whether the next copy is the recent row: the whole row is stored, and the recent rows
+    /// written since, this one included, cost less than writing the whole row again.
+    fn recent_row_suffices(&self) -> bool {
+        let whole = self.sketch.encoded_len_estimate();
+        let recent = self.recent.len() * RECENT_MEMBER_BYTES;
+        self.recent_complete
+            && self.recent_bytes_written + recent < whole
+            // Memory: the recent members' hashes stay under the whole row's size.
+            && self.recent.len() * std::mem::size_of::<MemberHash>() < whole
+    }
+
+    /// Records that `snapshot`, a copy of this entry, is stored.
+    fn stored(&mut self, snapshot: &Snapshot) {
+        self.flushed = self.flushed.max(snapshot.version);
+        match snapshot.copied {
+            Copied::Recent => self.recent_bytes_written += snapshot.bytes.len(),
+            Copied::Whole { covers_recent } => {
+                if self.recent_complete {
+                    // The whole row holds those copied with it; those gained since stay.
+                    self.recent.drain(..covers_recent.min(self.recent.len()));
+                } else {
+                    // Members gained while the row was written were not kept: unless there
+                    // were none, the next copy is the whole row again.
+                    self.recent_complete = self.version == snapshot.version;
+                    self.recent.clear();
+                }
+                self.recent_bytes_written = 0;
+                if self.recent.capacity() > 4 * self.recent.len() + 64 {
+                    self.recent.shrink_to_fit();
+                }
+            }
+        }
+    }
+
+    /// The copy of the row the next write stores.
+    fn copy(&mut self) -> (Uuid, Vec<u8>, Copied) {
+        if self.recent_row_suffices() {
+            let mut recent = UniqueSketch::new();
+            recent.insert_all(&self.recent);
+            (self.recent_writer, recent.to_bytes(), Copied::Recent)
+        } else {
+            let bytes = self.sketch.settled().to_bytes();
+            (
+                self.writer,
+                bytes,
+                Copied::Whole {
+                    covers_recent: self.recent.len(),
+                },
+            )
+        }
+    }
+}
+
+/// Which row of a sketch a snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Copied {
+    /// The whole state; once stored, the first `covers_recent` recent members (those copied
+    /// with it) leave the recent set.
+    Whole { covers_recent: usize },
+    /// The recent members.
+    Recent,
 }
 
 /// A queued sketch, named by its hash and writer.
@@ -101,9 +190,12 @@ pub struct Queued {
 /// One changed sketch, copied out for a flush.
 pub struct Snapshot {
     pub cell: Cell,
+    /// The writer id of the row the copy is stored as.
     pub writer: Uuid,
-    hash: u64,
+    /// The sketch copied.
+    entry: Queued,
     version: u64,
+    copied: Copied,
     pub bytes: Vec<u8>,
     pub captured_at: i64,
 }
@@ -137,7 +229,11 @@ impl Shard {
                     hour: cell.hour,
                     combination: cell.combination.into(),
                     writer: random_uuid(),
+                    recent_writer: random_uuid(),
                     sketch: BufferedSketch::new(),
+                    recent: Vec::new(),
+                    recent_complete: false,
+                    recent_bytes_written: 0,
                     version: 0,
                     flushed: 0,
                     touched: now,
@@ -149,9 +245,15 @@ impl Shard {
                     .into_mut()
             }
         };
-        entry.sketch.insert(member);
-        entry.version += 1;
         entry.touched = now;
+        // A returning visitor changes nothing that is not stored already.
+        if !entry.sketch.insert(member) {
+            return 0;
+        }
+        if entry.recent_complete {
+            entry.recent.push(member);
+        }
+        entry.version += 1;
         // Never lowered: turning dense frees a list larger than the registers, and the
         // allocator may keep it a while.
         let charge = entry.charge();
@@ -185,16 +287,18 @@ impl Shard {
                 continue;
             };
             entry.queued = false;
+            let (writer, bytes, copied) = entry.copy();
             snapshots.push(Snapshot {
                 cell: Cell {
                     site: entry.site.clone(),
                     hour: entry.hour,
                     combination: entry.combination.to_string(),
                 },
-                writer: entry.writer,
-                hash: entry.hash,
+                writer,
+                entry: named,
                 version: entry.version,
-                bytes: entry.sketch.settled().to_bytes(),
+                copied,
+                bytes,
                 captured_at,
             });
         }
@@ -205,7 +309,7 @@ impl Shard {
     pub fn mark_flushed(&mut self, snapshots: &[Snapshot]) {
         for snapshot in snapshots {
             if let Some(entry) = self.find_mut(snapshot.named()) {
-                entry.flushed = entry.flushed.max(snapshot.version);
+                entry.stored(snapshot);
             }
         }
     }
@@ -251,6 +355,15 @@ impl Shard {
         self.sketches.len()
     }
 
+    /// The whole rows' bytes of every sketch held (tests).
+    #[cfg(test)]
+    pub fn whole_bytes(&mut self) -> usize {
+        self.sketches
+            .iter_mut()
+            .map(|entry| entry.sketch.settled().to_bytes().len())
+            .sum()
+    }
+
     /// Whether the sketch of `cell` is held (tests).
     #[cfg(test)]
     pub fn holds(&self, hash: u64, cell: CellRef<'_>) -> bool {
@@ -274,9 +387,6 @@ fn find_mut(sketches: &mut HashTable<Box<Entry>>, named: Queued) -> Option<&mut 
 
 impl Snapshot {
     pub fn named(&self) -> Queued {
-        Queued {
-            hash: self.hash,
-            writer: self.writer,
-        }
+        self.entry
     }
 }

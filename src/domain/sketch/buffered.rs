@@ -32,25 +32,42 @@ impl BufferedSketch {
         Self::default()
     }
 
-    pub fn insert(&mut self, member: MemberHash) {
+    /// Adds `member`; says whether the state may have changed: false only when the sketch
+    /// already holds it (a waiting member inserted again is counted as a change).
+    pub fn insert(&mut self, member: MemberHash) -> bool {
         if let Some(pending) = &mut self.pending {
+            // Returning visitors are most members of a busy sketch: they need no place.
+            if self.sketch.holds(member) {
+                return false;
+            }
             pending.members[pending.len] = member;
             pending.len += 1;
             if pending.len == PENDING_MEMBERS {
                 self.settle();
             }
+            true
         } else if self
             .sketch
             .sparse_len()
             .is_some_and(|len| len >= BUFFER_FROM_ENTRIES)
         {
+            if self.sketch.holds(member) {
+                return false;
+            }
             self.pending = Some(Box::new(Pending {
                 members: [member; PENDING_MEMBERS],
                 len: 1,
             }));
+            true
         } else {
-            self.sketch.insert(member);
+            self.sketch.insert(member)
         }
+    }
+
+    /// About how many bytes the settled sketch encodes to.
+    pub fn encoded_len_estimate(&self) -> usize {
+        let pending = self.pending.as_ref().map_or(0, |pending| pending.len);
+        self.sketch.encoded_len_estimate() + 3 * pending
     }
 
     /// The sketch with every member inserted so far.
@@ -108,6 +125,30 @@ mod tests {
                 );
             }
         }
+        assert_eq!(buffered.into_sketch().to_bytes(), direct.to_bytes());
+    }
+
+    /// What the live sketches rely on to skip storing a copy: an insert that changes the
+    /// state always says so, and a member the sketch holds (a returning visitor) never does.
+    #[test]
+    fn an_insert_says_whether_it_changed_the_sketch() {
+        let mut direct = UniqueSketch::new();
+        let mut buffered = BufferedSketch::new();
+        let mut unchanged = 0;
+        for n in 0..12_000u64 {
+            let member = member(n % 7_919);
+            let before = direct.to_bytes();
+            let changed = buffered.insert(member);
+            direct.insert(member);
+            if direct.to_bytes() != before {
+                assert!(changed, "insert {n} changed the sketch");
+            }
+            if n >= 7_919 {
+                assert!(!changed, "insert {n} repeats a member held");
+            }
+            unchanged += usize::from(!changed);
+        }
+        assert!(unchanged >= 12_000 - 7_919, "{unchanged}");
         assert_eq!(buffered.into_sketch().to_bytes(), direct.to_bytes());
     }
 

@@ -163,7 +163,9 @@ mod tests {
 
     fn sketch_of(range: std::ops::Range<u64>) -> UniqueSketch {
         let mut sketch = UniqueSketch::new();
-        members(range).for_each(|member| sketch.insert(member));
+        for member in members(range) {
+            sketch.insert(member);
+        }
         sketch
     }
 
