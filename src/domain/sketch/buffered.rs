@@ -35,33 +35,30 @@ impl BufferedSketch {
     /// Adds `member`; says whether the state may have changed: false only when the sketch
     /// already holds it (a waiting member inserted again is counted as a change).
     pub fn insert(&mut self, member: MemberHash) -> bool {
-        if let Some(pending) = &mut self.pending {
-            // Returning visitors are most members of a busy sketch: they need no place.
-            if self.sketch.holds(member) {
-                return false;
-            }
-            pending.members[pending.len] = member;
-            pending.len += 1;
-            if pending.len == PENDING_MEMBERS {
-                self.settle();
-            }
-            true
-        } else if self
-            .sketch
-            .sparse_len()
-            .is_some_and(|len| len >= BUFFER_FROM_ENTRIES)
-        {
-            if self.sketch.holds(member) {
-                return false;
-            }
-            self.pending = Some(Box::new(Pending {
-                members: [member; PENDING_MEMBERS],
-                len: 1,
-            }));
-            true
-        } else {
-            self.sketch.insert(member)
+        let long = self.pending.is_some()
+            || self
+                .sketch
+                .sparse_len()
+                .is_some_and(|len| len >= BUFFER_FROM_ENTRIES);
+        if !long {
+            return self.sketch.insert(member);
         }
+        // Returning visitors are most members of a busy sketch: they need no place.
+        if self.sketch.holds(member) {
+            return false;
+        }
+        let pending = self.pending.get_or_insert_with(|| {
+            Box::new(Pending {
+                members: [member; PENDING_MEMBERS],
+                len: 0,
+            })
+        });
+        pending.members[pending.len] = member;
+        pending.len += 1;
+        if pending.len == PENDING_MEMBERS {
+            self.settle();
+        }
+        true
     }
 
     /// About how many bytes the settled sketch encodes to.
