@@ -289,10 +289,23 @@ pub async fn raw_session() -> scylla::client::session::Session {
         .expect("connect to the Cassandra node under test")
 }
 
+/// Drops a test's private keyspace. Other tests create and drop theirs at the same moment, and
+/// a loaded node has answered a schema change with a server error that the same statement a
+/// moment later did not meet; `IF EXISTS` makes a repeat harmless, so it is tried a few times
+/// before the test fails with every error seen.
 pub async fn drop_keyspace(keyspace: &KeyspaceName) {
-    raw_session()
-        .await
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await
-        .expect("drop keyspace");
+    const ATTEMPTS: u32 = 4;
+    let session = raw_session().await;
+    let mut errors = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        match session
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .await
+        {
+            Ok(_) => return,
+            Err(error) => errors.push(format!("attempt {attempt}: {error}")),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    panic!("DROP KEYSPACE {keyspace} failed: {}", errors.join("; "));
 }
