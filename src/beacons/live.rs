@@ -3,6 +3,9 @@
 //! (docs/DESIGN.md, "Live unique-visitor sketches"). Readers merge every writer's row of an hour, so
 //! a rewrite, a retried beacon, a restart or a second process never inflates a count.
 //!
+//! A beacon waits, grouped with the others of its whole cell, until the flush counts each group
+//! into its subsets' sketches at once ([`waiting`]).
+//!
 //! A sketch evicted from memory and needed again (a late beacon for an old hour) starts afresh
 //! under a new writer id rather than overwrite the state already stored with less.
 //!
@@ -14,6 +17,7 @@
 //! briefly holds its old and new tables).
 
 mod shard;
+mod waiting;
 
 use crate::domain::beacon::Beacon;
 use crate::domain::owner::OwnerKind;
@@ -30,12 +34,16 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use waiting::{Group, Waiting};
 
 /// Independent locks, so concurrent beacons rarely wait for each other.
 const SHARDS: usize = 16;
 /// Changed sketches copied out and written as one store call: a flush holds this many copies
 /// at most, and the embedded store commits them (one fsync) together.
 const FLUSH_CHUNK: usize = 4096;
+/// Waiting groups counted between two yields of the flusher: about a millisecond's work, so
+/// the requests sharing its thread wait no longer than that.
+const COUNT_CHUNK: usize = 256;
 /// The default memory budget of the live sketches.
 pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 
@@ -62,6 +70,8 @@ pub struct Flushed {
 
 pub struct LiveSketches {
     shards: Vec<Mutex<Shard>>,
+    /// Beacons recorded and not yet counted into `shards`, by whole cell.
+    waiting: Vec<Mutex<Waiting>>,
     /// Hashes each cell once per beacon: the hash picks the shard and finds the sketch in it.
     /// Keyed per process, so feature values cannot be chosen to collide.
     hasher: RandomState,
@@ -82,6 +92,7 @@ impl LiveSketches {
     pub fn with_budget(budget_bytes: u64) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            waiting: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             budget: budget_bytes.max(1),
             held: AtomicU64::new(0),
@@ -89,7 +100,7 @@ impl LiveSketches {
         }
     }
 
-    /// Bytes charged for the sketches in memory.
+    /// Bytes charged for the sketches in memory and the beacons waiting to be counted.
     pub fn held_bytes(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
@@ -105,36 +116,75 @@ impl LiveSketches {
         self.budget / 5 * 4
     }
 
-    /// Counts `beacon`'s visitor in the sketch of every subset of its features. Runs for every
-    /// beacon: the combination keys are built in one reused buffer and only allocated for a
-    /// sketch seen for the first time.
+    /// Takes `beacon`'s visitor to be counted in the sketch of every subset of its features
+    /// by the next flush. Runs for every beacon: one lookup of its whole cell, where the
+    /// beacons of the same cell since the last flush wait together.
     pub fn record(&self, beacon: &Beacon) {
         let member = MemberHash::of(beacon.guid.as_str().as_bytes());
         let hour = beacon.timestamp.epoch_millis().div_euclid(HOUR_MILLIS);
-        let mut keys = beacon.features.each_subset_key();
-        let now = Instant::now();
-        let mut charged = 0u64;
-        while let Some(key) = keys.next_key() {
-            let cell = CellRef {
-                site: &beacon.site,
-                hour,
-                combination: key,
-            };
-            let hash = self.hash(cell);
-            charged += self.shard(hash).record(hash, cell, member, now);
+        let hash = self
+            .hasher
+            .hash_one((beacon.site.as_str(), hour, &beacon.features));
+        let charged = lock(&self.waiting[shard_of(hash)]).add(
+            hash,
+            &beacon.site,
+            hour,
+            &beacon.features,
+            member,
+        );
+        self.charge(charged);
+    }
+
+    /// Counts every waiting beacon into its sketches, one shard of waiting groups at a time
+    /// (a request that records meanwhile waits for one shard's table swap, not the counting).
+    pub async fn count_waiting(&self) {
+        for waiting in &self.waiting {
+            let groups = lock(waiting).take();
+            for chunk in groups.chunks(COUNT_CHUNK) {
+                self.count(chunk);
+                // A second's beacons take a while to count: let requests run meanwhile.
+                tokio::task::yield_now().await;
+            }
         }
-        let held = self.held.fetch_add(charged, Ordering::Relaxed) + charged;
+    }
+
+    /// Counts each group's visitors in the sketch of every subset of its features: the
+    /// combination keys are built in one reused buffer per group and only allocated for a
+    /// sketch seen for the first time.
+    fn count(&self, groups: &[Group]) {
+        let now = Instant::now();
+        let (mut charged, mut released) = (0u64, 0u64);
+        for group in groups {
+            let mut keys = group.features.each_subset_key();
+            while let Some(key) = keys.next_key() {
+                let cell = CellRef {
+                    site: &group.site,
+                    hour: group.hour,
+                    combination: key,
+                };
+                let hash = self.hash(cell);
+                charged += self.shard(hash).record(hash, cell, &group.members, now);
+            }
+            released += group.charged;
+        }
+        self.held.fetch_sub(released, Ordering::Relaxed);
+        self.charge(charged);
+    }
+
+    fn charge(&self, bytes: u64) {
+        let held = self.held.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if held > self.pressure_mark() {
             self.pressure.notify_one();
         }
     }
 
-    /// Writes every sketch changed since its last flush, at most [`FLUSH_CHUNK`] at a time
+    /// Counts the waiting beacons, then writes every sketch changed since its last flush, at most [`FLUSH_CHUNK`] at a time
     /// (the copies a flush holds stay small, and each chunk is one store call). A sketch
     /// changed again while its shard is written waits for the next flush, so a flush ends
     /// under any load. A sketch whose write fails stays changed and is written by the next
     /// flush; the first failure is returned after every shard was tried.
     pub async fn flush(&self, store: &dyn VisitStore) -> Result<Flushed, StoreError> {
+        self.count_waiting().await;
         let mut written = Flushed::default();
         let mut first_error = None;
         for shard in &self.shards {
@@ -221,9 +271,19 @@ impl LiveSketches {
         self.len() == 0
     }
 
-    /// Every changed sketch, copied out, by shard (tests).
+    /// Counts every waiting beacon at once (tests).
+    #[cfg(test)]
+    fn count_now(&self) {
+        for waiting in &self.waiting {
+            let groups = lock(waiting).take();
+            self.count(&groups);
+        }
+    }
+
+    /// Every waiting beacon counted, then every changed sketch copied out, by shard (tests).
     #[cfg(test)]
     fn dirty(&self) -> Vec<(usize, Vec<Snapshot>)> {
+        self.count_now();
         let captured_at = capture_time();
         self.shards
             .iter()
@@ -247,10 +307,14 @@ impl LiveSketches {
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        // Bits the table does not use: its buckets come from the low bits of the same hash, its
-        // tags from the top seven.
-        lock(&self.shards[(hash >> 32) as usize % SHARDS])
+        lock(&self.shards[shard_of(hash)])
     }
+}
+
+/// The shard of a hash: bits the tables do not use (their buckets come from the low bits of
+/// the same hash, their tags from the top seven).
+fn shard_of(hash: u64) -> usize {
+    (hash >> 32) as usize % SHARDS
 }
 
 /// Snapshots taken off a shard's queue and not yet stored: queued again if their write fails,
@@ -378,6 +442,8 @@ mod tests {
         let live = LiveSketches::default();
         live.record(&beacon("a", &[("ref", "x"), ("page", "/")]));
         live.record(&beacon("b", &[("ref", "x"), ("page", "/")]));
+        assert_eq!(live.len(), 0, "counted by the flush");
+        live.count_now();
         assert_eq!(live.len(), 4);
         let dirty = live.dirty();
         assert_eq!(count(&dirty), 4);
@@ -394,10 +460,12 @@ mod tests {
     fn a_sketch_changed_while_its_copy_is_written_is_written_again() {
         let live = LiveSketches::default();
         live.record(&beacon("a", &[]));
+        live.count_now();
         let shard = &live.shards[first_dirty_shard(&live)];
         let copies = lock(shard).snapshot_next(usize::MAX, capture_time());
         assert_eq!(copies.len(), 1);
         live.record(&beacon("b", &[]));
+        live.count_now();
         InFlight::new(shard, &copies).stored(&copies);
         let again = live.dirty();
         assert_eq!(count(&again), 1, "the second visitor is not stored yet");
@@ -409,6 +477,7 @@ mod tests {
     fn copies_whose_write_failed_or_was_dropped_are_queued_again() {
         let live = LiveSketches::default();
         live.record(&beacon("a", &[("ref", "x")]));
+        live.count_now();
         for shard in &live.shards {
             let copies = lock(shard).snapshot_next(usize::MAX, capture_time());
             // Dropped before `stored`: a failed write, or a flush cancelled at shutdown.
@@ -504,10 +573,12 @@ mod tests {
         live.mark_flushed(&first);
         // Thirty times what the whole row holds: the next copy is the whole row again.
         visit(100..3_100);
+        live.count_now();
         let shard = &live.shards[first_dirty_shard(&live)];
         let whole = lock(shard).snapshot_next(usize::MAX, capture_time());
         assert_eq!(whole[0].writer, first[0].1[0].writer, "the whole row");
         live.record(&beacon("arrived-during-the-write", &[]));
+        live.count_now();
         InFlight::new(shard, &whole).stored(&whole);
         let next = live.dirty();
         let copies: Vec<&Snapshot> = next.iter().flat_map(|(_, copies)| copies).collect();

@@ -210,13 +210,13 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// Counts `member` in the sketch of `cell` (`hash` is its hash), making the sketch if it is
-    /// new; returns by how much the shard's charge grew.
+    /// Counts `members` in the sketch of `cell` (`hash` is its hash), making the sketch if it
+    /// is new; returns by how much the shard's charge grew.
     pub fn record(
         &mut self,
         hash: u64,
         cell: CellRef<'_>,
-        member: MemberHash,
+        members: &[MemberHash],
         now: Instant,
     ) -> u64 {
         let mut grown = 0;
@@ -246,12 +246,18 @@ impl Shard {
             }
         };
         entry.touched = now;
-        // A returning visitor changes nothing that is not stored already.
-        if !entry.sketch.insert(member) {
-            return 0;
+        let mut changed = false;
+        for &member in members {
+            // A returning visitor changes nothing that is not stored already.
+            if entry.sketch.insert(member) {
+                changed = true;
+                if entry.recent_complete {
+                    entry.recent.push(member);
+                }
+            }
         }
-        if entry.recent_complete {
-            entry.recent.push(member);
+        if !changed {
+            return 0;
         }
         entry.version += 1;
         // Never lowered: turning dense frees a list larger than the registers, and the
