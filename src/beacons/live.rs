@@ -135,13 +135,20 @@ impl LiveSketches {
         self.charge(charged);
     }
 
-    /// Counts every waiting beacon into its sketches, one shard of waiting groups at a time
-    /// (a request that records meanwhile waits for one shard's table swap, not the counting).
+    /// Counts every beacon waiting when it starts into its sketches, one shard of waiting
+    /// groups at a time (a request that records meanwhile waits for one shard's table swap,
+    /// not the counting). Dropped halfway, it puts back the groups it had not counted.
     pub async fn count_waiting(&self) {
         for waiting in &self.waiting {
-            let groups = lock(waiting).take();
-            for chunk in groups.chunks(COUNT_CHUNK) {
-                self.count(chunk);
+            let mut counting = Counting {
+                waiting,
+                groups: lock(waiting).take(),
+            };
+            while !counting.groups.is_empty() {
+                let from = counting.groups.len().saturating_sub(COUNT_CHUNK);
+                let chunk = counting.groups.split_off(from);
+                // No await between taking a chunk and counting it: a drop loses nothing.
+                self.count(&chunk);
                 // A second's beacons take a while to count: let requests run meanwhile.
                 tokio::task::yield_now().await;
             }
@@ -315,6 +322,21 @@ impl LiveSketches {
 /// the same hash, their tags from the top seven).
 fn shard_of(hash: u64) -> usize {
     (hash >> 32) as usize % SHARDS
+}
+
+/// Waiting groups taken out of their table and not yet counted: put back if the count is
+/// dropped halfway (the flusher is stopped at shutdown), so the last flush still counts them.
+struct Counting<'a> {
+    waiting: &'a Mutex<Waiting>,
+    groups: Vec<Group>,
+}
+
+impl Drop for Counting<'_> {
+    fn drop(&mut self) {
+        if !self.groups.is_empty() {
+            lock(self.waiting).put_back(self.groups.drain(..));
+        }
+    }
 }
 
 /// Snapshots taken off a shard's queue and not yet stored: queued again if their write fails,
@@ -586,6 +608,36 @@ mod tests {
         assert_ne!(copies[0].writer, whole[0].writer, "the recent row");
         let recent = UniqueSketch::from_bytes(&copies[0].bytes).expect("decodes");
         assert_eq!(recent.estimate(), 1, "only the member the whole row missed");
+    }
+
+    #[tokio::test]
+    async fn a_count_dropped_halfway_puts_back_what_it_had_not_counted() {
+        let live = LiveSketches::default();
+        // Enough pages that the first shard holds more groups than one chunk.
+        let pages = SHARDS * COUNT_CHUNK * 2;
+        for n in 0..pages {
+            let page = format!("/p/{n}");
+            live.record(&beacon(&format!("visitor-{n}"), &[("page", page.as_str())]));
+        }
+        // The first chunk is counted, then the count is dropped at its first pause, as the
+        // flusher is at shutdown.
+        let dropped = futures::FutureExt::now_or_never(live.count_waiting());
+        assert!(dropped.is_none(), "the count pauses after a chunk");
+        let counted = live.len();
+        assert!(
+            counted > 1 && counted <= COUNT_CHUNK + 1,
+            "{counted} sketches"
+        );
+        live.count_now();
+        assert_eq!(
+            live.len(),
+            pages + 1,
+            "each page's sketch and the site-wide one"
+        );
+        let dirty = live.dirty();
+        live.mark_flushed(&dirty);
+        live.evict_idle(Duration::ZERO);
+        assert_eq!(live.held_bytes(), 0, "every charge is released once");
     }
 
     fn count(dirty: &[(usize, Vec<Snapshot>)]) -> usize {

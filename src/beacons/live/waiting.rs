@@ -102,6 +102,26 @@ impl Waiting {
             .collect()
     }
 
+    /// Puts back groups taken and not counted (a flush dropped halfway, at shutdown), each
+    /// merged with a group of the same cell made since; their charges stay as they were.
+    pub fn put_back(&mut self, groups: impl IntoIterator<Item = Group>) {
+        for group in groups {
+            let hash = group.hash;
+            match self.groups.find_mut(hash, |made| {
+                made.is(hash, &group.site, group.hour, &group.features)
+            }) {
+                Some(made) => {
+                    made.members.extend_from_slice(&group.members);
+                    made.charged += group.charged;
+                }
+                None => {
+                    self.groups
+                        .insert_unique(hash, Box::new(group), |group| group.hash);
+                }
+            }
+        }
+    }
+
     /// Members waiting (tests).
     #[cfg(test)]
     pub fn members(&self) -> usize {
