@@ -3,36 +3,18 @@
 
 use crate::common::events::Campaign;
 use crate::common::http;
-use crate::common::process::{ServerProcess, adevents, run_to_end};
+use crate::common::process::{ServerProcess, embedded_server, run_to_end};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
-
-fn serve_args(data_dir: &str, fsync: &str) -> Vec<String> {
-    [
-        "serve",
-        "--store",
-        "embedded",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data_dir,
-        "--fsync",
-        fsync,
-    ]
-    .map(str::to_owned)
-    .to_vec()
-}
 
 async fn start(data_dir: &str) -> ServerProcess {
     start_with(data_dir, "always").await
 }
 
 async fn start_with(data_dir: &str, fsync: &str) -> ServerProcess {
-    let args = serve_args(data_dir, fsync);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    ServerProcess::start(adevents(&args, &[])).await
+    ServerProcess::start(embedded_server(data_dir, &["--fsync", fsync], &[])).await
 }
 
 /// Posts `count` impressions of `campaign` on 2026-10-03, in batches of 100, each acknowledged.
@@ -124,10 +106,8 @@ async fn a_second_process_on_the_same_folder_is_refused() {
     let folder = tempfile::tempdir().expect("temp dir");
     let data_dir = folder.path().to_str().expect("UTF-8 path");
     let _owner = start(data_dir).await;
-    let args = serve_args(data_dir, "always");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
-    let (status, output) = run_to_end(adevents(&args, &[])).await;
+    let (status, output) = run_to_end(embedded_server(data_dir, &["--fsync", "always"], &[])).await;
 
     assert!(!status.success());
     assert!(

@@ -3,7 +3,7 @@
 //! midnight.
 
 use crate::common::events::{Campaign, at, configure_buckets, get, post_all};
-use crate::common::process::{ServerProcess, adevents};
+use crate::common::process::{ServerProcess, embedded_server};
 use crate::common::{Backend, TestServer, eventually, http};
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use reqwest::StatusCode;
@@ -314,18 +314,7 @@ async fn a_client_that_goes_away_stops_the_export_reads() {
     const IMPRESSIONS: usize = 40_000;
     let folder = tempfile::tempdir().expect("a temporary folder");
     let data_dir = folder.path().display().to_string();
-    let args = [
-        "serve",
-        "--store",
-        "embedded",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        &data_dir,
-        "--fsync",
-        "never",
-    ];
-    let server = ServerProcess::start(adevents(&args, &[])).await;
+    let server = ServerProcess::start(embedded_server(&data_dir, &["--fsync", "never"], &[])).await;
     let campaign = Campaign::fresh();
     let padding = "x".repeat(500);
     let start = at("2026-09-01T00:00:00Z");

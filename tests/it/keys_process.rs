@@ -1,7 +1,7 @@
 //! The first admin key, as an operator meets it: the embedded store's bootstrap key file, and
 //! Cassandra's `adevents keys create-admin`.
 
-use crate::common::process::{ServerProcess, adevents, run_to_end};
+use crate::common::process::{ServerProcess, adevents, embedded_server, run_to_end};
 use crate::common::{anonymous_http, cassandra_nodes, drop_keyspace, private_keyspace};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -19,16 +19,7 @@ async fn own_fields(server: &ServerProcess, key: &str) -> (StatusCode, Value) {
 }
 
 async fn serve_embedded(folder: &str, env: &[(&str, &str)]) -> ServerProcess {
-    let args = [
-        "serve",
-        "--store",
-        "embedded",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        folder,
-    ];
-    ServerProcess::start(adevents(&args, env)).await
+    ServerProcess::start(embedded_server(folder, &[], env)).await
 }
 
 async fn stop(mut server: ServerProcess) {

@@ -3,7 +3,7 @@
 //! and `adevents rollup` seals days from the command line.
 
 use crate::common::events::{Campaign, at, post_all, summary};
-use crate::common::process::{ServerProcess, adevents, run_to_end};
+use crate::common::process::{ServerProcess, adevents, embedded_server, run_to_end};
 use crate::common::{Backend, cassandra_nodes, eventually, http, migrated_store, shared_keyspace};
 use adevents::domain::time::Day;
 use adevents::sealer::{Sealer, SealerOptions};
@@ -392,20 +392,8 @@ async fn the_rollup_command_seals_closed_days_and_refuses_open_ones() {
 async fn the_background_sealer_seals_closed_days_by_itself() {
     let folder = tempfile::tempdir().expect("a temporary folder");
     let data_dir = folder.path().display().to_string();
-    let args = [
-        "serve",
-        "--store",
-        "embedded",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        &data_dir,
-        "--rollup-grace",
-        "1s",
-        "--seal-interval",
-        "2s",
-    ];
-    let server = ServerProcess::start(adevents(&args, &[])).await;
+    let extra = ["--rollup-grace", "1s", "--seal-interval", "2s"];
+    let server = ServerProcess::start(embedded_server(&data_dir, &extra, &[])).await;
     let campaign = Campaign::fresh();
     let today = Utc::now().date_naive();
     let days = [today - Duration::days(3), today - Duration::days(2)];

@@ -3,7 +3,7 @@
 //! however many servers.
 
 use crate::common::beacons::{fresh_site, october, send_visits, uniques, within_accuracy};
-use crate::common::process::{ServerProcess, adevents};
+use crate::common::process::{ServerProcess, adevents, embedded_server};
 use crate::common::{Backend, TestServer, cassandra_nodes, eventually, http, shared_keyspace};
 use adevents::beacons::rebuild::rebuild_site_day;
 use adevents::domain::beacon::SiteId;
@@ -421,18 +421,8 @@ async fn two_server_processes_on_one_keyspace_count_like_one() {
 async fn beacons_answered_right_before_a_sigterm_are_counted_after_a_restart() {
     let folder = tempfile::tempdir().expect("temp dir");
     let data_dir = folder.path().to_str().expect("UTF-8 path");
-    let args = [
-        "serve",
-        "--store",
-        "embedded",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data_dir,
-        "--sketch-flush-interval",
-        "60s",
-    ];
-    let mut first = ServerProcess::start(adevents(&args, &[])).await;
+    let start = || embedded_server(data_dir, &["--sketch-flush-interval", "60s"], &[]);
+    let mut first = ServerProcess::start(start()).await;
     let site = fresh_site();
     let now = chrono::Utc::now();
     let visitors = 300;
@@ -450,7 +440,7 @@ async fn beacons_answered_right_before_a_sigterm_are_counted_after_a_restart() {
     let status = first.wait(Duration::from_secs(30)).await;
     assert!(status.success(), "{}", first.output());
 
-    let second = ServerProcess::start(adevents(&args, &[])).await;
+    let second = ServerProcess::start(start()).await;
     let day = now.date_naive().to_string();
     let query = |page: Option<&str>| {
         let mut query = vec![

@@ -33,6 +33,22 @@ pub fn adevents(args: &[&str], env: &[(&str, &str)]) -> Command {
     command
 }
 
+/// `adevents serve` on the embedded store in `data_dir`, on a free port, with `extra`
+/// arguments and `env` as in [`adevents`].
+pub fn embedded_server(data_dir: &str, extra: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut args = vec![
+        "serve",
+        "--store",
+        "embedded",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir,
+    ];
+    args.extend_from_slice(extra);
+    adevents(&args, env)
+}
+
 impl ServerProcess {
     /// Starts the server and waits for its "listening" log line.
     pub async fn start(mut command: Command) -> Self {
