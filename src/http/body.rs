@@ -161,19 +161,12 @@ fn scan_json(bytes: &[u8]) -> Shape {
         items: 0,
         all_objects: true,
     };
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut depth = 0usize;
     // Whether the next value at depth 1 starts an item.
     let mut expect_item = false;
-    for &byte in bytes {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        at += 1;
         if byte.is_ascii_whitespace() {
             continue;
         }
@@ -195,7 +188,9 @@ fn scan_json(bytes: &[u8]) -> Shape {
             expect_item = false;
         }
         match byte {
-            b'"' => in_string = true,
+            // Most of an event's bytes are in strings (ids, keys): jump to the string's end
+            // instead of looking at each byte.
+            b'"' => at = string_end(bytes, at),
             b'[' | b'{' => depth += 1,
             b']' | b'}' => depth = depth.saturating_sub(1),
             b',' if depth == 1 => expect_item = true,
@@ -203,6 +198,23 @@ fn scan_json(bytes: &[u8]) -> Shape {
         }
     }
     shape
+}
+
+/// Where the JSON string whose contents start at `from` ends: just past its closing quote, or
+/// the end of `bytes` if it is never closed.
+fn string_end(bytes: &[u8], mut from: usize) -> usize {
+    while let Some(found) = bytes
+        .get(from..)
+        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+    {
+        let at = from + found;
+        if bytes[at] == b'"' {
+            return at + 1;
+        }
+        // An escape: the next byte is escaped, whatever it is.
+        from = at + 2;
+    }
+    bytes.len()
 }
 
 /// A 413 when `items` is over the limit.
@@ -326,6 +338,16 @@ mod tests {
                 all_objects: false
             }
         );
+        // Escaped quotes and backslashes stay inside their string; an unclosed one ends the body.
+        assert_eq!(
+            scan(
+                br#"[{"a": "\\"}, {"b": "\"]\\\""}, {"c": "x"#,
+                BodyFormat::Json
+            )
+            .items,
+            3
+        );
+        assert_eq!(scan(br#"[{"a": "x\"#, BodyFormat::Json).items, 1);
         let many = format!("[{}{{}}]", "{},".repeat(20_000));
         assert_eq!(scan(many.as_bytes(), BodyFormat::Json).items, 20_001);
     }
