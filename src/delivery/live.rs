@@ -22,6 +22,7 @@ use crate::query::aggregate::BillableWindow;
 use crate::store::{DeliveryStore, LiveCountRow, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
+use hashbrown::HashTable;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard};
@@ -45,8 +46,9 @@ const WINDOW_READS_IN_FLIGHT: usize = 16;
 /// One campaign-day's count in this process.
 struct DayCounter {
     slices: DaySlices,
-    /// Keyed hash of (user, window) → the slice the window is counted in.
-    windows: HashMap<u64, u8>,
+    /// (keyed hash of (user, window), the slice the window is counted in). The key is already
+    /// a keyed hash, so it is its own hash in the table: hashing it again would only cost.
+    windows: HashTable<(u64, u8)>,
     /// Changed since it was last stored.
     dirty: bool,
     last_counted: Instant,
@@ -152,59 +154,74 @@ impl LiveDelivery {
             );
         }
         let mut added = 0;
-        for item in counted {
+        // A request's impressions come mostly from one campaign-day: its counter is looked up
+        // once per run of them, not once per impression.
+        for run in counted.chunk_by(|a, b| a.campaign == b.campaign && a.day == b.day) {
+            let Some(first_item) = run.first() else {
+                continue;
+            };
             let counter = counters
                 .campaigns
-                .entry(item.campaign)
+                .entry(first_item.campaign)
                 .or_default()
-                .entry(item.day)
+                .entry(first_item.day)
                 .or_insert_with(|| DayCounter {
                     slices: DaySlices::default(),
-                    windows: HashMap::new(),
+                    windows: HashTable::new(),
                     dirty: false,
                     last_counted: now,
                 });
             counter.last_counted = now;
-            let slice = item.slice as u8;
-            match counter.windows.get_mut(&item.window) {
-                Some(first) if *first == CEDED => {}
-                Some(first) if slice < *first => {
-                    counter.slices.move_one(usize::from(*first), item.slice);
-                    *first = slice;
-                    counter.dirty = true;
-                }
-                Some(_) => {}
-                None => {
-                    if !full {
-                        counter.windows.insert(item.window, slice);
-                        added += 1;
-                        if self.publishing
-                            && self
-                                .others_listed
-                                .load(std::sync::atomic::Ordering::Relaxed)
-                            && !self.rule.may_seal(item.day, today)
-                        {
-                            let window = WindowKey {
-                                campaign: item.campaign,
-                                start: item.window_start,
-                            };
-                            let entry = Entry {
-                                user: item.user,
-                                day: item.day,
-                                key: item.window,
-                            };
-                            if !counters.ledger.note(window, entry) && !counters.warned_ledger_full
+            for item in run {
+                let slice = item.slice as u8;
+                match counter
+                    .windows
+                    .find_mut(item.window, |(key, _)| *key == item.window)
+                {
+                    Some((_, first)) if *first == CEDED => {}
+                    Some((_, first)) if slice < *first => {
+                        counter.slices.move_one(usize::from(*first), item.slice);
+                        *first = slice;
+                        counter.dirty = true;
+                    }
+                    Some(_) => {}
+                    None => {
+                        if !full {
+                            counter.windows.insert_unique(
+                                item.window,
+                                (item.window, slice),
+                                |(key, _)| *key,
+                            );
+                            added += 1;
+                            if self.publishing
+                                && self
+                                    .others_listed
+                                    .load(std::sync::atomic::Ordering::Relaxed)
+                                && !self.rule.may_seal(item.day, today)
                             {
-                                counters.warned_ledger_full = true;
-                                tracing::warn!(
-                                    entries = super::windows::MAX_ENTRIES,
-                                    "delivery remembers as many users for comparison with other processes as it may; windows counted by two processes count twice until their day is sealed"
-                                );
+                                let window = WindowKey {
+                                    campaign: item.campaign,
+                                    start: item.window_start,
+                                };
+                                let entry = Entry {
+                                    user: item.user,
+                                    day: item.day,
+                                    key: item.window,
+                                };
+                                if !counters.ledger.note(window, entry)
+                                    && !counters.warned_ledger_full
+                                {
+                                    counters.warned_ledger_full = true;
+                                    tracing::warn!(
+                                        entries = super::windows::MAX_ENTRIES,
+                                        "delivery remembers as many users for comparison with other processes as it may; windows counted by two processes count twice until their day is sealed"
+                                    );
+                                }
                             }
                         }
+                        counter.slices.add(item.slice, 1);
+                        counter.dirty = true;
                     }
-                    counter.slices.add(item.slice, 1);
-                    counter.dirty = true;
                 }
             }
         }
@@ -340,7 +357,9 @@ impl LiveDelivery {
                 else {
                     continue;
                 };
-                if let Some(slice) = counter.windows.get_mut(&entry.key)
+                if let Some((_, slice)) = counter
+                    .windows
+                    .find_mut(entry.key, |(key, _)| *key == entry.key)
                     && *slice != CEDED
                 {
                     counter.slices.remove_one(usize::from(*slice));
