@@ -8,10 +8,15 @@
 //! variant and round, default 50000), BENCH_ROUNDS (default 3), BENCH_CLIENTS (default 8).
 //!
 //! `BENCH_MODE=sustained scripts/bench ingest` compares only the service on Cassandra (batch
-//! mode, keys on) with the raw driver's batches, in rounds long enough to take in the node's
-//! memtable flushes and compactions (default 1,000,000 events per variant and 5 rounds), and
-//! reports what the node did during each: a burst of 50,000 events fits in the node's memtable
-//! and measures the client, a sustained run measures the node.
+//! mode, keys on; alone, and beside a second listed server process) with the raw driver's
+//! batches, in rounds long enough to take in the node's memtable flushes and compactions
+//! (default 1,000,000 events per variant and 5 rounds), and reports what the node did during
+//! each: a burst of 50,000 events fits in the node's memtable and measures the client, a
+//! sustained run measures the node.
+//!
+//! Every service variant runs its own server, stopped as `adevents serve` stops (it leaves the
+//! list of processes); a second process listed makes a server publish its billable windows,
+//! so processes an interrupted earlier run left listed are removed first.
 
 mod support;
 
@@ -77,7 +82,74 @@ enum Keys {
     Off,
 }
 
-async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize, keys: Keys) -> f64 {
+/// A variant's events per second, and what the node did while they were sent.
+struct Measured {
+    rate: f64,
+    node: support::node::NodeActivity,
+}
+
+/// Whether another server process shares the store while the measured one ingests.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Peers {
+    /// One process: nothing to compare billable windows with, so none is published.
+    Alone,
+    /// A second, idle process is listed: the measured one publishes the users whose billable
+    /// window it counts, four times a second, and compares them once each window closes.
+    Listed,
+}
+
+/// An idle server process on `store`, listed like any running one until it is stopped.
+async fn idle_peer(
+    store: Arc<dyn Store>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let state = AppState::new(store, ServiceOptions::default());
+    let task = tokio::spawn(adevents::server::serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+/// Removes the processes an interrupted earlier run left listed in the benchmark keyspace, so
+/// that the measured server is alone unless a variant lists a peer on purpose.
+async fn clear_leftover_processes(store: &dyn Store) {
+    let leftovers = store.processes().await.expect("listed processes");
+    for report in &leftovers {
+        store
+            .remove_process(report.id)
+            .await
+            .expect("a leftover process removed");
+    }
+    if !leftovers.is_empty() {
+        println!(
+            "(removed {} processes an earlier run left listed)\n",
+            leftovers.len()
+        );
+    }
+}
+
+async fn through_http(
+    store: Arc<dyn Store>,
+    n: usize,
+    clients: usize,
+    keys: Keys,
+    peers: Peers,
+) -> Measured {
+    let peer = match peers {
+        Peers::Alone => None,
+        Peers::Listed => {
+            let peer = idle_peer(Arc::clone(&store)).await;
+            // The measured server sees the peer at its first comparison, within a second.
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            Some(peer)
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -105,11 +177,10 @@ async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize, keys: Key
         )
         .await
         .expect("an ingest key");
-    let server = tokio::spawn(adevents::server::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(adevents::server::serve(listener, state, async {
+        let _ = stopped.await;
+    }));
     let all = events(n);
     let bodies: Vec<String> = all
         .chunks(BATCH)
@@ -117,7 +188,7 @@ async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize, keys: Key
         .collect();
     let client = reqwest::Client::new();
     let url = format!("http://{address}/v1/impressions");
-    let (result, elapsed) = support::timed(
+    let (result, elapsed, node) = support::node::watched(
         stream::iter(bodies)
             .map(|body| {
                 let mut request = client
@@ -138,8 +209,18 @@ async fn through_http(store: Arc<dyn Store>, n: usize, clients: usize, keys: Key
     )
     .await;
     result.expect("every batch accepted");
-    server.abort();
-    n as f64 / elapsed.as_secs_f64()
+    // Stopped as `adevents serve` stops: its last flush, then it leaves the list of processes,
+    // so the next variant's server finds itself alone.
+    for (stop, task) in [(stop, server)].into_iter().chain(peer) {
+        let _ = stop.send(());
+        task.await
+            .expect("the server task")
+            .expect("the server stopped cleanly");
+    }
+    Measured {
+        rate: n as f64 / elapsed.as_secs_f64(),
+        node,
+    }
 }
 
 /// How the raw-driver baseline sends its rows.
@@ -151,15 +232,16 @@ enum Raw {
     Batches,
 }
 
-/// The same two rows per impression straight through the driver: no HTTP, no JSON, no
-/// validation, no grouping.
-async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
+/// The same two rows per impression, with the same cells (`valid` included, as the service
+/// writes for valid traffic), straight through the driver: no HTTP, no JSON, no validation,
+/// no grouping.
+async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> Measured {
     let session = store.session();
     let keyspace = store.keyspace();
     let mut insert = session
         .prepare(format!(
             "INSERT INTO {keyspace}.impression (advertiser_id, campaign_id, day, bucket_id, timestamp, impression_id, \
-             ad_id, user_id, user_ip, user_data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+             ad_id, user_id, user_ip, user_data, valid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, true)"
         ))
         .await
         .expect("prepare");
@@ -167,7 +249,7 @@ async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
     let mut thin = session
         .prepare(format!(
             "INSERT INTO {keyspace}.impression_summary (advertiser_id, campaign_id, day, bucket_id, timestamp, \
-             impression_id, ad_id, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+             impression_id, ad_id, user_id, valid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, true)"
         ))
         .await
         .expect("prepare");
@@ -208,9 +290,9 @@ async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
             e.user_id,
         )
     };
-    let (result, elapsed) = match mode {
+    let (result, elapsed, node) = match mode {
         Raw::Rows => {
-            support::timed(
+            support::node::watched(
                 stream::iter(&all)
                     .map(|e| async move {
                         futures::try_join!(
@@ -225,7 +307,7 @@ async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
             .await
         }
         Raw::Batches => {
-            support::timed(
+            support::node::watched(
                 stream::iter(all.chunks(100))
                     .map(|chunk| async move {
                         let mut batch = Batch::new(BatchType::Unlogged);
@@ -246,18 +328,36 @@ async fn raw_driver(store: &CassandraStore, n: usize, mode: Raw) -> f64 {
         }
     };
     result.expect("every insert acknowledged");
-    n as f64 / elapsed.as_secs_f64()
+    Measured {
+        rate: n as f64 / elapsed.as_secs_f64(),
+        node,
+    }
 }
 
-/// The sustained comparison: raw batches against the service, interleaved, with the node's
-/// activity beside each.
+/// The sustained variants, in the order of the first round.
+const SUSTAINED: [&str; 3] = [
+    "raw driver, batches of 100, 16 in flight",
+    "service over HTTP, batch mode, keys on, one process",
+    "same, a second server process listed",
+];
+
+/// The sustained comparison: raw batches against the service alone and beside a second
+/// process, interleaved, with the node's activity beside each.
 async fn sustained(clients: usize) {
     let n = support::env_knob("BENCH_EVENTS", 1_000_000);
     let rounds = support::env_knob("BENCH_ROUNDS", 5);
     let raw_store = support::store(WriteMode::Rows).await;
     let service: Arc<dyn Store> = Arc::new(support::store(WriteMode::Batch).await);
+    clear_leftover_processes(service.as_ref()).await;
     raw_driver(&raw_store, 20_000, Raw::Batches).await;
-    through_http(Arc::clone(&service), 20_000, clients, Keys::On).await;
+    through_http(
+        Arc::clone(&service),
+        20_000,
+        clients,
+        Keys::On,
+        Peers::Alone,
+    )
+    .await;
     println!(
         "## Sustained ingest on Cassandra: {n} events per variant and round, {rounds} rounds\n"
     );
@@ -265,28 +365,23 @@ async fn sustained(clients: usize) {
         "| round | variant | events/s | seconds | node cores | bench process cores | flushes | compactions | GC pauses ≥200 ms |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    let (mut raw, mut http, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    let mut ratios: [Vec<f64>; 2] = Default::default();
     for round in 1..=rounds {
-        // In turns first: whichever runs second meets the flushes and compactions the first
-        // left behind.
-        let raw_first = round % 2 == 1;
-        let mut measured = [0.0; 2];
-        for turn in 0..2 {
-            let is_raw = (turn == 0) == raw_first;
-            let watch = support::node::NodeWatch::start();
-            let rate = if is_raw {
-                raw_driver(&raw_store, n, Raw::Batches).await
-            } else {
-                through_http(Arc::clone(&service), n, clients, Keys::On).await
+        // Each round starts with the next variant: whichever runs later meets the flushes and
+        // compactions the earlier ones left behind.
+        let mut measured = [0.0; 3];
+        for turn in 0..3 {
+            let variant = (turn + round - 1) % 3;
+            let run = match variant {
+                0 => raw_driver(&raw_store, n, Raw::Batches).await,
+                1 => through_http(Arc::clone(&service), n, clients, Keys::On, Peers::Alone).await,
+                _ => through_http(Arc::clone(&service), n, clients, Keys::On, Peers::Listed).await,
             };
-            let node = watch.stop();
-            let name = if is_raw {
-                "raw driver, batches of 100, 16 in flight"
-            } else {
-                "service over HTTP, batch mode, keys on"
-            };
+            let Measured { rate, node } = run;
             println!(
-                "| {round} | {name} | {rate:.0} | {:.1} | {:.2} | {:.2} | {} | {} | {} |",
+                "| {round} | {} | {rate:.0} | {:.1} | {:.2} | {:.2} | {} | {} | {} |",
+                SUSTAINED[variant],
                 n as f64 / rate,
                 node.node_cores,
                 node.bench_cores,
@@ -294,17 +389,21 @@ async fn sustained(clients: usize) {
                 node.compactions,
                 node.gc_pauses
             );
-            measured[usize::from(!is_raw)] = rate;
+            measured[variant] = rate;
         }
-        raw.push(measured[0]);
-        http.push(measured[1]);
-        ratios.push(measured[1] / measured[0]);
+        for (all, rate) in rates.iter_mut().zip(measured) {
+            all.push(rate);
+        }
+        ratios[0].push(measured[1] / measured[0]);
+        ratios[1].push(measured[2] / measured[0]);
     }
-    let (raw, http) = (support::median(raw), support::median(http));
+    let [raw, alone, listed] = rates.map(support::median);
+    let [alone_ratio, listed_ratio] = ratios.map(support::median);
     println!(
-        "\nmedian: raw driver {raw:.0}/s, service {http:.0}/s: {:.2} of raw (median of the rounds' ratios: {:.2})",
-        http / raw,
-        support::median(ratios)
+        "\nmedian: raw driver {raw:.0}/s; service alone {alone:.0}/s, {:.2} of raw (median of the rounds' ratios: {alone_ratio:.2}); \
+         beside a listed process {listed:.0}/s, {:.2} of raw (median of the rounds' ratios: {listed_ratio:.2})",
+        alone / raw,
+        listed / raw,
     );
 }
 
@@ -318,6 +417,7 @@ async fn main() {
     let rounds = support::env_knob("BENCH_ROUNDS", 3);
     let clients = support::env_knob("BENCH_CLIENTS", 8);
     let raw_store = support::store(WriteMode::Rows).await;
+    clear_leftover_processes(&raw_store).await;
     // Warm-up: JIT of the node, connection pools, statement caches.
     raw_driver(&raw_store, 20_000, Raw::Batches).await;
     let cassandra = |mode| async move { Arc::new(support::store(mode).await) as Arc<dyn Store> };
@@ -327,8 +427,15 @@ async fn main() {
     ));
     let unsynced: Arc<dyn Store> =
         Arc::new(support::embedded_store("ingest-fsync-never", Fsync::Never));
-    through_http(cassandra(WriteMode::Batch).await, 20_000, clients, Keys::On).await;
-    through_http(synced.clone(), 20_000, clients, Keys::On).await;
+    through_http(
+        cassandra(WriteMode::Batch).await,
+        20_000,
+        clients,
+        Keys::On,
+        Peers::Alone,
+    )
+    .await;
+    through_http(synced.clone(), 20_000, clients, Keys::On, Peers::Alone).await;
 
     let mut results: [Vec<f64>; 8] = Default::default();
     for round in 1..=rounds {
@@ -337,19 +444,43 @@ async fn main() {
         let on_first = round % 2 == 1;
         let pair = |store: Arc<dyn Store>| async move {
             if on_first {
-                let on = through_http(Arc::clone(&store), n, clients, Keys::On).await;
-                (on, through_http(store, n, clients, Keys::Off).await)
+                let on = through_http(Arc::clone(&store), n, clients, Keys::On, Peers::Alone)
+                    .await
+                    .rate;
+                (
+                    on,
+                    through_http(store, n, clients, Keys::Off, Peers::Alone)
+                        .await
+                        .rate,
+                )
             } else {
-                let off = through_http(Arc::clone(&store), n, clients, Keys::Off).await;
-                (through_http(store, n, clients, Keys::On).await, off)
+                let off = through_http(Arc::clone(&store), n, clients, Keys::Off, Peers::Alone)
+                    .await
+                    .rate;
+                (
+                    through_http(store, n, clients, Keys::On, Peers::Alone)
+                        .await
+                        .rate,
+                    off,
+                )
             }
         };
-        let raw_batches = raw_driver(&raw_store, n, Raw::Batches).await;
+        let raw_batches = raw_driver(&raw_store, n, Raw::Batches).await.rate;
         let (batch_on, batch_off) = pair(cassandra(WriteMode::Batch).await).await;
-        let raw_rows = raw_driver(&raw_store, n, Raw::Rows).await;
-        let rows_on = through_http(cassandra(WriteMode::Rows).await, n, clients, Keys::On).await;
+        let raw_rows = raw_driver(&raw_store, n, Raw::Rows).await.rate;
+        let rows_on = through_http(
+            cassandra(WriteMode::Rows).await,
+            n,
+            clients,
+            Keys::On,
+            Peers::Alone,
+        )
+        .await
+        .rate;
         let (synced_on, synced_off) = pair(synced.clone()).await;
-        let unsynced_on = through_http(unsynced.clone(), n, clients, Keys::On).await;
+        let unsynced_on = through_http(unsynced.clone(), n, clients, Keys::On, Peers::Alone)
+            .await
+            .rate;
         let measured = [
             raw_batches,
             batch_on,

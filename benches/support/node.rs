@@ -95,3 +95,13 @@ impl NodeWatch {
 fn log_path() -> PathBuf {
     node_dir().join("logs/system.log")
 }
+
+/// Runs `f` with the node watched over exactly its duration: a variant's set-up (building its
+/// request bodies, starting its server) stays out of the node's and the process's cores.
+pub async fn watched<T>(
+    f: impl std::future::Future<Output = T>,
+) -> (T, std::time::Duration, NodeActivity) {
+    let watch = NodeWatch::start();
+    let (value, elapsed) = super::timed(f).await;
+    (value, elapsed, watch.stop())
+}
