@@ -372,9 +372,13 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
     for metric in ["visits", "unique_visitors"] {
         let expected = &site_api["total"][metric];
         let value = browser.wait_for(&shown(metric), expected).await;
+        // What the page said, should it show nothing: a failed request is worded there.
+        let status = browser
+            .eval("return document.getElementById('status').textContent;")
+            .await;
         assert_eq!(
             &value, expected,
-            "{metric} in the dashboard against the API"
+            "{metric} in the dashboard against the API; the page's status line: {status}"
         );
     }
 
