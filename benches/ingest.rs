@@ -16,7 +16,8 @@
 //!
 //! Every service variant runs its own server, stopped as `adevents serve` stops (it leaves the
 //! list of processes); a second process listed makes a server publish its billable windows,
-//! so processes an interrupted earlier run left listed are removed first.
+//! so processes an interrupted earlier run left listed are removed first (burst mode). The
+//! sustained mode writes to `<bench keyspace>_sustained`, dropped and made anew at each run.
 
 mod support;
 
@@ -346,9 +347,17 @@ const SUSTAINED: [&str; 3] = [
 async fn sustained(clients: usize) {
     let n = support::env_knob("BENCH_EVENTS", 1_000_000);
     let rounds = support::env_knob("BENCH_ROUNDS", 5);
-    let raw_store = support::store(WriteMode::Rows).await;
-    let service: Arc<dyn Store> = Arc::new(support::store(WriteMode::Batch).await);
-    clear_leftover_processes(service.as_ref()).await;
+    // A keyspace of its own, new each run: the rounds write millions of rows into a few
+    // partitions, and a 1 GiB node that also holds earlier runs' has run out of heap.
+    let keyspace = format!("{}_sustained", support::bench_keyspace());
+    support::store(WriteMode::Rows)
+        .await
+        .session()
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await
+        .expect("the previous run's keyspace dropped");
+    let raw_store = support::store_in(&keyspace, WriteMode::Rows).await;
+    let service: Arc<dyn Store> = Arc::new(support::store_in(&keyspace, WriteMode::Batch).await);
     raw_driver(&raw_store, 20_000, Raw::Batches).await;
     through_http(
         Arc::clone(&service),

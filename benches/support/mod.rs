@@ -12,15 +12,22 @@ use adevents::store::cassandra::config::{CassandraConfig, ConsistencyLevel, Writ
 use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
 use std::time::{Duration, Instant};
 
+/// The benchmark keyspace: `ADEVENTS_BENCH_KEYSPACE`, or `adevents_bench`.
+pub fn bench_keyspace() -> String {
+    std::env::var("ADEVENTS_BENCH_KEYSPACE").unwrap_or_else(|_| "adevents_bench".to_owned())
+}
+
 pub fn config(write_mode: WriteMode) -> CassandraConfig {
+    config_in(&bench_keyspace(), write_mode)
+}
+
+/// The configuration of a store on `keyspace`.
+pub fn config_in(keyspace: &str, write_mode: WriteMode) -> CassandraConfig {
     let nodes =
         std::env::var("ADEVENTS_CASSANDRA_NODES").unwrap_or_else(|_| "127.0.0.1:9042".to_owned());
     CassandraConfig {
         nodes: nodes.split(',').map(str::to_owned).collect(),
-        keyspace: std::env::var("ADEVENTS_BENCH_KEYSPACE")
-            .unwrap_or_else(|_| "adevents_bench".to_owned())
-            .parse()
-            .expect("valid keyspace"),
+        keyspace: keyspace.parse().expect("valid keyspace"),
         replication: "simple:1".parse().expect("valid replication"),
         consistency: ConsistencyLevel::LocalQuorum,
         local_datacenter: None,
@@ -33,8 +40,13 @@ pub fn config(write_mode: WriteMode) -> CassandraConfig {
 }
 
 pub async fn store(write_mode: WriteMode) -> CassandraStore {
+    store_in(&bench_keyspace(), write_mode).await
+}
+
+/// A migrated store on `keyspace`.
+pub async fn store_in(keyspace: &str, write_mode: WriteMode) -> CassandraStore {
     let migrations = migrations::embedded().expect("embedded migrations");
-    let store = CassandraStore::connect(config(write_mode), &migrations)
+    let store = CassandraStore::connect(config_in(keyspace, write_mode), &migrations)
         .await
         .expect("connect to Cassandra (scripts/bench starts it)");
     store.migrate(&migrations).await.expect("migrate");
