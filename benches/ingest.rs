@@ -99,22 +99,39 @@ enum Peers {
     Listed,
 }
 
-/// An idle server process on `store`, listed like any running one until it is stopped.
-async fn idle_peer(
-    store: Arc<dyn Store>,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<std::io::Result<()>>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let state = AppState::new(store, ServiceOptions::default());
-    let task = tokio::spawn(adevents::server::serve(listener, state, async {
-        let _ = stopped.await;
-    }));
-    (stop, task)
+/// A server of the service in this process, listed like any running one until stopped.
+struct BenchServer {
+    address: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl BenchServer {
+    async fn start(state: AppState) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(adevents::server::serve(listener, state, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            address,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops it as `adevents serve` stops: its last flush, then it leaves the list of
+    /// processes, so the next variant's server finds itself alone.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task
+            .await
+            .expect("the server task")
+            .expect("the server stopped cleanly");
+    }
 }
 
 /// Removes the processes an interrupted earlier run left listed in the benchmark keyspace, so
@@ -145,16 +162,14 @@ async fn through_http(
     let peer = match peers {
         Peers::Alone => None,
         Peers::Listed => {
-            let peer = idle_peer(Arc::clone(&store)).await;
+            let peer =
+                BenchServer::start(AppState::new(Arc::clone(&store), ServiceOptions::default()))
+                    .await;
             // The measured server sees the peer at its first comparison, within a second.
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
             Some(peer)
         }
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
     let options = ServiceOptions {
         access: AccessOptions {
             mode: if keys == Keys::On {
@@ -178,17 +193,14 @@ async fn through_http(
         )
         .await
         .expect("an ingest key");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(adevents::server::serve(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let server = BenchServer::start(state).await;
     let all = events(n);
     let bodies: Vec<String> = all
         .chunks(BATCH)
         .map(|chunk| body(advertiser, campaign, chunk))
         .collect();
     let client = reqwest::Client::new();
-    let url = format!("http://{address}/v1/impressions");
+    let url = format!("http://{}/v1/impressions", server.address);
     let (result, elapsed, node) = support::node::watched(
         stream::iter(bodies)
             .map(|body| {
@@ -210,13 +222,9 @@ async fn through_http(
     )
     .await;
     result.expect("every batch accepted");
-    // Stopped as `adevents serve` stops: its last flush, then it leaves the list of processes,
-    // so the next variant's server finds itself alone.
-    for (stop, task) in [(stop, server)].into_iter().chain(peer) {
-        let _ = stop.send(());
-        task.await
-            .expect("the server task")
-            .expect("the server stopped cleanly");
+    server.stop().await;
+    if let Some(peer) = peer {
+        peer.stop().await;
     }
     Measured {
         rate: n as f64 / elapsed.as_secs_f64(),
