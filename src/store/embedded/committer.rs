@@ -1,9 +1,11 @@
 //! Group commit: write calls that arrive while a commit is in progress wait for the next one
 //! and share it, so many small writes (one beacon per request) cost one journal write and one
 //! fsync between them instead of one each. Each call's rows stay in one atomic batch, and a
-//! call returns only once that batch is durable per the fsync policy.
+//! call returns only once that batch is durable per the fsync policy. Records appended to a
+//! log ([`Appended`]) go further: a commit stores all of its calls' records for one prefix as
+//! a single row, so they cost the engine one key, not one each.
 
-use super::engine::{Table, Tables, engine_failure};
+use super::engine::{Table, Tables, engine_error, engine_failure};
 use crate::store::StoreError;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,20 @@ pub struct Guarded {
     pub keeps: fn(&[u8]) -> bool,
 }
 
+/// A record for the log under `prefix` in `table`. The commit thread stores the records of every
+/// call in its group that share a prefix as one row: the prefix, then the commit's number
+/// ([`log_key`]), holding the records in the order they arrived ([`log_records`] reads them
+/// back). Readers see every record ever appended, duplicates included.
+pub struct Appended {
+    pub table: Table,
+    pub prefix: Vec<u8>,
+    pub record: Vec<u8>,
+}
+
+/// Where the number of the next commit with log records is kept, in the meta table. It is
+/// written with each such commit, so numbers never repeat, across restarts too.
+const NEXT_LOG_NUMBER: &str = "next_log_number";
+
 /// Rows gathered into one commit at most; a larger backlog is split over several.
 const MAX_ROWS_PER_COMMIT: usize = 50_000;
 /// Write calls waiting for a commit at most; past it the store answers "unavailable" (503,
@@ -35,6 +51,7 @@ struct Pending {
     removals: Removals,
     rows: Rows,
     guarded: Vec<Guarded>,
+    appended: Vec<Appended>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -51,9 +68,10 @@ impl Committer {
         let (queue, pending) = mpsc::sync_channel(MAX_WAITING_CALLS);
         let failing = Arc::new(Mutex::new(None));
         let outcomes = Arc::clone(&failing);
+        let next_log_number = stored_log_number(&tables)?;
         let thread = std::thread::Builder::new()
             .name("adevents-commit".into())
-            .spawn(move || run(&tables, &pending, &outcomes))
+            .spawn(move || run(&tables, &pending, &outcomes, next_log_number))
             .map_err(|error| StoreError::internal("cannot start the commit thread", error))?;
         Ok(Self {
             queue,
@@ -87,7 +105,8 @@ impl Committer {
         removals: Removals,
         rows: Rows,
     ) -> Result<(), StoreError> {
-        self.submit(context, removals, rows, Vec::new()).await
+        self.submit(context, removals, rows, Vec::new(), Vec::new())
+            .await
     }
 
     /// Applies `rows`, and each of `guarded` unless its key holds a value it keeps,
@@ -98,7 +117,18 @@ impl Committer {
         rows: Rows,
         guarded: Vec<Guarded>,
     ) -> Result<(), StoreError> {
-        self.submit(context, Vec::new(), rows, guarded).await
+        self.submit(context, Vec::new(), rows, guarded, Vec::new())
+            .await
+    }
+
+    /// Appends `records` to their logs atomically; returns once they are durable.
+    pub async fn commit_appended(
+        &self,
+        context: &'static str,
+        records: Vec<Appended>,
+    ) -> Result<(), StoreError> {
+        self.submit(context, Vec::new(), Vec::new(), Vec::new(), records)
+            .await
     }
 
     async fn submit(
@@ -107,6 +137,7 @@ impl Committer {
         removals: Removals,
         rows: Rows,
         guarded: Vec<Guarded>,
+        appended: Vec<Appended>,
     ) -> Result<(), StoreError> {
         let (done, committed) = oneshot::channel();
         let stopped =
@@ -117,6 +148,7 @@ impl Committer {
                 removals,
                 rows,
                 guarded,
+                appended,
                 done,
             })
             .map_err(|error| match error {
@@ -157,14 +189,79 @@ fn kept_guarded(tables: &Tables, rows: &[Rows], guarded: Vec<Guarded>) -> Rows {
     kept
 }
 
-fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Option<String>>) {
+/// The key of a log row: its prefix, then the number of the commit that wrote it.
+pub fn log_key(prefix: &[u8], number: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + 8);
+    key.extend_from_slice(prefix);
+    key.extend_from_slice(&number.to_be_bytes());
+    key
+}
+
+/// The records of one log row, in the order they were appended; `None` in place of a record
+/// whose length runs past the row (a damaged row).
+pub fn log_records(row: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
+    let mut rest = Some(row);
+    std::iter::from_fn(move || {
+        let bytes = rest?;
+        if bytes.is_empty() {
+            return None;
+        }
+        let record = bytes
+            .get(..4)
+            .and_then(|len| Some(u32::from_be_bytes(len.try_into().ok()?) as usize))
+            .and_then(|len| Some((bytes.get(4..4 + len)?, &bytes[4 + len..])));
+        rest = record.map(|(_, after)| after);
+        Some(record.map(|(record, _)| record))
+    })
+}
+
+fn stored_log_number(tables: &Tables) -> Result<u64, StoreError> {
+    let stored = tables
+        .meta
+        .get(NEXT_LOG_NUMBER)
+        .map_err(|error| engine_error("reading the log number", error))?;
+    match stored {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_ref())
+            .map(u64::from_be_bytes)
+            .map_err(|_| StoreError::internal_message("the stored log number does not decode")),
+    }
+}
+
+/// One row per (table, prefix) holding the group's records for it, length first, in order.
+fn log_rows(appended: Vec<Appended>, number: u64) -> Rows {
+    let mut logs: std::collections::HashMap<(Table, Vec<u8>), Vec<u8>> =
+        std::collections::HashMap::new();
+    for Appended {
+        table,
+        prefix,
+        record,
+    } in appended
+    {
+        let row = logs.entry((table, prefix)).or_default();
+        // Records are a beacon's few hundred bytes, far below 4 GiB.
+        let len = u32::try_from(record.len()).unwrap_or(u32::MAX);
+        row.extend_from_slice(&len.to_be_bytes());
+        row.extend_from_slice(&record);
+    }
+    logs.into_iter()
+        .map(|((table, prefix), row)| (table, log_key(&prefix, number), row))
+        .collect()
+}
+
+fn run(
+    tables: &Tables,
+    pending: &mpsc::Receiver<Pending>,
+    failing: &Mutex<Option<String>>,
+    mut next_log_number: u64,
+) {
     while let Ok(first) = pending.recv() {
-        let mut row_count = first.rows.len();
+        let mut row_count = first.rows.len() + first.appended.len();
         let mut group = vec![first];
         while row_count < MAX_ROWS_PER_COMMIT {
             match pending.try_recv() {
                 Ok(next) => {
-                    row_count += next.rows.len();
+                    row_count += next.rows.len() + next.appended.len();
                     group.push(next);
                 }
                 Err(_) => break,
@@ -174,20 +271,38 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Optio
         let mut rows = Vec::with_capacity(group.len());
         let mut removals = Vec::new();
         let mut guarded = Vec::new();
+        let mut appended = Vec::new();
         for Pending {
             context,
             removals: call_removals,
             rows: call_rows,
             guarded: call_guarded,
+            appended: call_appended,
             done,
         } in group
         {
             removals.extend(call_removals);
             rows.push(call_rows);
             guarded.extend(call_guarded);
+            appended.extend(call_appended);
             waiting.push((context, done));
         }
         let kept = kept_guarded(tables, &rows, guarded);
+        // A failed commit leaves its number unused, which is harmless: numbers only have to
+        // be new, not consecutive.
+        let logs = if appended.is_empty() {
+            Vec::new()
+        } else {
+            let number = next_log_number;
+            next_log_number += 1;
+            let mut logs = log_rows(appended, number);
+            logs.push((
+                Table::Meta,
+                NEXT_LOG_NUMBER.as_bytes().to_vec(),
+                next_log_number.to_be_bytes().to_vec(),
+            ));
+            logs
+        };
         // A panic inside the engine (an assertion on a key) fails this group, not the thread:
         // later writes still commit.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -195,7 +310,7 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Optio
             for (table, key) in removals {
                 batch.remove(tables.get(table), key);
             }
-            for (table, key, value) in rows.into_iter().flatten().chain(kept) {
+            for (table, key, value) in rows.into_iter().flatten().chain(kept).chain(logs) {
                 batch.insert(tables.get(table), key, value);
             }
             batch.commit()
@@ -224,5 +339,81 @@ fn run(tables: &Tables, pending: &mpsc::Receiver<Pending>, failing: &Mutex<Optio
             // A caller that went away (its request was cancelled) needs no answer.
             let _ = done.send(result);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync, open::open_tables};
+
+    fn record(table: Table, prefix: &[u8], record: &[u8]) -> Appended {
+        Appended {
+            table,
+            prefix: prefix.to_vec(),
+            record: record.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_commits_records_make_one_row_per_prefix_and_read_back_in_order() {
+        let rows = log_rows(
+            vec![
+                record(Table::VisitLog, b"a", b"first"),
+                record(Table::VisitLog, b"b", b"other"),
+                record(Table::VisitLog, b"a", b""),
+                record(Table::VisitLog, b"a", b"third"),
+            ],
+            7,
+        );
+        assert_eq!(rows.len(), 2);
+        let (_, _, row) = rows
+            .iter()
+            .find(|(_, key, _)| *key == log_key(b"a", 7))
+            .expect("the row of prefix a");
+        let records: Vec<_> = log_records(row).collect();
+        assert_eq!(
+            records,
+            vec![Some(&b"first"[..]), Some(&b""[..]), Some(&b"third"[..])]
+        );
+    }
+
+    #[test]
+    fn a_record_running_past_its_row_reads_as_damaged() {
+        let mut row = 10u32.to_be_bytes().to_vec();
+        row.extend_from_slice(b"short");
+        assert_eq!(log_records(&row).collect::<Vec<_>>(), vec![None]);
+        assert_eq!(log_records(&[0, 0]).collect::<Vec<_>>(), vec![None]);
+    }
+
+    /// Log rows are never overwritten: a committer started on a folder goes on from the number
+    /// the last one stored (after a restart, say).
+    #[tokio::test]
+    async fn log_numbers_go_on_across_committers() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let tables = Arc::new(
+            open_tables(&EmbeddedConfig {
+                data_dir: folder.path().to_owned(),
+                fsync: Fsync::Never,
+                memory: EngineMemory::default(),
+            })
+            .expect("opened"),
+        );
+        for text in [&b"one"[..], b"two"] {
+            let committer = Committer::start(Arc::clone(&tables)).expect("started");
+            committer
+                .commit_appended("test", vec![record(Table::VisitLog, b"p", text)])
+                .await
+                .expect("committed");
+        }
+        let rows: Vec<_> = tables
+            .visit_log
+            .prefix(b"p")
+            .map(|guard| guard.into_inner().expect("read"))
+            .collect();
+        assert_eq!(rows.len(), 2, "the second commit kept the first's row");
+        assert_eq!(rows[0].0.as_ref(), log_key(b"p", 0));
+        assert_eq!(rows[1].0.as_ref(), log_key(b"p", 1));
+        assert_eq!(stored_log_number(&tables).expect("read"), 2);
     }
 }

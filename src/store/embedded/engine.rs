@@ -21,7 +21,10 @@ pub struct Tables {
     pub click: Keyspace,
     pub click_by_impression: Keyspace,
     pub campaign_config: Keyspace,
+    /// Beacons of format 3 folders, one row each; read, no longer written.
     pub visit: Keyspace,
+    /// Beacons, one row per partition and commit ([`super::committer::Appended`]).
+    pub visit_log: Keyspace,
     pub site_config: Keyspace,
     pub visit_sketch: Keyspace,
     pub site_day: Keyspace,
@@ -57,6 +60,7 @@ pub enum Table {
     ClickByImpression,
     CampaignConfig,
     Visit,
+    VisitLog,
     SiteConfig,
     VisitSketch,
     SiteDay,
@@ -90,6 +94,7 @@ impl Tables {
             Table::ClickByImpression => &self.click_by_impression,
             Table::CampaignConfig => &self.campaign_config,
             Table::Visit => &self.visit,
+            Table::VisitLog => &self.visit_log,
             Table::SiteConfig => &self.site_config,
             Table::VisitSketch => &self.visit_sketch,
             Table::SiteDay => &self.site_day,

@@ -8,8 +8,10 @@ use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
-/// The on-disk layout this build reads and writes.
-const FORMAT_VERSION: u32 = 3;
+/// The on-disk layout this build reads and writes. Format 4 stores beacons a commit's worth to
+/// a row (`visit_log`); the rows of format 3 (`visit`, one per beacon) are still read, so the
+/// upgrade from 3 only records the new number, which keeps an older release off the folder.
+const FORMAT_VERSION: u32 = 4;
 
 /// Opens (or creates) the tables in `config.data_dir`, refusing a folder another process
 /// holds, and brings an older layout up to [`FORMAT_VERSION`].
@@ -62,6 +64,7 @@ pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
         click_by_impression: open("click_by_impression")?,
         campaign_config: open("campaign_config")?,
         visit: open("visit")?,
+        visit_log: open("visit_log")?,
         site_config: open("site_config")?,
         visit_sketch: open("visit_sketch")?,
         site_day: open("site_day")?,

@@ -43,7 +43,18 @@ pub fn visit_prefix(partition: &VisitPartition) -> Vec<u8> {
     key
 }
 
-/// A beacon: oldest first, then guid, then its features' canonical text (the rest of the key).
+/// What tells one beacon of a partition from another: its time (oldest first), guid and
+/// features' canonical text. A format 3 beacon row's key is its partition's prefix and this.
+pub fn visit_identity(at: DateTime<Utc>, guid: &str, features: &str) -> Vec<u8> {
+    let mut identity = Vec::with_capacity(8 + 2 + guid.len() + features.len());
+    identity.extend_from_slice(&ordered_i64(at.timestamp_millis()));
+    text(&mut identity, guid);
+    identity.extend_from_slice(features.as_bytes());
+    identity
+}
+
+/// A format 3 beacon row's key.
+#[cfg(test)]
 pub fn visit_key(
     partition: &VisitPartition,
     at: DateTime<Utc>,
@@ -51,13 +62,12 @@ pub fn visit_key(
     features: &str,
 ) -> Vec<u8> {
     let mut key = visit_prefix(partition);
-    key.extend_from_slice(&ordered_i64(at.timestamp_millis()));
-    text(&mut key, guid);
-    key.extend_from_slice(features.as_bytes());
+    key.extend_from_slice(&visit_identity(at, guid, features));
     key
 }
 
-/// Time, guid and features back from a beacon key whose partition prefix is `prefix_len` long.
+/// Time, guid and features back from a beacon key whose partition prefix is `prefix_len` long
+/// (0 for an identity alone).
 pub fn decode_visit_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>, &str, &str)> {
     let at =
         DateTime::from_timestamp_millis(decode_ordered_i64(key.get(prefix_len..prefix_len + 8)?)?)?;

@@ -1,6 +1,6 @@
 //! Beacons and live unique-visitor sketches in the embedded store.
 
-use super::committer::Guarded;
+use super::committer::{Appended, log_records};
 use super::engine::{Table, corrupt};
 use super::{EmbeddedStore, rows, site_keys};
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
@@ -15,29 +15,17 @@ impl VisitStore for EmbeddedStore {
         partition: &VisitPartition,
         visits: &[Beacon],
     ) -> Result<(), StoreError> {
-        let mut rows = Vec::with_capacity(visits.len());
-        let mut guarded = Vec::new();
-        for visit in visits {
-            let key = site_keys::visit_key(
-                partition,
-                visit.timestamp.instant(),
-                visit.guid.as_str(),
-                &visit.features.combination_key(),
-            );
-            let value = rows::traffic_suffix(visit.invalid, visit.user_agent.as_ref());
-            if visit.invalid.is_none() {
-                rows.push((Table::Visit, key, value));
-            } else {
-                guarded.push(Guarded {
-                    table: Table::Visit,
-                    key,
-                    value,
-                    keeps: rows::visit_is_valid,
-                });
-            }
-        }
+        let prefix = site_keys::visit_prefix(partition);
+        let records = visits
+            .iter()
+            .map(|visit| Appended {
+                table: Table::VisitLog,
+                prefix: prefix.clone(),
+                record: visit_record(visit),
+            })
+            .collect();
         self.committer
-            .commit_guarded("writing beacons", rows, guarded)
+            .commit_appended("writing beacons", records)
             .await
     }
 
@@ -45,13 +33,34 @@ impl VisitStore for EmbeddedStore {
         const CONTEXT: &str = "reading beacons";
         let prefix = site_keys::visit_prefix(partition);
         let prefix_len = prefix.len();
-        let rows = self.scan(Table::Visit, prefix, None, CONTEXT).await?;
-        rows.iter()
-            .map(|(key, value)| {
+        let single_rows = self
+            .scan(Table::Visit, prefix.clone(), None, CONTEXT)
+            .await?;
+        let logs = self.scan(Table::VisitLog, prefix, None, CONTEXT).await?;
+        // Every stored copy, in the order written: format 3 rows first, then the logs in key
+        // order, which is the order of the commits that wrote them.
+        let mut copies: Vec<(&[u8], &[u8])> = Vec::with_capacity(single_rows.len());
+        for (key, value) in &single_rows {
+            let identity = key.get(prefix_len..).ok_or_else(|| corrupt(CONTEXT))?;
+            copies.push((identity, &value[..]));
+        }
+        for (_, log) in &logs {
+            for record in log_records(log) {
+                copies.push(
+                    record
+                        .and_then(decode_visit_record)
+                        .ok_or_else(|| corrupt(CONTEXT))?,
+                );
+            }
+        }
+        one_copy_each(&mut copies);
+        copies
+            .into_iter()
+            .map(|(identity, traffic)| {
                 let (at, guid, features) =
-                    site_keys::decode_visit_key(key, prefix_len).ok_or_else(|| corrupt(CONTEXT))?;
+                    site_keys::decode_visit_key(identity, 0).ok_or_else(|| corrupt(CONTEXT))?;
                 let (invalid, _) =
-                    rows::decode_traffic_suffix(value).ok_or_else(|| corrupt(CONTEXT))?;
+                    rows::decode_traffic_suffix(traffic).ok_or_else(|| corrupt(CONTEXT))?;
                 Ok(VisitRow {
                     timestamp: EventTime::from_stored(at),
                     guid: Guid::from_stored(guid.to_owned()),
@@ -100,5 +109,141 @@ impl VisitStore for EmbeddedStore {
                 })
             })
             .collect()
+    }
+}
+
+/// Leaves one copy of each beacon, in identity order (time, guid, features: what the key of a
+/// format 3 row holds after its partition). A beacon sent twice (a retry) is one beacon, and
+/// it is valid if any copy is: a later copy replaces an earlier one unless it would turn a
+/// valid beacon invalid, as the guarded write of one row per beacon did. `copies` come in the
+/// order they were written.
+fn one_copy_each(copies: &mut Vec<(&[u8], &[u8])>) {
+    // Stable: the copies of one beacon stay in the order they were written.
+    copies.sort_by(|a, b| a.0.cmp(b.0));
+    copies.dedup_by(|later, kept| {
+        if later.0 != kept.0 {
+            return false;
+        }
+        if !rows::visit_is_valid(kept.1) || rows::visit_is_valid(later.1) {
+            kept.1 = later.1;
+        }
+        true
+    });
+}
+
+/// A beacon in a log row: the length of its identity, the identity (as in
+/// [`site_keys::visit_identity`]), then its traffic part ([`rows::traffic_suffix`]).
+fn visit_record(visit: &Beacon) -> Vec<u8> {
+    let identity = site_keys::visit_identity(
+        visit.timestamp.instant(),
+        visit.guid.as_str(),
+        &visit.features.combination_key(),
+    );
+    let traffic = rows::traffic_suffix(visit.invalid, visit.user_agent.as_ref());
+    let mut record = Vec::with_capacity(2 + identity.len() + traffic.len());
+    // An identity is a timestamp, a guid and features bounded by validation: far below 64 KiB.
+    let len = u16::try_from(identity.len()).unwrap_or(u16::MAX);
+    record.extend_from_slice(&len.to_be_bytes());
+    record.extend_from_slice(&identity);
+    record.extend_from_slice(&traffic);
+    record
+}
+
+/// [`visit_record`] back: the identity and the traffic part.
+fn decode_visit_record(record: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = usize::from(u16::from_be_bytes(record.get(..2)?.try_into().ok()?));
+    Some((record.get(2..2 + len)?, record.get(2 + len..)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::beacon::SiteId;
+    use crate::domain::bucket::BucketCount;
+    use crate::domain::time::Day;
+    use crate::domain::traffic::InvalidReason;
+    use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
+    use chrono::{DateTime, Utc};
+
+    fn partition() -> VisitPartition {
+        VisitPartition {
+            site: SiteId::parse("example.com").expect("valid"),
+            day: Day::new("2026-11-01".parse().expect("date")),
+            bucket: BucketCount::ONE.ids().next().expect("bucket 0"),
+        }
+    }
+
+    fn beacon(guid: &str, second: i64, invalid: Option<InvalidReason>) -> Beacon {
+        let at: DateTime<Utc> = "2026-11-01T10:00:00Z".parse().expect("time");
+        Beacon {
+            site: partition().site,
+            guid: Guid::parse(guid).expect("valid guid"),
+            timestamp: EventTime::from_epoch_millis(
+                (at.timestamp() + second) * 1000,
+                at + chrono::Duration::hours(1),
+            )
+            .expect("valid time"),
+            features: Features::new([("page".to_owned(), "/a".to_owned())].into())
+                .expect("valid features"),
+            user_agent: None,
+            invalid,
+        }
+    }
+
+    fn summary(rows: &[VisitRow]) -> Vec<(String, bool)> {
+        rows.iter()
+            .map(|row| (row.guid.as_str().to_owned(), row.invalid.is_none()))
+            .collect()
+    }
+
+    /// Beacons of a format 3 folder (a row each) and of this one (a row per commit) read as one
+    /// list in time order, each beacon once, valid if any copy is.
+    #[tokio::test]
+    async fn beacons_of_both_layouts_read_once_each_and_a_valid_copy_wins() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = EmbeddedStore::open(&EmbeddedConfig {
+            data_dir: folder.path().to_owned(),
+            fsync: Fsync::Never,
+            memory: EngineMemory::default(),
+        })
+        .expect("opened");
+        let partition = partition();
+        let bot = Some(InvalidReason::BotUserAgent);
+        // As format 3 wrote them: one row per beacon.
+        let old = [beacon("old", 1, None), beacon("retried", 2, None)];
+        let rows = old
+            .iter()
+            .map(|visit| {
+                let key = site_keys::visit_key(
+                    &partition,
+                    visit.timestamp.instant(),
+                    visit.guid.as_str(),
+                    &visit.features.combination_key(),
+                );
+                (Table::Visit, key, rows::traffic_suffix(None, None))
+            })
+            .collect();
+        store.write("format 3 rows", rows).await.expect("written");
+        for visits in [
+            vec![beacon("retried", 2, bot), beacon("new", 3, bot)],
+            vec![beacon("new", 3, None), beacon("later", 4, bot)],
+            vec![beacon("new", 3, bot)],
+        ] {
+            store
+                .write_visits(&partition, &visits)
+                .await
+                .expect("stored");
+        }
+        let read = store.read_visits(&partition).await.expect("read");
+        assert_eq!(
+            summary(&read),
+            vec![
+                ("old".to_owned(), true),
+                ("retried".to_owned(), true),
+                ("new".to_owned(), true),
+                ("later".to_owned(), false),
+            ]
+        );
+        assert_eq!(read[3].invalid, bot);
     }
 }
