@@ -207,9 +207,8 @@ pub fn log_records(row: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
             return None;
         }
         let record = bytes
-            .get(..4)
-            .and_then(|len| Some(u32::from_be_bytes(len.try_into().ok()?) as usize))
-            .and_then(|len| Some((bytes.get(4..4 + len)?, &bytes[4 + len..])));
+            .split_first_chunk::<4>()
+            .and_then(|(len, after)| after.split_at_checked(u32::from_be_bytes(*len) as usize));
         rest = record.map(|(_, after)| after);
         Some(record.map(|(record, _)| record))
     })
