@@ -138,6 +138,41 @@ impl LiveDelivery {
             .collect()
     }
 
+    /// Notes the user of a window this process just counted, to be compared with other
+    /// processes' users: only while others are listed and the window's day is open.
+    fn note_for_comparison(
+        &self,
+        ledger: &mut WindowLedger,
+        warned_full: &mut bool,
+        item: &Counted,
+        today: DateTime<Utc>,
+    ) {
+        if !self.publishing
+            || !self
+                .others_listed
+                .load(std::sync::atomic::Ordering::Relaxed)
+            || self.rule.may_seal(item.day, today)
+        {
+            return;
+        }
+        let window = WindowKey {
+            campaign: item.campaign,
+            start: item.window_start,
+        };
+        let entry = Entry {
+            user: item.user,
+            day: item.day,
+            key: item.window,
+        };
+        if !ledger.note(window, entry) && !*warned_full {
+            *warned_full = true;
+            tracing::warn!(
+                entries = super::windows::MAX_ENTRIES,
+                "delivery remembers as many users for comparison with other processes as it may; windows counted by two processes count twice until their day is sealed"
+            );
+        }
+    }
+
     /// Counts stored impressions: a window already counted moves to an earlier slice if need
     /// be, never counts twice.
     pub fn count(&self, counted: &[Counted]) {
@@ -193,31 +228,12 @@ impl LiveDelivery {
                                 |(key, _)| *key,
                             );
                             added += 1;
-                            if self.publishing
-                                && self
-                                    .others_listed
-                                    .load(std::sync::atomic::Ordering::Relaxed)
-                                && !self.rule.may_seal(item.day, today)
-                            {
-                                let window = WindowKey {
-                                    campaign: item.campaign,
-                                    start: item.window_start,
-                                };
-                                let entry = Entry {
-                                    user: item.user,
-                                    day: item.day,
-                                    key: item.window,
-                                };
-                                if !counters.ledger.note(window, entry)
-                                    && !counters.warned_ledger_full
-                                {
-                                    counters.warned_ledger_full = true;
-                                    tracing::warn!(
-                                        entries = super::windows::MAX_ENTRIES,
-                                        "delivery remembers as many users for comparison with other processes as it may; windows counted by two processes count twice until their day is sealed"
-                                    );
-                                }
-                            }
+                            self.note_for_comparison(
+                                &mut counters.ledger,
+                                &mut counters.warned_ledger_full,
+                                item,
+                                today,
+                            );
                         }
                         counter.slices.add(item.slice, 1);
                         counter.dirty = true;
