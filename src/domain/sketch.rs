@@ -176,7 +176,7 @@ impl UniqueSketch {
         }
     }
 
-    /// Whether inserting `member` would leave the state as it is (a binary search or one
+    /// Whether inserting `member` would leave the state as it is (a search of the list or one
     /// register read: no shift of a long list).
     pub fn holds(&self, member: MemberHash) -> bool {
         match &self.0 {
