@@ -151,8 +151,8 @@ fn visit_record(visit: &Beacon) -> Vec<u8> {
 
 /// [`visit_record`] back: the identity and the traffic part.
 fn decode_visit_record(record: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = usize::from(u16::from_be_bytes(record.get(..2)?.try_into().ok()?));
-    Some((record.get(2..2 + len)?, record.get(2 + len..)?))
+    let (len, rest) = record.split_first_chunk::<2>()?;
+    rest.split_at_checked(usize::from(u16::from_be_bytes(*len)))
 }
 
 #[cfg(test)]
