@@ -4,6 +4,7 @@
 //! is answered 503 and closed), a request's head within its timeout and size ([`guarded`]),
 //! a keep-alive connection closed once idle, a body within its timeout (a layer of the router).
 
+mod framing;
 pub mod guarded;
 
 use crate::http::{AppState, router};

@@ -11,6 +11,7 @@ mod browser;
 mod campaigns;
 mod delivery;
 mod delivery_process;
+mod edge;
 mod embedded_process;
 mod exports;
 mod health;

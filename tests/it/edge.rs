@@ -1,0 +1,270 @@
+//! The edge under real HTTP/1.1 clients, spoken byte for byte over a socket as they speak it:
+//! `Expect: 100-continue` uploads, pipelined requests, what an error may echo, saying
+//! `Connection: close` before closing, and health probes while the connection cap is full.
+//! (docs/API.md, "Limits and overload".)
+
+use crate::common::beacons::{fresh_site, register_site};
+use crate::common::events::{Campaign, summary};
+use crate::common::{Backend, TestServer, create_key, test_options};
+use adevents::http::{ConnectionLimits, RateLimits};
+use chrono::Utc;
+use serde_json::{Value, json};
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use uuid::Uuid;
+
+/// A server on the embedded store with short head and idle timeouts and 4 connections.
+async fn edge_server() -> TestServer {
+    let mut options = test_options();
+    options.connections = ConnectionLimits {
+        max_connections: 4,
+        header_timeout: Duration::from_secs(1),
+        max_header_bytes: 16 * 1024,
+        idle_timeout: Duration::from_secs(20),
+    };
+    options.body_timeout = Duration::from_secs(10);
+    Backend::Embedded.server_with(options).await
+}
+
+/// One answer read off a raw connection: its status, headers (lower-case names) and body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// Reads answers off a connection the way a client does: a head, then `Content-Length`
+/// bytes of body (every answer these tests provoke has one, or none).
+struct Reader {
+    stream: TcpStream,
+    buffered: Vec<u8>,
+}
+
+impl Reader {
+    fn new(stream: TcpStream) -> Self {
+        Self {
+            stream,
+            buffered: Vec::new(),
+        }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("written");
+    }
+
+    /// More bytes, or false once the server has closed (or `limit` passed).
+    async fn fill(&mut self, limit: Duration) -> bool {
+        let mut chunk = [0u8; 16 * 1024];
+        match tokio::time::timeout(limit, self.stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => false,
+            Ok(Ok(read)) => {
+                self.buffered.extend_from_slice(&chunk[..read]);
+                true
+            }
+        }
+    }
+
+    /// The next answer, within `limit`; `None` when none came.
+    async fn answer(&mut self, limit: Duration) -> Option<Answer> {
+        let started = Instant::now();
+        let head_end = loop {
+            if let Some(end) = self
+                .buffered
+                .windows(4)
+                .position(|window| window == b"\r\n\r\n")
+            {
+                break end + 4;
+            }
+            if !self.fill(limit.saturating_sub(started.elapsed())).await {
+                return None;
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buffered[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .and_then(|code| code.parse().ok())
+            .expect("a status line");
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .and_then(|(_, value)| value.parse().ok())
+            .unwrap_or(0);
+        while self.buffered.len() < head_end + length {
+            if !self.fill(limit.saturating_sub(started.elapsed())).await {
+                return None;
+            }
+        }
+        let body =
+            String::from_utf8_lossy(&self.buffered[head_end..head_end + length]).into_owned();
+        self.buffered.drain(..head_end + length);
+        Some(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Whether the server closes the connection within `limit` (nothing more arrives).
+    async fn closed_within(&mut self, limit: Duration) -> bool {
+        let mut chunk = [0u8; 1024];
+        matches!(
+            tokio::time::timeout(limit, self.stream.read(&mut chunk)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+}
+
+async fn connect(server: &TestServer) -> Reader {
+    Reader::new(TcpStream::connect(server.address).await.expect("connected"))
+}
+
+fn impressions_ndjson(campaign: &Campaign, count: usize) -> Vec<u8> {
+    // A minute back, so the summary of today holds them whenever the test runs.
+    let now = Utc::now() - chrono::Duration::seconds(1);
+    let ad = Uuid::new_v4();
+    let mut body = Vec::new();
+    for _ in 0..count {
+        let mut impression = campaign.impression(Uuid::new_v4(), ad, now);
+        impression["user_data"] = json!({"placement": "x".repeat(100)});
+        body.extend_from_slice(impression.to_string().as_bytes());
+        body.push(b'\n');
+    }
+    body
+}
+
+#[tokio::test]
+async fn a_2_mb_batch_sent_after_100_continue_is_accepted_even_when_its_body_trickles() {
+    let server = edge_server().await;
+    let campaign = Campaign::fresh();
+    let body = impressions_ndjson(&campaign, 7_000);
+    assert!(body.len() > 2_000_000, "{}", body.len());
+    let mut client = connect(&server).await;
+    let head = format!(
+        "POST /v1/impressions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/x-ndjson\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        crate::common::ADMIN_KEY,
+        body.len()
+    );
+    client.write(head.as_bytes()).await;
+    let interim = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an interim answer");
+    assert_eq!(interim.status, 100);
+    // Half now, the rest after more than the 1 s head timeout: the body has its own time.
+    let (first, rest) = body.split_at(body.len() / 2);
+    client.write(first).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    client.write(rest).await;
+    let answer = client
+        .answer(Duration::from_secs(30))
+        .await
+        .expect("a final answer");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["accepted"], 7_000);
+    let today = Utc::now().date_naive();
+    let counted = summary(&server, &campaign, &format!("from={today}&to={today}")).await;
+    assert_eq!(counted["totals"]["impressions"], 7_000, "{counted}");
+}
+
+#[tokio::test]
+async fn a_pipelined_half_sent_request_gets_its_408_after_the_first_answer() {
+    let server = edge_server().await;
+    let mut client = connect(&server).await;
+    let started = Instant::now();
+    client
+        .write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await;
+    let first = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("the first answer");
+    assert_eq!(first.status, 200);
+    let refusal = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("a refusal within the head timeout, not the idle one");
+    assert_eq!(refusal.status, 408, "{refusal:?}");
+    assert_eq!(refusal.json()["error"]["code"], "request_timeout");
+    assert_eq!(refusal.header("connection"), Some("close"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(client.closed_within(Duration::from_secs(2)).await);
+}
+
+#[tokio::test]
+async fn a_pipelined_oversized_head_gets_its_431_after_the_first_answer() {
+    let server = edge_server().await;
+    let mut client = connect(&server).await;
+    let requests = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: {}\r\n\r\n",
+        "a".repeat(24 * 1024)
+    );
+    client.write(requests.as_bytes()).await;
+    let first = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("the first answer");
+    assert_eq!(first.status, 200);
+    let refusal = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("a refusal");
+    assert_eq!(refusal.status, 431, "{refusal:?}");
+    assert_eq!(refusal.json()["error"]["code"], "headers_too_large");
+    assert!(client.closed_within(Duration::from_secs(2)).await);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_all_answered_in_order() {
+    let server = edge_server().await;
+    let site = fresh_site();
+    register_site(&server.url(""), &site).await;
+    let mut client = connect(&server).await;
+    let now = Utc::now().timestamp();
+    let mut requests = String::new();
+    for n in 0..5 {
+        let body = format!("site={site}&guid=g{n}&timestamp={now}&page=%2F{n}");
+        requests.push_str(&format!(
+            "POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+        requests.push_str("GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n");
+    }
+    client.write(requests.as_bytes()).await;
+    for n in 0..5 {
+        let beacon = client
+            .answer(Duration::from_secs(5))
+            .await
+            .expect("the beacon's answer");
+        assert_eq!(beacon.status, 204, "beacon {n}: {beacon:?}");
+        let missing = client
+            .answer(Duration::from_secs(5))
+            .await
+            .expect("the 404");
+        assert_eq!(missing.status, 404, "after beacon {n}: {missing:?}");
+    }
+}
+
