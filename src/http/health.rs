@@ -11,6 +11,11 @@ use utoipa::ToSchema;
 pub struct Status {
     /// `ok` (liveness) or `ready` (readiness).
     pub status: &'static str,
+    /// Readiness only: `full` when the server holds as many connections as it may (new
+    /// clients are refused with 503 until some close), else `available`. A full server stays
+    /// ready: taking every saturated instance out of a load balancer at once helps nobody.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<&'static str>,
 }
 
 /// 200 while the process runs: a supervisor restarts the process only if this stops answering.
@@ -22,7 +27,10 @@ pub struct Status {
     responses((status = 200, description = "OK", body = Status))
 )]
 pub async fn healthz() -> Json<Status> {
-    Json(Status { status: "ok" })
+    Json(Status {
+        status: "ok",
+        connections: None,
+    })
 }
 
 /// 200 when the store answers and its schema is current; 503 otherwise, so a load balancer
@@ -39,5 +47,12 @@ pub async fn healthz() -> Json<Status> {
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
     state.check_ready().await.map_err(ApiError::NotReady)?;
-    Ok(Json(Status { status: "ready" }))
+    Ok(Json(Status {
+        status: "ready",
+        connections: Some(if state.connections.full() {
+            "full"
+        } else {
+            "available"
+        }),
+    }))
 }

@@ -47,6 +47,42 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// Connections past the cap kept for liveness and readiness probes, each for one request.
+const PROBE_CONNECTIONS: usize = 16;
+
+/// The server's connection slots: `max_connections` for anything, and a few more that only
+/// health probes may take, so a saturated server still answers its supervisor and its load
+/// balancer.
+#[derive(Debug)]
+pub struct ConnectionSlots {
+    regular: Arc<Semaphore>,
+    probes: Arc<Semaphore>,
+}
+
+impl ConnectionSlots {
+    pub fn new(max_connections: usize) -> Self {
+        Self {
+            regular: Arc::new(Semaphore::new(max_connections.max(1))),
+            probes: Arc::new(Semaphore::new(PROBE_CONNECTIONS)),
+        }
+    }
+
+    /// A slot under the cap.
+    pub fn try_regular(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.regular).try_acquire_owned().ok()
+    }
+
+    /// A slot past the cap, for a health probe.
+    pub fn try_probe(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.probes).try_acquire_owned().ok()
+    }
+
+    /// Whether every slot under the cap is taken.
+    pub fn full(&self) -> bool {
+        self.regular.available_permits() == 0
+    }
+}
+
 /// Rate limits, as configured.
 #[derive(Debug, Clone, Copy)]
 pub struct RateLimits {

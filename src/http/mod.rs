@@ -34,7 +34,7 @@ mod wire;
 
 pub use body::BodyLimits;
 pub use error::{ApiError, FieldError};
-pub use limits::{ConnectionLimits, InFlight, RateLimits};
+pub use limits::{ConnectionLimits, ConnectionSlots, InFlight, RateLimits};
 pub use state::{AppState, ServiceOptions};
 
 use crate::random_id::MakeRandomRequestId;

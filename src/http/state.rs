@@ -3,7 +3,7 @@
 //! service, never the store.
 
 use super::body::BodyLimits;
-use super::limits::{ConnectionLimits, InFlight, Limiters, RateLimits};
+use super::limits::{ConnectionLimits, ConnectionSlots, InFlight, Limiters, RateLimits};
 use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
 use crate::beacons::live::{Flushed, LiveSketches, spawn_flusher};
@@ -141,6 +141,8 @@ pub struct Services {
     pub settings: Arc<Settings>,
     pub access: Arc<Access>,
     pub limiters: Arc<Limiters>,
+    /// The connections the server holds (`/readyz` says when they are all taken).
+    pub connections: Arc<ConnectionSlots>,
     /// Tells general invalid traffic at write time.
     pub classifier: Arc<Classifier>,
     pub options: Arc<ServiceOptions>,
@@ -220,6 +222,7 @@ impl AppState {
             settings,
             access,
             limiters,
+            connections: Arc::new(ConnectionSlots::new(options.connections.max_connections)),
             classifier: Arc::new(Classifier::new(options.ivt_deny_cidrs.clone())),
             options: Arc::new(options),
         }))

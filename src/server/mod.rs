@@ -1,24 +1,26 @@
 //! Running the HTTP server until told to stop, and the signals that tell it. Connections are
 //! accepted by our own loop rather than `axum::serve`, because a server on the open internet
 //! must bound what a client can hold: at most `max_connections` at once (a connection past it
-//! is answered 503 and closed), a request's head within its timeout and size ([`guarded`]),
+//! is answered 503 and closed, unless it is one of a few liveness or readiness probes, which
+//! still get their one answer), a request's head within its timeout and size ([`guarded`]),
 //! a keep-alive connection closed once idle, a body within its timeout (a layer of the router).
 
 mod framing;
 pub mod guarded;
 
-use crate::http::{AppState, router};
+use crate::http::{App, AppState, ConnectionLimits, router};
 use axum::extract::ConnectInfo;
 use guarded::{Guarded, HeadLimits};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 
 /// The answer to a connection past the cap, written before it is closed.
@@ -54,7 +56,7 @@ pub async fn serve(
     let _access_refresh = AbortOnDrop(Arc::clone(&state.access).spawn_refresh());
     let last_flush = state.clone();
     let app = router(state);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = Arc::clone(&last_flush.connections);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -71,39 +73,28 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            metrics::counter!("adevents_connections_refused_total").increment(1);
-            tokio::spawn(refuse(stream));
-            continue;
-        };
         let _ = stream.set_nodelay(true);
-        let app =
-            app.clone()
-                .map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
-                    // The peer address: the default `user_ip`, and the rate limits' key.
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    request.map(axum::body::Body::new)
-                });
-        let head = HeadLimits {
-            timeout: limits.header_timeout,
-            max_bytes: limits.max_header_bytes,
+        let connection = Connection {
+            app: app.clone(),
+            peer,
+            limits,
+            watcher: graceful.watcher(),
         };
-        let io = TokioIo::new(Guarded::new(stream, head));
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            // Runs while the connection waits for a request's head, idle or not: the idle
-            // timeout. The guard gives the head itself its shorter bound.
-            .header_read_timeout(limits.idle_timeout)
-            // A backstop above the guard's own limit.
-            .max_buf_size((limits.max_header_bytes * 2).max(8192))
-            .serve_connection(io, TowerToHyperService::new(app));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, %error, "connection ended with an error");
-            }
-            drop(slot);
-        });
+        if let Some(slot) = slots.try_regular() {
+            tokio::spawn(connection.serve(stream, slot, true));
+        } else if let Some(slot) = slots.try_probe() {
+            // At the cap, a liveness or readiness probe still gets its answer: a busy server
+            // is not a dead one.
+            tokio::spawn(async move {
+                if is_health_probe(&stream).await {
+                    connection.serve(stream, slot, false).await;
+                } else {
+                    refuse_connection(stream).await;
+                }
+            });
+        } else {
+            tokio::spawn(refuse_connection(stream));
+        }
     }
     drop(listener);
     graceful.shutdown().await;
@@ -114,8 +105,95 @@ pub async fn serve(
     Ok(())
 }
 
+/// One accepted connection and what serving it needs.
+struct Connection {
+    app: App,
+    peer: SocketAddr,
+    limits: ConnectionLimits,
+    watcher: Watcher,
+}
+
+impl Connection {
+    /// Serves the connection's requests until it closes, holding `slot` meanwhile; a probe's
+    /// connection (`keep_alive` false) serves one request.
+    async fn serve(self, stream: TcpStream, slot: OwnedSemaphorePermit, keep_alive: bool) {
+        let Self {
+            app,
+            peer,
+            limits,
+            watcher,
+        } = self;
+        let app = app.map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            // The peer address: the default `user_ip`, and the rate limits' key.
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request.map(axum::body::Body::new)
+        });
+        let head = HeadLimits {
+            timeout: limits.header_timeout,
+            max_bytes: limits.max_header_bytes,
+        };
+        let io = TokioIo::new(Guarded::new(stream, head));
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .keep_alive(keep_alive)
+            // Runs while the connection waits for a request's head, idle or not: the idle
+            // timeout. The guard gives the head itself its shorter bound.
+            .header_read_timeout(limits.idle_timeout)
+            // A backstop above the guard's own limit.
+            .max_buf_size((limits.max_header_bytes * 2).max(8192))
+            .serve_connection(io, TowerToHyperService::new(app));
+        if let Err(error) = watcher.watch(connection).await {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
+        drop(slot);
+    }
+}
+
+/// Whether a connection past the cap opens with a `GET` or `HEAD` of `/healthz` or
+/// `/readyz`, judged from its first bytes (peeked, so the request is still there to serve)
+/// within a second.
+async fn is_health_probe(stream: &TcpStream) -> bool {
+    const PROBES: [&[u8]; 4] = [
+        b"GET /healthz",
+        b"GET /readyz",
+        b"HEAD /healthz",
+        b"HEAD /readyz",
+    ];
+    // The longest request line prefix judged, with the byte after the path.
+    let mut first = [0u8; 14];
+    let judged = tokio::time::timeout(Duration::from_secs(1), async {
+        loop {
+            let Ok(peeked) = stream.peek(&mut first).await else {
+                return false;
+            };
+            let seen = &first[..peeked];
+            if peeked == 0 {
+                return false;
+            }
+            let mut undecided = false;
+            for probe in PROBES {
+                if seen.len() > probe.len() {
+                    if seen.starts_with(probe) && matches!(seen[probe.len()], b' ' | b'?') {
+                        return true;
+                    }
+                } else if probe.starts_with(seen) {
+                    undecided = true;
+                }
+            }
+            if !undecided {
+                return false;
+            }
+            // Part of a probe's request line: the rest is on its way.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    judged.unwrap_or(false)
+}
+
 /// Answers a connection past the cap and closes it, without waiting long for a slow client.
-async fn refuse(mut stream: TcpStream) {
+async fn refuse_connection(mut stream: TcpStream) {
+    metrics::counter!("adevents_connections_refused_total").increment(1);
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(too_many_connections()).await;
         let _ = stream.shutdown().await;

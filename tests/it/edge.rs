@@ -268,3 +268,63 @@ async fn pipelined_requests_are_all_answered_in_order() {
     }
 }
 
+#[tokio::test]
+async fn health_probes_are_answered_while_the_connection_cap_is_full() {
+    let server = edge_server().await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut client = connect(&server).await;
+        client
+            .write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        let answer = client
+            .answer(Duration::from_secs(5))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status, 200);
+        held.push(client);
+    }
+    let mut liveness = connect(&server).await;
+    liveness
+        .write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let alive = liveness
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an answer");
+    assert_eq!(alive.status, 200, "{alive:?}");
+    assert_eq!(alive.header("connection"), Some("close"));
+
+    let mut readiness = connect(&server).await;
+    readiness
+        .write(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let ready = readiness
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an answer");
+    assert_eq!(ready.status, 200, "{ready:?}");
+    assert_eq!(ready.json()["connections"], "full", "{}", ready.body);
+
+    let mut other = connect(&server).await;
+    other
+        .write(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let refused = other
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.json()["error"]["code"], "overloaded");
+
+    drop(held);
+    let freed = crate::common::eventually(Duration::from_secs(5), || async {
+        let Ok(response) = reqwest::get(server.url("/readyz")).await else {
+            return false;
+        };
+        let body: Value = response.json().await.unwrap_or_default();
+        body["connections"] == "available"
+    })
+    .await;
+    assert!(freed);
+}
