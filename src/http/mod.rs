@@ -29,6 +29,7 @@ mod tag_query;
 mod tag_secrets;
 mod tags;
 mod track;
+mod unread_body;
 mod viewer;
 mod wire;
 
@@ -185,6 +186,9 @@ pub fn router(state: AppState) -> App {
                 )
             }),
         )
+        .layer(axum::middleware::from_fn(
+            unread_body::close_after_unread_body,
+        ))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
         .layer(axum::middleware::from_fn(error::log_server_errors))
         // A body that does not arrive in time ends its request with a 408.

@@ -269,6 +269,76 @@ async fn pipelined_requests_are_all_answered_in_order() {
 }
 
 #[tokio::test]
+async fn an_answer_before_the_body_is_read_says_connection_close_and_the_server_closes() {
+    let mut options = test_options();
+    options.rate_limits = RateLimits {
+        beacons_per_second: NonZeroU32::new(1),
+        beacon_burst: NonZeroU32::new(1).expect("nonzero"),
+        ..RateLimits::default()
+    };
+    let server = Backend::Embedded.server_with(options).await;
+    let site = fresh_site();
+    register_site(&server.url(""), &site).await;
+
+    // No key, the body still on its way: 401, said to close, closed.
+    let mut client = connect(&server).await;
+    client
+        .write(
+            b"POST /v1/impressions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n[{\"impr",
+        )
+        .await;
+    let unauthorized = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an answer");
+    assert_eq!(unauthorized.status, 401);
+    assert_eq!(unauthorized.header("connection"), Some("close"));
+    assert!(client.closed_within(Duration::from_secs(5)).await);
+
+    // Beacons on one keep-alive connection past the address's rate: every answer after which
+    // the server closes says so first.
+    let mut client = connect(&server).await;
+    let now = Utc::now().timestamp();
+    let (mut limited, mut reopened) = (0, 0);
+    for n in 0..20 {
+        let body = format!("site={site}&guid=g{n}&timestamp={now}");
+        // The body follows its head a moment later, as it does over a real network.
+        client
+            .write(
+                format!(
+                    "POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        client.write(body.as_bytes()).await;
+        let answer = client
+            .answer(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("beacon {n}: the connection closed without an answer"));
+        if answer.status == 429 {
+            limited += 1;
+        } else {
+            assert_eq!(answer.status, 204, "{answer:?}");
+        }
+        if answer.header("connection") == Some("close") {
+            assert!(client.closed_within(Duration::from_secs(5)).await);
+            client = connect(&server).await;
+            reopened += 1;
+        }
+    }
+    assert!(limited > 10, "{limited}");
+    assert!(
+        reopened <= limited,
+        "{reopened} closes for {limited} refusals"
+    );
+}
+
+#[tokio::test]
 async fn health_probes_are_answered_while_the_connection_cap_is_full() {
     let server = edge_server().await;
     let mut held = Vec::new();
