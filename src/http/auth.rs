@@ -8,6 +8,7 @@ use super::error::ApiError;
 use crate::access::{AuthMode, Caller};
 use crate::domain::access::Grant;
 use crate::domain::beacon::SiteId;
+use crate::domain::echo::echo;
 use crate::domain::ids::AdvertiserId;
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
 use axum::http::{Method, header};
@@ -111,13 +112,24 @@ pub async fn authorize(
         _ => false,
     };
     if !allowed {
-        return ApiError::Forbidden(format!(
-            "this {} key may not {} {}",
-            caller.grant.scope(),
-            request.method(),
-            request.uri().path()
-        ))
-        .into_response();
+        let scope = caller.grant.scope();
+        let message = match (&caller.grant, path_advertiser, &path_site) {
+            (Grant::ReadAdvertiser(owner) | Grant::Ingest(owner), Some(asked), _)
+                if asked != *owner =>
+            {
+                format!("this {scope} key belongs to another advertiser than {asked}")
+            }
+            (Grant::ReadSite(owner), _, Some(asked)) if asked != owner => format!(
+                "this {scope} key belongs to another site than {}",
+                echo(asked.as_str())
+            ),
+            _ => format!(
+                "this {scope} key may not {} {}",
+                request.method(),
+                echo(request.uri().path())
+            ),
+        };
+        return ApiError::Forbidden(message).into_response();
     }
     request.extensions_mut().insert(caller);
     next.run(request).await

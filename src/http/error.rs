@@ -4,7 +4,7 @@
 //! Details of server-side failures are not sent to clients: they travel in a response
 //! extension to [`log_server_errors`], which logs them once inside the request's span.
 
-use crate::domain::echo::cut;
+use crate::domain::echo::{cut, echo};
 use crate::settings::ChangeError;
 use crate::store::StoreError;
 use axum::extract::Request;
@@ -229,7 +229,7 @@ impl IntoResponse for ApiError {
             Self::NotFound(path) => (
                 StatusCode::NOT_FOUND,
                 "not_found",
-                format!("there is nothing at {path}"),
+                format!("there is nothing at {}", echo(path)),
             ),
             Self::NotReady(StoreError::SchemaNotCurrent { .. }) => (
                 StatusCode::SERVICE_UNAVAILABLE,

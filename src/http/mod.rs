@@ -21,6 +21,7 @@ pub mod metrics;
 mod openapi;
 mod params;
 mod report;
+mod request_id;
 mod settings_wire;
 mod sites;
 mod state;
@@ -166,8 +167,10 @@ pub fn router(state: AppState) -> App {
     // The rest wraps the router from outside: a layer added to the router itself wraps every
     // route in one more boxed service, and axum clones a route's whole stack for each request.
     let app = ServiceBuilder::new()
-        // Outermost: a caller's X-Request-Id is kept, otherwise one is made, and it is echoed
-        // back so a client can quote it when reporting a problem.
+        // Outermost: a caller's X-Request-Id is kept (if it is short and printable),
+        // otherwise one is made, and it is echoed back so a client can quote it when
+        // reporting a problem.
+        .map_request(|request| request_id::drop_unquotable_request_id(request, &REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRandomRequestId))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .map_response(IntoResponse::into_response)

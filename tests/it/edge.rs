@@ -269,6 +269,81 @@ async fn pipelined_requests_are_all_answered_in_order() {
 }
 
 #[tokio::test]
+async fn errors_echo_at_most_64_characters_of_a_path() {
+    let server = edge_server().await;
+    let long = "x".repeat(1_000);
+    let mut client = connect(&server).await;
+    client
+        .write(format!("GET /{long} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await;
+    let missing = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an answer");
+    assert_eq!(missing.status, 404);
+    assert!(missing.body.contains(&"x".repeat(60)), "{}", missing.body);
+    assert!(!missing.body.contains(&"x".repeat(65)), "{}", missing.body);
+
+    let campaign = Campaign::fresh();
+    let (key, _) = create_key(
+        &server,
+        json!({"scope": "ingest", "advertiser_id": campaign.advertiser_id}),
+    )
+    .await;
+    let path = format!(
+        "/v1/advertisers/{}/campaigns/{long}/summary",
+        campaign.advertiser_id
+    );
+    client
+        .write(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+    let forbidden = client
+        .answer(Duration::from_secs(5))
+        .await
+        .expect("an answer");
+    assert_eq!(forbidden.status, 403, "{forbidden:?}");
+    assert!(
+        !forbidden.body.contains(&"x".repeat(65)),
+        "{}",
+        forbidden.body
+    );
+}
+
+#[tokio::test]
+async fn a_request_id_is_echoed_only_when_short_and_printable() {
+    let server = edge_server().await;
+    let mut client = connect(&server).await;
+    let mut ask = async |id: &str| {
+        client
+            .write(
+                format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: {id}\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await;
+        let answer = client
+            .answer(Duration::from_secs(5))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status, 200);
+        answer
+            .header("x-request-id")
+            .expect("a request id")
+            .to_owned()
+    };
+    assert_eq!(ask("trace-42").await, "trace-42");
+    let longest = "r".repeat(128);
+    assert_eq!(ask(&longest).await, longest);
+    for refused in ["r".repeat(129), "r".repeat(10_000), "caf\u{e9}".to_owned()] {
+        let echoed = ask(&refused).await;
+        assert_ne!(echoed, refused);
+        assert!(Uuid::parse_str(&echoed).is_ok(), "{echoed}");
+    }
+}
+
+#[tokio::test]
 async fn an_answer_before_the_body_is_read_says_connection_close_and_the_server_closes() {
     let mut options = test_options();
     options.rate_limits = RateLimits {
