@@ -93,6 +93,9 @@ pub enum ApiError {
     /// 408: the body did not arrive within the body timeout; nothing was stored.
     #[error("the request body did not arrive in time")]
     RequestTimeout,
+    /// 503 from `/readyz` while a start-up repair runs: expected, so not logged as a failure.
+    #[error("repairing the counts of a server process that stopped without saving them")]
+    Repairing,
     /// The store cannot serve requests; for `/readyz` every store error means "not ready".
     #[error("not ready: {0}")]
     NotReady(StoreError),
@@ -231,6 +234,12 @@ impl IntoResponse for ApiError {
                 "not_found",
                 format!("there is nothing at {}", echo(path)),
             ),
+            Self::Repairing => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "not ready: repairing the counts of a server process that stopped without saving them; retry later"
+                    .to_owned(),
+            ),
             Self::NotReady(StoreError::SchemaNotCurrent { .. }) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
@@ -289,7 +298,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
-        if status.is_server_error() {
+        if status.is_server_error() && !matches!(self, Self::Repairing) {
             let detail = match &self {
                 Self::NotReady(error) | Self::Store(error) => error.chain(),
                 other => other.to_string(),

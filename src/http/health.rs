@@ -46,6 +46,9 @@ pub async fn healthz() -> Json<Status> {
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
+    if state.is_repairing() {
+        return Err(ApiError::Repairing);
+    }
     state.check_ready().await.map_err(ApiError::NotReady)?;
     Ok(Json(Status {
         status: "ready",

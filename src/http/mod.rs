@@ -49,7 +49,7 @@ use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -175,19 +175,22 @@ pub fn router(state: AppState) -> App {
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .map_response(IntoResponse::into_response)
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let request_id = request
-                    .headers()
-                    .get(&REQUEST_ID)
-                    .and_then(|value| value.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!(
-                    "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id,
-                )
-            }),
+            TraceLayer::new_for_http()
+                // A 5xx is logged once, with its cause, by `log_server_errors`.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG))
+                .make_span_with(|request: &Request<_>| {
+                    let request_id = request
+                        .headers()
+                        .get(&REQUEST_ID)
+                        .and_then(|value| value.to_str().ok())
+                        .unwrap_or_default();
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id,
+                    )
+                }),
         )
         .layer(axum::middleware::from_fn(
             unread_body::close_after_unread_body,

@@ -233,9 +233,15 @@ impl AppState {
         Arc::clone(&self.store) as Arc<dyn crate::store::AccessStore>
     }
 
+    /// Whether a start-up repair of a gone process's counts is running: the process is not
+    /// ready, and nothing is wrong.
+    pub fn is_repairing(&self) -> bool {
+        self.repairing.load(Ordering::Acquire)
+    }
+
     /// Whether the store answers, its schema is current and the keys are loaded (`/readyz`).
     pub async fn check_ready(&self) -> Result<(), StoreError> {
-        if self.repairing.load(Ordering::Acquire) {
+        if self.is_repairing() {
             return Err(StoreError::unavailable_message(
                 "repairing the unique-visitor counts of a server process that stopped without saving them",
             ));
