@@ -4,7 +4,7 @@
 //! clustering), and one impression's first click.
 
 use super::errors::decode_error;
-use super::events::EventStatements;
+use super::event_statements::EventStatements;
 use super::statements::{failed, partition_values, read_all};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};

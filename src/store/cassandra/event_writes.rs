@@ -3,7 +3,7 @@
 //! key, so both go into the same batch: one mutation per chunk.
 
 use super::config::WriteMode;
-use super::events::EventStatements;
+use super::event_statements::EventStatements;
 use super::statements::{PartitionValues, failed, partition_values};
 use crate::domain::event::{Click, Impression};
 use crate::domain::partition::EventPartition;

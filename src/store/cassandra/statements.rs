@@ -5,6 +5,7 @@
 use super::errors::{
     decode_error, execution_error, names_missing_schema, pager_error, stream_error,
 };
+use crate::domain::beacon::VisitPartition;
 use crate::domain::partition::EventPartition;
 use crate::store::StoreError;
 use chrono::NaiveDate;
@@ -144,4 +145,14 @@ pub async fn execute(
 /// Sorts a failed execution of a prepared statement.
 pub fn failed(context: &str) -> impl Fn(scylla::errors::ExecutionError) -> StoreError + '_ {
     move |error| execution_error(context, error)
+}
+
+/// The bound values of a visit partition: site, day, bucket.
+pub(super) fn visit_partition_values(partition: &VisitPartition) -> (&str, NaiveDate, i16) {
+    (
+        partition.site.as_str(),
+        partition.day.date(),
+        // Below 256 by construction.
+        partition.bucket.get() as i16,
+    )
 }

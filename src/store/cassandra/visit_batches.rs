@@ -11,8 +11,7 @@
 //! beacon still waits to be written).
 
 use super::event_writes::{Validity, user_agent};
-use super::statements::failed;
-use super::visits::visit_partition_values;
+use super::statements::{failed, visit_partition_values};
 use crate::domain::beacon::{Beacon, VisitPartition};
 use crate::store::StoreError;
 use chrono::{DateTime, NaiveDate, Utc};

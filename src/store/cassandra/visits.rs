@@ -5,7 +5,7 @@ use super::config::KeyspaceName;
 use super::errors::decode_error;
 use super::event_reads::validity;
 use super::replica_batches;
-use super::statements::{failed, prepare_all, read_all};
+use super::statements::{failed, prepare_all, read_all, visit_partition_values};
 use super::visit_batches::VisitWriter;
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::time::EventTime;
@@ -62,15 +62,6 @@ impl VisitStatements {
             select_sketches,
         })
     }
-}
-
-pub(super) fn visit_partition_values(partition: &VisitPartition) -> (&str, NaiveDate, i16) {
-    (
-        partition.site.as_str(),
-        partition.day.date(),
-        // Below 256 by construction.
-        partition.bucket.get() as i16,
-    )
 }
 
 #[derive(DeserializeRow)]

@@ -5,14 +5,12 @@
 //! log ([`Appended`]) go further: a commit stores all of its calls' records for one prefix as
 //! a single row, so they cost the engine one key, not one each.
 
-use super::engine::{Table, Tables, engine_error, engine_failure};
+use super::engine::{Rows, Table, Tables, engine_error, engine_failure};
 use crate::store::StoreError;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
-/// Rows (table, key, value) one write call applies.
-pub type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
 /// Keys (table, key) one write call removes; never also among its rows.
 pub type Removals = Vec<(Table, Vec<u8>)>;
 

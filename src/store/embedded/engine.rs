@@ -2,7 +2,6 @@
 //! (a bounded number at once) and writes through the group committer.
 
 use super::EmbeddedStore;
-use super::committer::Rows;
 use crate::store::StoreError;
 use crate::store::error::Message;
 use fjall::{Database, Keyspace, PersistMode};
@@ -50,6 +49,9 @@ pub struct Tables {
     pub meta: Keyspace,
     pub persist: PersistMode,
 }
+
+/// Rows (table, key, value) one write call applies.
+pub type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
 
 /// A table, named for the write batches that list their rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,7 +2,8 @@
 //! atomic batch (one process owns the folder, so a later seal's batch simply lands after an
 //! earlier one's).
 
-use super::committer::{Removals, Rows};
+use super::committer::Removals;
+use super::engine::Rows;
 use super::engine::{Table, corrupt};
 use super::rollup_keys::{self, SealCell};
 use super::seals::{millis_value, seal_cell};
