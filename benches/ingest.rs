@@ -22,9 +22,9 @@
 mod support;
 
 use adevents::access::{AccessOptions, AuthMode};
+use adevents::app::{App, Options};
 use adevents::domain::access::Grant;
 use adevents::domain::ids::AdvertiserId;
-use adevents::http::{AppState, ServiceOptions};
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::WriteMode;
@@ -107,15 +107,18 @@ struct BenchServer {
 }
 
 impl BenchServer {
-    async fn start(state: AppState) -> Self {
+    async fn start(app: App) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let address = listener.local_addr().expect("address");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(adevents::server::serve(listener, state, async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(async move {
+            app.serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
         Self {
             address,
             stop,
@@ -162,30 +165,26 @@ async fn through_http(
     let peer = match peers {
         Peers::Alone => None,
         Peers::Listed => {
-            let peer =
-                BenchServer::start(AppState::new(Arc::clone(&store), ServiceOptions::default()))
-                    .await;
+            let peer = BenchServer::start(App::new(Arc::clone(&store), Options::default())).await;
             // The measured server sees the peer at its first comparison, within a second.
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
             Some(peer)
         }
     };
-    let options = ServiceOptions {
-        access: AccessOptions {
-            mode: if keys == Keys::On {
-                AuthMode::Keys
-            } else {
-                AuthMode::Off
-            },
-            ..AccessOptions::default()
+    let mut options = Options::default();
+    options.service.access = AccessOptions {
+        mode: if keys == Keys::On {
+            AuthMode::Keys
+        } else {
+            AuthMode::Off
         },
-        ..ServiceOptions::default()
+        ..AccessOptions::default()
     };
-    let state = AppState::new(store, options);
-    state.access.refresh().await.expect("keys read");
+    let app = App::new(store, options);
+    app.access().refresh().await.expect("keys read");
     let (advertiser, campaign) = (Uuid::new_v4(), Uuid::new_v4());
-    let (_, key) = state
-        .access
+    let (_, key) = app
+        .access()
         .create_key(
             Grant::Ingest(AdvertiserId::new(advertiser)),
             None,
@@ -193,7 +192,7 @@ async fn through_http(
         )
         .await
         .expect("an ingest key");
-    let server = BenchServer::start(state).await;
+    let server = BenchServer::start(app).await;
     let all = events(n);
     let bodies: Vec<String> = all
         .chunks(BATCH)

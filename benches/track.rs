@@ -9,11 +9,11 @@
 
 mod support;
 
+use adevents::app::{App, Options};
 use adevents::beacons::live::LiveSketches;
 use adevents::domain::beacon::{Beacon, Features, Guid, SiteId};
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::time::EventTime;
-use adevents::http::{AppState, ServiceOptions};
 use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
 use adevents::store::embedded::Fsync;
@@ -42,22 +42,19 @@ async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
-    let options = ServiceOptions {
-        access: adevents::access::AccessOptions {
-            operator_key: Some(adevents::access::OperatorKey::new(ADMIN_KEY).expect("long enough")),
-            ..adevents::access::AccessOptions::default()
-        },
-        // One load generator, one address: the per-address limit would measure itself.
-        rate_limits: adevents::http::RateLimits {
-            beacons_per_second: None,
-            ..adevents::http::RateLimits::default()
-        },
-        ..ServiceOptions::default()
+    let mut options = Options::default();
+    options.service.access = adevents::access::AccessOptions {
+        operator_key: Some(adevents::access::OperatorKey::new(ADMIN_KEY).expect("long enough")),
+        ..adevents::access::AccessOptions::default()
     };
-    let state = AppState::new(store, options);
-    state.access.refresh().await.expect("keys and sites read");
-    state
-        .access
+    // One load generator, one address: the per-address limit would measure itself.
+    options.edge.rate_limits = adevents::http::RateLimits {
+        beacons_per_second: None,
+        ..adevents::http::RateLimits::default()
+    };
+    let app = App::new(store, options);
+    app.access().refresh().await.expect("keys and sites read");
+    app.access()
         .register_site(adevents::domain::access::SiteProfile {
             site: SiteId::parse(site).expect("valid site"),
             allowed_origins: Vec::new(),
@@ -66,11 +63,7 @@ async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
         })
         .await
         .expect("site registered");
-    let task = tokio::spawn(adevents::server::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let task = tokio::spawn(async move { app.serve(listener, std::future::pending()).await });
     Server { address, task }
 }
 

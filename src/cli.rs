@@ -2,9 +2,10 @@
 //! name in upper snake case) and a default shown in `--help`; with no subcommand, `serve` runs.
 
 use crate::access::{AccessOptions, AuthMode, OperatorKey};
+use crate::app::{Options, ServiceOptions};
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
-use crate::http::{BodyLimits, ConnectionLimits, InFlight, RateLimits, ServiceOptions};
+use crate::http::{BodyLimits, ConnectionLimits, EdgeOptions, InFlight, RateLimits};
 use crate::query::aggregate::BillableWindow;
 use crate::query::{FanOut, QueryOptions};
 use crate::sealer::SealerOptions;
@@ -275,23 +276,14 @@ impl LimitArgs {
 }
 
 impl ServeArgs {
-    /// The service's options; `operator_key` is `ADEVENTS_ADMIN_KEY` ([`operator_key`]).
-    pub fn service_options(&self, operator_key: Option<OperatorKey>) -> ServiceOptions {
+    /// The server's options; `operator_key` is `ADEVENTS_ADMIN_KEY` ([`operator_key`]).
+    pub fn options(&self, operator_key: Option<OperatorKey>) -> Options {
         let fan_out = FanOut {
             concurrency: usize::from(self.fanout_concurrency),
         };
-        ServiceOptions {
-            body_limits: BodyLimits {
-                max_bytes: self.max_body_bytes,
-                max_events: self.max_events,
-            },
-            trusted_proxies: self.trusted_proxies.clone(),
+        let service = ServiceOptions {
             write_concurrency: usize::from(self.write_concurrency),
             settings_lifetime: self.settings_cache_ttl,
-            cors_origins: self.cors_origins.clone(),
-            beacon_rules: BeaconRules {
-                max_features: usize::from(self.max_features),
-            },
             sketch_flush_interval: self.sketch_flush_interval.max(Duration::from_millis(10)),
             delivery_flush_interval: crate::delivery::live::FLUSH_INTERVAL,
             queries: QueryOptions {
@@ -313,6 +305,19 @@ impl ServeArgs {
                 operator_key,
                 refresh: self.settings_cache_ttl,
             },
+            sketch_memory: self.limits.sketch_memory.as_u64(),
+            ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
+        };
+        let edge = EdgeOptions {
+            body_limits: BodyLimits {
+                max_bytes: self.max_body_bytes,
+                max_events: self.max_events,
+            },
+            trusted_proxies: self.trusted_proxies.clone(),
+            cors_origins: self.cors_origins.clone(),
+            beacon_rules: BeaconRules {
+                max_features: usize::from(self.max_features),
+            },
             metrics_public: self.metrics_public,
             connections: self.limits.connections(),
             body_timeout: self.limits.body_timeout.max(Duration::from_millis(100)),
@@ -321,11 +326,10 @@ impl ServeArgs {
                 writes: self.limits.max_inflight_writes as usize,
                 queries: self.limits.max_inflight_queries as usize,
             },
-            sketch_memory: self.limits.sketch_memory.as_u64(),
-            ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
             tag_ttl: self.tag_ttl,
             click_ttl: self.click_ttl,
-        }
+        };
+        Options { service, edge }
     }
 }
 

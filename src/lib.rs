@@ -17,11 +17,13 @@
 
 pub mod access;
 pub mod allocator;
+pub mod app;
 pub mod beacons;
 pub mod cli;
 pub mod commands;
 pub mod delivery;
 pub mod domain;
+pub mod freshness;
 pub mod http;
 pub mod ingest;
 pub mod ivt;
@@ -30,6 +32,7 @@ pub mod periodic;
 pub mod processes;
 pub mod query;
 pub mod random_id;
+pub mod readiness;
 pub mod remembered;
 pub mod sealer;
 pub mod server;

@@ -72,7 +72,7 @@ impl BeaconIngestor {
         let partition = beacon.partition(history.buckets_at(beacon.timestamp.instant()));
         self.mark_day(partition.day, &owner).await?;
         // Before the beacon can be counted: a crash before its sketches are stored is
-        // repaired from the stored beacons (crate::processes::repair).
+        // repaired from the stored beacons (crate::app::repair).
         self.registry.mark(&owner, partition.day).await?;
         self.store
             .write_visits(&partition, std::slice::from_ref(&beacon))

@@ -4,8 +4,8 @@
 use super::{CommandError, OpenedStore, embedded_migrations};
 use crate::access::AuthMode;
 use crate::access::bootstrap::ensure_folder_admin;
+use crate::app::App;
 use crate::cli::{ServeArgs, StoreKind, operator_key};
-use crate::http::AppState;
 use crate::server;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -22,22 +22,22 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     store.prepare().await;
     let operator_key = operator_key().map_err(CommandError::Access)?;
     let has_operator_key = operator_key.is_some();
-    let mut options = args.service_options(operator_key);
-    options.connections.max_connections =
-        server::fit_open_files(options.connections.max_connections);
-    let state = AppState::new(store.into_store(), options);
+    let mut options = args.options(operator_key);
+    options.edge.connections.max_connections =
+        server::fit_open_files(options.edge.connections.max_connections);
+    let app = App::new(store.into_store(), options);
     if args.auth == AuthMode::Off {
         tracing::warn!(
             "--auth off: every request is let through and beacons count for any site; use it only on a private network"
         );
     } else {
-        first_admin_key(&state, &args, has_operator_key).await?;
+        first_admin_key(&app, &args, has_operator_key).await?;
     }
     // Listened for before the address is announced: a stop right after it is a clean stop.
     let shutdown = server::shutdown_signal();
-    spawn_repair(&state);
-    let _sealer = state.sealer().spawn();
-    let last_flush = state.clone();
+    app.spawn_repair();
+    let _sealer = app.sealer().spawn();
+    let last_flush = app.clone();
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| CommandError::Listen {
@@ -52,10 +52,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         })?;
 
     let (stop, stopped) = oneshot::channel::<()>();
-    let mut server = tokio::spawn(server::serve(listener, state, async move {
-        // A dropped sender also means stop.
-        let _ = stopped.await;
-    }));
+    let mut server = tokio::spawn(async move {
+        app.serve(listener, async move {
+            // A dropped sender also means stop.
+            let _ = stopped.await;
+        })
+        .await
+    });
     tracing::info!(%address, "listening");
 
     tokio::select! {
@@ -72,7 +75,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         Err(_) => {
             server.abort();
             tracing::warn!("requests still in flight after the shutdown timeout; stopping anyway");
-            server::flush_before_exit(&last_flush).await;
+            last_flush.flush_before_exit().await;
         }
     }
     Ok(())
@@ -83,7 +86,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
 /// the operator gives `ADEVENTS_ADMIN_KEY`; on Cassandra an admin key must exist already
 /// (`adevents keys create-admin`), or the environment must give one.
 async fn first_admin_key(
-    state: &AppState,
+    app: &App,
     args: &ServeArgs,
     has_operator_key: bool,
 ) -> Result<(), CommandError> {
@@ -92,8 +95,8 @@ async fn first_admin_key(
     }
     match args.store.kind {
         StoreKind::Embedded => {
-            let store = state.access_store();
-            let made = ensure_folder_admin(&state.access, store.as_ref(), &args.store.data_dir)
+            let store = app.access_store();
+            let made = ensure_folder_admin(app.access(), store.as_ref(), &args.store.data_dir)
                 .await
                 .map_err(|error| CommandError::Access(error.to_string()))?;
             if let Some(path) = made {
@@ -102,7 +105,7 @@ async fn first_admin_key(
             Ok(())
         }
         StoreKind::Cassandra => {
-            if state.access.has_admin().await? {
+            if app.access().has_admin().await? {
                 Ok(())
             } else {
                 Err(CommandError::Access(
@@ -114,38 +117,6 @@ async fn first_admin_key(
             }
         }
     }
-}
-
-/// Rebuilds what server processes that went away without saving their live state left
-/// (docs/DESIGN.md, "Live state across processes"); `/readyz` answers 503 until it is done, so
-/// a load balancer sends no traffic to a process whose counts are not right yet.
-fn spawn_repair(state: &AppState) {
-    /// Between attempts while the store cannot be read.
-    const RETRY: std::time::Duration = std::time::Duration::from_secs(5);
-    state.hold_readiness_for_repair();
-    let state = state.clone();
-    tokio::spawn(async move {
-        loop {
-            match state.repair_gone_processes().await {
-                Ok(repaired) => {
-                    if repaired.processes > 0 {
-                        tracing::info!(
-                            processes = repaired.processes,
-                            days = repaired.days,
-                            beacons = repaired.beacons,
-                            "repaired the live state of server processes that went away"
-                        );
-                    }
-                    state.release_readiness();
-                    return;
-                }
-                Err(error) => {
-                    tracing::warn!(error = %error.chain(), "cannot repair the processes that went away yet; retrying");
-                    tokio::time::sleep(RETRY).await;
-                }
-            }
-        }
-    });
 }
 
 fn server_outcome(

@@ -137,11 +137,11 @@ pub async fn get_freshness(
 ) -> Result<Json<FreshnessAnswer>, ApiError> {
     Params::parse(query.as_deref(), &[])?;
     let as_of = Utc::now();
-    let (mut processes, progress) = futures::try_join!(state.processes(), state.seal_progress())?;
-    processes.sort_by_key(|report| report.started_at);
+    let report = state.freshness.report().await?;
     Ok(Json(FreshnessAnswer {
         as_of: rfc3339(as_of),
-        processes: processes
+        processes: report
+            .processes
             .iter()
             .map(|report| ProcessAnswer {
                 id: report.id.to_string(),
@@ -149,9 +149,9 @@ pub async fn get_freshness(
                 last_report_at: rfc3339(report.last_report_at),
             })
             .collect(),
-        sealed_through: progress
+        sealed_through: report
             .sealed_through
             .map(|day| day.date().format("%Y-%m-%d").to_string()),
-        late_days: progress.late_days,
+        late_days: report.late_days,
     }))
 }

@@ -46,10 +46,10 @@ pub async fn healthz() -> Json<Status> {
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
-    if state.is_repairing() {
+    if state.readiness.is_repairing() {
         return Err(ApiError::Repairing);
     }
-    state.check_ready().await.map_err(ApiError::NotReady)?;
+    state.readiness.check().await.map_err(ApiError::NotReady)?;
     Ok(Json(Status {
         status: "ready",
         connections: Some(if state.connections.full() {

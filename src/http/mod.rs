@@ -37,7 +37,7 @@ mod wire;
 pub use body::BodyLimits;
 pub use error::{ApiError, FieldError};
 pub use limits::{ConnectionLimits, ConnectionSlots, InFlight, RateLimits};
-pub use state::{AppState, ServiceOptions};
+pub use state::{AppState, EdgeOptions, Handlers};
 
 use crate::random_id::MakeRandomRequestId;
 use axum::http::{HeaderName, Method, Request, header};

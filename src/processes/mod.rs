@@ -2,9 +2,7 @@
 //! across processes"): it reports itself every second, records each owner-day before it first
 //! counts an event of it in live (in-memory) state, clears that mark once the state is stored,
 //! and removes itself on a clean stop. What a process that went silent left marked is rebuilt
-//! from the raw events by the next process to start ([`repair`]).
-
-pub mod repair;
+//! from the raw events by the next process to start (`app::repair`).
 
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};

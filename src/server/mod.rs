@@ -37,26 +37,16 @@ fn too_many_connections() -> &'static [u8] {
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting connections
-/// and returns once every in-flight request has been answered.
+/// and returns once every in-flight request has been answered. The work beside the requests
+/// (flushers, reports) is the composition root's (`crate::app::App::serve`).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = state.options.connections;
-    let flusher = AbortOnDrop(state.spawn_sketch_flusher());
-    let delivery_flusher = AbortOnDrop(state.spawn_delivery_flusher());
-    let _window_reconciler = state.spawn_window_reconciler().map(AbortOnDrop);
-    let reporter = AbortOnDrop(state.start_reporting().await);
-    // Keys and sites read now (a process that cannot is not ready until it can), then again
-    // every settings cache lifetime.
-    if let Err(error) = state.access.refresh().await {
-        tracing::warn!(error = %error.chain(), "cannot read keys and sites yet; retrying");
-    }
-    let _access_refresh = AbortOnDrop(Arc::clone(&state.access).spawn_refresh());
-    let last_flush = state.clone();
+    let slots = Arc::clone(&state.connections);
     let app = router(state);
-    let slots = Arc::clone(&last_flush.connections);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -98,10 +88,6 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
-    flusher.stop().await;
-    delivery_flusher.stop().await;
-    reporter.stop().await;
-    flush_before_exit(&last_flush).await;
     Ok(())
 }
 
@@ -199,42 +185,6 @@ async fn refuse_connection(mut stream: TcpStream) {
         let _ = stream.shutdown().await;
     })
     .await;
-}
-
-/// Stores every answered beacon's sketches and every acknowledged impression's delivery count
-/// before the process goes, then leaves the list of processes; if they cannot be stored, the process stays listed and the next one to
-/// start rebuilds its days from the stored beacons.
-pub async fn flush_before_exit(state: &AppState) {
-    if let Err(error) = state.flush_sketches().await {
-        tracing::warn!(error = %error.chain(), "could not store the last unique-visitor sketches; the next process to start rebuilds them from the stored beacons");
-        return;
-    }
-    if let Err(error) = state.flush_delivery().await {
-        tracing::warn!(error = %error.chain(), "could not store the last delivery counts; the next process to start rebuilds them from the stored impressions");
-        return;
-    }
-    if let Err(error) = state.leave().await {
-        tracing::warn!(error = %error.chain(), "could not leave the list of processes; the next process to start will repair this one's days needlessly");
-    }
-}
-
-/// Stops a background task when its owner goes, including when the owner is aborted.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl AbortOnDrop {
-    /// Stops the task and waits until it is gone, so nothing it was doing overlaps what comes
-    /// next.
-    async fn stop(mut self) {
-        let handle = std::mem::replace(&mut self.0, tokio::spawn(async {}));
-        handle.abort();
-        let _ = handle.await;
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Raises this process's open-files limit so `wanted` connections fit (plus the store's files

@@ -18,13 +18,13 @@ use uuid::Uuid;
 /// A server on the embedded store with short head and idle timeouts and 4 connections.
 async fn edge_server() -> TestServer {
     let mut options = test_options();
-    options.connections = ConnectionLimits {
+    options.edge.connections = ConnectionLimits {
         max_connections: 4,
         header_timeout: Duration::from_secs(1),
         max_header_bytes: 16 * 1024,
         idle_timeout: Duration::from_secs(20),
     };
-    options.body_timeout = Duration::from_secs(10);
+    options.edge.body_timeout = Duration::from_secs(10);
     Backend::Embedded.server_with(options).await
 }
 
@@ -346,7 +346,7 @@ async fn a_request_id_is_echoed_only_when_short_and_printable() {
 #[tokio::test]
 async fn an_answer_before_the_body_is_read_says_connection_close_and_the_server_closes() {
     let mut options = test_options();
-    options.rate_limits = RateLimits {
+    options.edge.rate_limits = RateLimits {
         beacons_per_second: NonZeroU32::new(1),
         beacon_burst: NonZeroU32::new(1).expect("nonzero"),
         ..RateLimits::default()

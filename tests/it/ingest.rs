@@ -10,7 +10,7 @@ use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
 use adevents::domain::partition::EventPartition;
 use adevents::domain::time::EventTime;
-use adevents::http::{BodyLimits, ServiceOptions};
+use adevents::http::BodyLimits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -172,12 +172,10 @@ async fn gzip_and_ndjson_bodies_are_accepted(backend: Backend) {
 }
 
 async fn bodies_over_the_limits_are_413_and_other_media_types_415(backend: Backend) {
-    let options = ServiceOptions {
-        body_limits: BodyLimits {
-            max_bytes: 64 * 1024,
-            max_events: 20,
-        },
-        ..crate::common::test_options()
+    let mut options = crate::common::test_options();
+    options.edge.body_limits = BodyLimits {
+        max_bytes: 64 * 1024,
+        max_events: 20,
     };
     let server = backend.server_with(options).await;
     let campaign = Campaign::fresh();

@@ -60,8 +60,8 @@ async fn invalid_traffic_is_counted_apart_raw_and_sealed_and_exported_with_its_r
 ) {
     let mut options = test_options();
     // Pixels dated three days ago still count, and one documentation range is denied.
-    options.tag_ttl = std::time::Duration::from_secs(5 * 24 * 3600);
-    options.ivt_deny_cidrs = vec!["198.51.100.0/24".parse().expect("a CIDR")];
+    options.edge.tag_ttl = std::time::Duration::from_secs(5 * 24 * 3600);
+    options.service.ivt_deny_cidrs = vec!["198.51.100.0/24".parse().expect("a CIDR")];
     let store = backend.store().await;
     let server = TestServer::with_options(Arc::clone(&store), options).await;
     let campaign = Campaign::fresh();

@@ -4,7 +4,6 @@
 use crate::common::beacons::{fresh_site, register_site};
 use crate::common::events::{Campaign, at};
 use crate::common::{ADMIN_KEY, Backend, TestServer, anonymous_http, create_key, eventually, http};
-use adevents::http::ServiceOptions;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -693,9 +692,10 @@ conformance!(
 /// within the cache lifetime.
 #[tokio::test]
 async fn a_key_revoked_on_one_server_is_refused_by_another_within_the_cache_lifetime() {
-    let options = || ServiceOptions {
-        settings_lifetime: Duration::from_secs(2),
-        ..crate::common::test_options()
+    let options = || {
+        let mut options = crate::common::test_options();
+        options.service.settings_lifetime = Duration::from_secs(2);
+        options
     };
     let first = Backend::Cassandra.server_with(options()).await;
     let second = Backend::Cassandra.server_with(options()).await;
@@ -731,10 +731,8 @@ async fn a_key_revoked_on_one_server_is_refused_by_another_within_the_cache_life
 /// `--metrics-public` opens `/metrics` to scrapers without a key, and only `/metrics`.
 #[tokio::test]
 async fn metrics_public_opens_the_metrics_only() {
-    let options = ServiceOptions {
-        metrics_public: true,
-        ..crate::common::test_options()
-    };
+    let mut options = crate::common::test_options();
+    options.edge.metrics_public = true;
     let server = Backend::Embedded.server_with(options).await;
     let client = anonymous_http();
 

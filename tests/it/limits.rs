@@ -45,7 +45,7 @@ async fn refusal(response: reqwest::Response) -> (StatusCode, String, Option<u64
 
 async fn an_address_past_its_beacon_rate_gets_429_and_nothing_of_it_is_stored(backend: Backend) {
     let mut options = test_options();
-    options.rate_limits = RateLimits {
+    options.edge.rate_limits = RateLimits {
         beacons_per_second: NonZeroU32::new(1),
         beacon_burst: NonZeroU32::new(3).expect("nonzero"),
         ..RateLimits::default()
@@ -94,8 +94,8 @@ async fn create_ingest_key(server: &TestServer, campaign: &Campaign) -> String {
 async fn an_ingest_key_past_its_rate_gets_429_and_nothing_of_it_is_stored(backend: Backend) {
     let mut options = test_options();
     // A bucket of 10 events (the largest request), refilled at 10 a second.
-    options.body_limits.max_events = 10;
-    options.rate_limits.ingest_events_per_second = NonZeroU32::new(10);
+    options.edge.body_limits.max_events = 10;
+    options.edge.rate_limits.ingest_events_per_second = NonZeroU32::new(10);
     let server = backend.server_with(options).await;
     let campaign = Campaign::fresh();
     let key = create_ingest_key(&server, &campaign).await;
@@ -144,7 +144,7 @@ async fn past_the_in_flight_cap_writes_are_shed_with_503_and_nothing_acknowledge
     backend: Backend,
 ) {
     let mut options = test_options();
-    options.in_flight = InFlight {
+    options.edge.in_flight = InFlight {
         writes: 2,
         queries: 64,
     };
@@ -304,7 +304,7 @@ async fn a_report_past_its_limit_sums_the_rest_into_one_row(backend: Backend) {
 
 async fn an_export_counts_a_click_only_within_the_look_back_after_its_impression(backend: Backend) {
     let mut options = test_options();
-    options.queries.click_lookback_days = 2;
+    options.service.queries.click_lookback_days = 2;
     let server = backend.server_with(options).await;
     let campaign = Campaign::fresh();
     let day = NaiveDate::from_ymd_opt(2026, 2, 10).expect("valid");
@@ -373,13 +373,13 @@ async fn settings_history_is_bounded(backend: Backend) {
 /// slow and many clients (no storage involved).
 async fn tight_server() -> TestServer {
     let mut options = test_options();
-    options.connections = ConnectionLimits {
+    options.edge.connections = ConnectionLimits {
         max_connections: 4,
         header_timeout: std::time::Duration::from_secs(1),
         max_header_bytes: 4096,
         idle_timeout: std::time::Duration::from_secs(2),
     };
-    options.body_timeout = std::time::Duration::from_secs(1);
+    options.edge.body_timeout = std::time::Duration::from_secs(1);
     Backend::Embedded.server_with(options).await
 }
 
@@ -523,8 +523,8 @@ async fn the_address_table_is_bounded_and_an_ipv6_subscriber_is_keyed_by_its_64(
     // The per-address table is bounded: many addresses cannot grow it past its size. Driven
     // through X-Forwarded-For from a trusted proxy, as behind a load balancer.
     let mut options = test_options();
-    options.trusted_proxies = vec!["127.0.0.1/32".parse().expect("net")];
-    options.rate_limits = RateLimits {
+    options.edge.trusted_proxies = vec!["127.0.0.1/32".parse().expect("net")];
+    options.edge.rate_limits = RateLimits {
         beacons_per_second: NonZeroU32::new(1),
         beacon_burst: NonZeroU32::new(1).expect("nonzero"),
         addresses: NonZeroUsize::new(16).expect("nonzero"),

@@ -307,10 +307,8 @@ conformance!(
 /// CORS headers, and by default none do.
 #[tokio::test]
 async fn query_endpoints_send_cors_headers_only_for_configured_origins() {
-    let options = adevents::http::ServiceOptions {
-        cors_origins: vec!["https://dash.example".parse().expect("header value")],
-        ..crate::common::test_options()
-    };
+    let mut options = crate::common::test_options();
+    options.edge.cors_origins = vec!["https://dash.example".parse().expect("header value")];
     let configured = Backend::Embedded.server_with(options).await;
     let default = Backend::Embedded.server().await;
     let path = format!(

@@ -8,7 +8,6 @@ use crate::common::{Backend, TestServer, cassandra_nodes, eventually, http, shar
 use adevents::beacons::rebuild::rebuild_site_day;
 use adevents::domain::beacon::SiteId;
 use adevents::domain::time::Day;
-use adevents::http::ServiceOptions;
 use adevents::query::FanOut;
 use adevents::settings::SettingsCache;
 use adevents::simulate::traffic::SimulatedVisit;
@@ -298,13 +297,11 @@ async fn sketches_lost_in_a_crash_are_rebuilt_from_the_stored_beacons(backend: B
     let store = backend.store().await;
     // A server that never gets to store its sketches, then stops without its last flush: a
     // crash, as far as the sketches are concerned.
-    let crashing = TestServer::with_options(
-        std::sync::Arc::clone(&store),
-        ServiceOptions {
-            sketch_flush_interval: Duration::from_secs(3600),
-            ..crate::common::test_options()
-        },
-    )
+    let crashing = TestServer::with_options(std::sync::Arc::clone(&store), {
+        let mut options = crate::common::test_options();
+        options.service.sketch_flush_interval = Duration::from_secs(3600);
+        options
+    })
     .await;
     // Past the flusher's first (immediate) tick.
     tokio::time::sleep(Duration::from_millis(200)).await;

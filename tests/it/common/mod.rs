@@ -12,9 +12,8 @@ pub mod proxy;
 pub mod tags;
 
 use adevents::access::OperatorKey;
-use adevents::http::{AppState, ServiceOptions};
+use adevents::app::{App, Options};
 use adevents::migrations::{self, Migration};
-use adevents::server;
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
 use adevents::store::cassandra::config::{
@@ -108,7 +107,7 @@ impl Backend {
         TestServer::start(self.store().await).await
     }
 
-    pub async fn server_with(self, options: ServiceOptions) -> TestServer {
+    pub async fn server_with(self, options: Options) -> TestServer {
         TestServer::with_options(self.store().await, options).await
     }
 }
@@ -173,9 +172,9 @@ pub async fn store_for(config: CassandraConfig, migrate: bool) -> CassandraStore
 
 /// The service's defaults, without the per-address beacon rate limit (the tests send all
 /// their beacons from one address).
-pub fn test_options() -> ServiceOptions {
-    let mut options = ServiceOptions::default();
-    options.rate_limits.beacons_per_second = None;
+pub fn test_options() -> Options {
+    let mut options = Options::default();
+    options.edge.rate_limits.beacons_per_second = None;
     options
 }
 
@@ -194,19 +193,20 @@ impl TestServer {
 
     /// A server with `options`; keys are on with [`ADMIN_KEY`] as the operator's key unless
     /// the options name another.
-    pub async fn with_options(store: Arc<dyn Store>, mut options: ServiceOptions) -> Self {
-        if options.access.operator_key.is_none() {
-            options.access.operator_key = Some(OperatorKey::new(ADMIN_KEY).expect("long enough"));
+    pub async fn with_options(store: Arc<dyn Store>, mut options: Options) -> Self {
+        if options.service.access.operator_key.is_none() {
+            options.service.access.operator_key =
+                Some(OperatorKey::new(ADMIN_KEY).expect("long enough"));
         }
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
         let address = listener.local_addr().expect("local address");
-        let state = AppState::new(store, options);
+        let app = App::new(store, options);
         // Ready to judge keys before the first request (unless the store is not ready yet:
         // then /readyz loads them once it is).
-        let _ = state.access.refresh().await;
+        let _ = app.access().refresh().await;
         // Graceful shutdown is the binary's business (tests/it/process.rs); here the task
         // is simply aborted when the test ends.
-        let task = tokio::spawn(server::serve(listener, state, std::future::pending()));
+        let task = tokio::spawn(async move { app.serve(listener, std::future::pending()).await });
         Self { address, task }
     }
 

@@ -1,0 +1,56 @@
+//! The service's options and the HTTP edge's, with the defaults docs/API.md documents.
+
+use crate::access::AccessOptions;
+use crate::http::EdgeOptions;
+use crate::query::QueryOptions;
+use crate::sealer::SealerOptions;
+use ipnet::IpNet;
+use std::time::Duration;
+
+/// Everything a server is built with.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub service: ServiceOptions,
+    pub edge: EdgeOptions,
+}
+
+/// Tunables of the services behind the HTTP edge.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// Partitions written at once for one ingestion request.
+    pub write_concurrency: usize,
+    /// How long campaign and site settings are cached in the process.
+    pub settings_lifetime: Duration,
+    /// How often live unique-visitor sketches are stored.
+    pub sketch_flush_interval: Duration,
+    /// How often live delivery counts are stored: well under a second, so `delivery` on any
+    /// process includes every impression acknowledged a second earlier.
+    pub delivery_flush_interval: Duration,
+    /// Fan-out, billable window and look-backs of the read side.
+    pub queries: QueryOptions,
+    /// When closed days are sealed into rollups (the grace for late events, ...).
+    pub sealer: SealerOptions,
+    /// Keys on or off, and the operator's environment admin key.
+    pub access: AccessOptions,
+    /// Bytes of live unique-visitor sketches held in memory; past it the least recently used
+    /// are stored and dropped.
+    pub sketch_memory: u64,
+    /// Client addresses whose events are invalid traffic (data-centre ranges, say).
+    pub ivt_deny_cidrs: Vec<IpNet>,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self {
+            write_concurrency: 32,
+            settings_lifetime: Duration::from_secs(10),
+            sketch_flush_interval: Duration::from_secs(1),
+            delivery_flush_interval: crate::delivery::live::FLUSH_INTERVAL,
+            queries: QueryOptions::default(),
+            sealer: SealerOptions::default(),
+            access: AccessOptions::default(),
+            sketch_memory: 256 * 1024 * 1024,
+            ivt_deny_cidrs: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Whether this process can serve (`/readyz`): its store answers with a current schema, the
+//! keys are loaded, and no start-up repair of a gone process's counts is running.
+
+use crate::access::Access;
+use crate::store::{Store, StoreError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Readiness, owned by the composition root and read by `/readyz`.
+pub struct Readiness {
+    store: Arc<dyn Store>,
+    access: Arc<Access>,
+    /// Set while a start-up repair runs.
+    repairing: AtomicBool,
+}
+
+impl Readiness {
+    pub fn new(store: Arc<dyn Store>, access: Arc<Access>) -> Self {
+        Self {
+            store,
+            access,
+            repairing: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a start-up repair of a gone process's counts is running: the process is not
+    /// ready, and nothing is wrong.
+    pub fn is_repairing(&self) -> bool {
+        self.repairing.load(Ordering::Acquire)
+    }
+
+    /// Holds readiness back while a repair runs (`false` lets it go again).
+    pub fn set_repairing(&self, repairing: bool) {
+        self.repairing.store(repairing, Ordering::Release);
+    }
+
+    /// Whether the store answers, its schema is current and the keys are loaded.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        if self.is_repairing() {
+            return Err(StoreError::unavailable_message(
+                "repairing the unique-visitor counts of a server process that stopped without saving them",
+            ));
+        }
+        self.store.check_ready().await?;
+        if !self.access.is_ready() {
+            // The first read may have met a store that was not ready yet: try it now.
+            self.access.refresh().await?;
+        }
+        Ok(())
+    }
+}
