@@ -59,10 +59,24 @@ pub struct SiteSettingsWire {
 /// The most origins one site may list.
 const MAX_ALLOWED_ORIGINS: usize = 100;
 
+/// A settings body: a JSON object, `{}` at the least. No body is refused rather than read as
+/// `{}`: a client that lost its body on the way must not schedule a default change. Serde would
+/// also read a struct from an array of its fields in order, which no client means.
 fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return serde_json::from_slice(b"{}")
-            .map_err(|error| ApiError::invalid("body", error.to_string()));
+    match body.trim_ascii_start().first() {
+        None => {
+            return Err(ApiError::invalid(
+                "body",
+                "is required: a JSON object of settings (`{}` changes nothing)",
+            ));
+        }
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "body",
+                "must be a JSON object of settings",
+            ));
+        }
     }
     serde_json::from_slice(body).map_err(|error| {
         ApiError::invalid("body", format!("is not a JSON object of settings: {error}"))
