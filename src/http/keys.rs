@@ -4,11 +4,11 @@
 use super::AppState;
 use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::site_id;
+use super::params::{id, site_id};
 use crate::access::Caller;
 use crate::domain::access::{ApiKey, Grant, KeyId, MAX_KEY_NAME_CHARS};
 use crate::domain::echo::echo;
-use crate::domain::ids::AdvertiserId;
+use crate::domain::ids::{AdvertiserId, parse_uuid};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -38,10 +38,7 @@ impl NewKey {
         let advertiser = self
             .advertiser_id
             .as_deref()
-            .map(|id| {
-                id.parse::<AdvertiserId>()
-                    .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))
-            })
+            .map(|text| id::<AdvertiserId>("advertiser_id", text))
             .transpose()?;
         let site = self.site.as_deref().map(site_id).transpose()?;
         match (self.scope.as_str(), advertiser, site) {
@@ -211,10 +208,9 @@ pub async fn delete_key(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let id = id
-        .parse::<uuid::Uuid>()
+    let id = parse_uuid(&id)
         .map(KeyId::new)
-        .map_err(|_| ApiError::invalid("id", "is not a UUID"))?;
+        .map_err(|error| ApiError::invalid("id", error))?;
     if !state.access.revoke(id).await? {
         return Err(ApiError::NotFound(format!("/v1/keys/{id}")));
     }

@@ -3,7 +3,7 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::{Params, site_id};
+use super::params::{Params, id, site_id};
 use crate::domain::ids::AdvertiserId;
 use crate::domain::owner::{Listing, Owner, OwnerDays};
 use crate::domain::time::Day;
@@ -48,9 +48,7 @@ pub async fn list_campaigns(
     Path(advertiser_id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<CampaignsAnswer>, ApiError> {
-    let advertiser: AdvertiserId = advertiser_id
-        .parse()
-        .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))?;
+    let advertiser: AdvertiserId = id("advertiser_id", &advertiser_id)?;
     Params::parse(query.as_deref(), &[])?;
     let owners = state
         .queries

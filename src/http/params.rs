@@ -4,11 +4,12 @@
 use super::error::ApiError;
 use crate::domain::beacon::{Features, SiteId};
 use crate::domain::echo::echo;
-use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+use crate::domain::ids::{CampaignKey, IdError};
 use crate::query::range::{QueryRange, RangeError};
 use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
 use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
 
 pub struct Params(HashMap<String, String>);
 
@@ -124,14 +125,16 @@ pub fn site_id(site: &str) -> Result<SiteId, ApiError> {
     SiteId::parse(site).map_err(|message| ApiError::invalid("site", message))
 }
 
+/// An id of a path or a body: the hyphenated or the 32-hex-digit form, never the nil UUID.
+pub fn id<T: FromStr<Err = IdError>>(field: &str, text: &str) -> Result<T, ApiError> {
+    text.parse()
+        .map_err(|error| ApiError::invalid(field, error))
+}
+
 /// The `{advertiser_id}/{campaign_id}` of a path.
 pub fn campaign_key(advertiser_id: &str, campaign_id: &str) -> Result<CampaignKey, ApiError> {
     Ok(CampaignKey {
-        advertiser_id: advertiser_id
-            .parse::<AdvertiserId>()
-            .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))?,
-        campaign_id: campaign_id
-            .parse::<CampaignId>()
-            .map_err(|_| ApiError::invalid("campaign_id", "is not a UUID"))?,
+        advertiser_id: id("advertiser_id", advertiser_id)?,
+        campaign_id: id("campaign_id", campaign_id)?,
     })
 }

@@ -4,7 +4,8 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use crate::domain::ids::AdvertiserId;
+use super::params::id;
+use crate::domain::ids::{AdvertiserId, parse_uuid};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -49,8 +50,7 @@ fn created_at(secret: &TagSecret) -> String {
 }
 
 fn advertiser(text: &str) -> Result<AdvertiserId, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))
+    id("advertiser_id", text)
 }
 
 #[utoipa::path(
@@ -140,7 +140,9 @@ pub async fn delete_tag_secret(
     Path((advertiser_id, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let advertiser = advertiser(&advertiser_id)?;
-    let id = TagSecretId::parse(&id).ok_or_else(|| ApiError::invalid("id", "is not a UUID"))?;
+    let id = parse_uuid(&id)
+        .map(TagSecretId::new)
+        .map_err(|error| ApiError::invalid("id", error))?;
     if !state.access.delete_tag_secret(advertiser, id).await? {
         return Err(ApiError::NotFound(format!(
             "/v1/advertisers/{advertiser}/tag-secrets/{id}"

@@ -12,7 +12,9 @@ use super::tag_query::{self, QueryRefusal, SignedQuery, TagShape};
 use super::track::pixel_response;
 use super::viewer::Viewer;
 use crate::domain::event::{Click, Impression};
-use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::ids::{
+    AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId, parse_uuid,
+};
 use crate::domain::tag::{TagSecretId, TagTimeRefusal, admits_at};
 use crate::domain::time::EventTime;
 use crate::domain::user_data::UserData;
@@ -265,7 +267,7 @@ async fn verified<'q>(
 fn uuid(signed: &SignedQuery<'_>, name: &'static str) -> Result<uuid::Uuid, TagRefusal> {
     signed
         .get(name)
-        .and_then(|text| uuid::Uuid::parse_str(text).ok())
+        .and_then(|text| parse_uuid(text).ok())
         .ok_or(TagRefusal::Value(name))
 }
 

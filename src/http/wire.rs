@@ -6,7 +6,9 @@ use super::body::{BodyFormat, RawItem, check_count, scan, split_items};
 use super::error::{ApiError, FieldError};
 use crate::domain::echo::echo;
 use crate::domain::event::{Click, Impression};
-use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::ids::{
+    AdId, AdvertiserId, CampaignId, CampaignKey, IdError, ImpressionId, UserId, parse_uuid,
+};
 use crate::domain::time::{EventTime, EventTimeError};
 use crate::domain::traffic::UserAgent;
 use crate::domain::user_data::UserData;
@@ -164,9 +166,12 @@ impl Item<'_> {
     fn uuid(&mut self, field: &str, value: Option<Cow<'_, str>>) -> Option<Uuid> {
         match value {
             None => self.fail(field, "is required"),
-            Some(text) => match Uuid::parse_str(&text) {
+            Some(text) => match parse_uuid(&text) {
                 Ok(id) => Some(id),
-                Err(_) => self.fail(field, format!("{} is not a UUID", echo(&text))),
+                Err(IdError::NotUuid) => {
+                    self.fail(field, format!("{} {}", echo(&text), IdError::NotUuid))
+                }
+                Err(error) => self.fail(field, error.to_string()),
             },
         }
     }
