@@ -2,6 +2,7 @@
 //! one or a malformed value is a 400 naming it.
 
 use super::error::ApiError;
+use super::openapi::texts::{LocalDay, TimeZone};
 use crate::domain::beacon::{Features, SiteId};
 use crate::domain::echo::echo;
 use crate::domain::ids::{CampaignKey, IdError};
@@ -10,8 +11,26 @@ use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
+use utoipa::IntoParams;
 
 pub struct Params(HashMap<String, String>);
+
+/// `from`, `to` and `tz`, as every query over a range of days reads them ([`Params::range`]).
+/// A documentation type: the handlers read their raw query strictly with [`Params`].
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct RangeQuery {
+    /// First local day, `YYYY-MM-DD`, from 2000-01-01 to 9998-12-31.
+    #[param(value_type = LocalDay, inline)]
+    from: String,
+    /// Last local day (inclusive): not before `from`, at most 366 days after it.
+    #[param(value_type = LocalDay, inline)]
+    to: String,
+    /// IANA time zone, default `UTC`.
+    #[param(value_type = Option<TimeZone>, inline)]
+    tz: Option<String>,
+}
 
 impl Params {
     /// Parses `raw` and refuses any name outside `known`.
@@ -90,10 +109,15 @@ impl Params {
         let date = |name: &str| {
             let text = self.required(name)?;
             // Exactly YYYY-MM-DD within the years events can have: chrono alone would also take
-            // signed six-digit years, whose arithmetic overflows.
+            // signed six-digit years, whose arithmetic overflows, and padding spaces.
+            let shaped = text.len() == 10
+                && text.bytes().enumerate().all(|(at, byte)| match at {
+                    4 | 7 => byte == b'-',
+                    _ => byte.is_ascii_digit(),
+                });
             NaiveDate::parse_from_str(text, "%Y-%m-%d")
                 .ok()
-                .filter(|date| text.len() == 10 && (2000..=9998).contains(&date.year()))
+                .filter(|date| shaped && (2000..=9998).contains(&date.year()))
                 .ok_or_else(|| {
                     ApiError::invalid(
                         name,

@@ -2,6 +2,7 @@
 //! from its body keep their value.
 
 use super::error::ApiError;
+use super::openapi::texts::{OriginText, TimeZone, is_origin_text};
 use crate::domain::access::{OriginPattern, SiteProfile};
 use crate::domain::bucket::BucketCount;
 use crate::settings::{CurrentSettings, SettingsChange};
@@ -30,14 +31,15 @@ pub struct CampaignSettingsWire {
     effective_from: Option<String>,
     /// Billable impressions per day, or null for none; takes effect at once.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>)]
+    #[schema(value_type = Option<u64>, maximum = 9223372036854775807_u64)]
     daily_cap: Option<Value>,
     /// Billable impressions over the campaign's life, or null for none; takes effect at once.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>)]
+    #[schema(value_type = Option<u64>, maximum = 9223372036854775807_u64)]
     total_cap: Option<Value>,
     /// IANA zone of the campaign's day for `daily_cap` and pacing (default `UTC`); takes
     /// effect at once.
+    #[schema(value_type = Option<TimeZone>, inline)]
     tz: Option<String>,
 }
 
@@ -50,7 +52,10 @@ pub struct SiteSettingsWire {
     #[schema(value_type = Option<String>, format = DateTime)]
     effective_from: Option<String>,
     /// Origins whose pages may send the site's beacons (`https://shop.example`,
-    /// `https://*.example.com`); empty: any.
+    /// `https://*.example.com`); empty: any. At most 100; each an http(s) scheme, an optional
+    /// `*.`, a host name (its last label starting with a letter) or an IPv4 address, and an
+    /// optional port.
+    #[schema(max_items = 100, inline, value_type = Option<Vec<OriginText>>)]
     allowed_origins: Option<Vec<String>>,
     /// Whether a beacon must come from a page (Origin or Referer): refuses server-side senders.
     require_origin: Option<bool>,
@@ -168,6 +173,12 @@ impl SiteSettingsWire {
                 origins
                     .iter()
                     .map(|origin| {
+                        if !is_origin_text(origin) {
+                            return Err(ApiError::invalid(
+                                "allowed_origins",
+                                "must be an origin like https://shop.example or https://*.example.com",
+                            ));
+                        }
                         OriginPattern::parse(origin)
                             .map_err(|message| ApiError::invalid("allowed_origins", message))
                     })

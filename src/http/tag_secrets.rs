@@ -4,6 +4,7 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
+use super::openapi::texts::Id;
 use super::params::id;
 use crate::domain::ids::{AdvertiserId, parse_uuid};
 use crate::domain::tag::{TagSecret, TagSecretId};
@@ -58,7 +59,7 @@ fn advertiser(text: &str) -> Result<AdvertiserId, ApiError> {
     path = "/v1/advertisers/{advertiser_id}/tag-secrets",
     tag = "ad tags",
     summary = "Create a tag secret for the advertiser's signed pixel and click URLs.",
-    params(("advertiser_id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 201, description = "Created; `secret` is shown this once", body = NewTagSecret),
@@ -92,7 +93,7 @@ pub async fn create_tag_secret(
     path = "/v1/advertisers/{advertiser_id}/tag-secrets",
     tag = "ad tags",
     summary = "The advertiser's tag secrets: ids and creation times, never the secrets.",
-    params(("advertiser_id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 200, description = "OK, oldest first", body = TagSecretList),
@@ -124,7 +125,7 @@ pub async fn list_tag_secrets(
     path = "/v1/advertisers/{advertiser_id}/tag-secrets/{id}",
     tag = "ad tags",
     summary = "Delete a tag secret: URLs it signed stop counting on every server process within the settings cache lifetime.",
-    params(("advertiser_id" = uuid::Uuid, Path), ("id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path), ("id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Deleted"),
