@@ -97,11 +97,20 @@ fn parse_effective_from(text: Option<String>) -> Result<Option<DateTime<Utc>>, A
     .transpose()
 }
 
+/// A whole number as JSON may write it: `138` or `138.0` (JSON Schema's `integer` takes both).
+fn whole(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|number| number.fract() == 0.0 && (0.0..9.0e15).contains(number))
+            .map(|number| number as u64)
+    })
+}
+
 fn parse_buckets(value: Option<Value>) -> Result<Option<BucketCount>, ApiError> {
     value
         .map(|value| {
-            value
-                .as_u64()
+            whole(&value)
                 .and_then(|count| u16::try_from(count).ok())
                 .and_then(|count| BucketCount::new(count).ok())
                 .ok_or_else(|| ApiError::invalid("buckets", "must be a whole number from 1 to 256"))
@@ -114,8 +123,7 @@ fn parse_cap(field: &str, value: Option<Value>) -> Result<Option<Option<u64>>, A
     match value {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
-        Some(value) => value
-            .as_u64()
+        Some(value) => whole(&value)
             .filter(|cap| i64::try_from(*cap).is_ok())
             .map(|cap| Some(Some(cap)))
             .ok_or_else(|| ApiError::invalid(field, "must be null or a whole number below 2^63")),
@@ -259,5 +267,22 @@ impl SiteSettingsAnswer {
                 .unwrap_or_default(),
             require_origin: profile.is_some_and(|profile| profile.require_origin),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_whole_number_may_be_written_with_a_zero_fraction() {
+        assert_eq!(whole(&json!(138)), Some(138));
+        assert_eq!(whole(&json!(138.0)), Some(138));
+        assert_eq!(whole(&json!(138.5)), None);
+        assert_eq!(whole(&json!(-1)), None);
+        assert_eq!(whole(&json!("138")), None);
+        let buckets = parse_buckets(Some(json!(16.0))).expect("a whole number");
+        assert_eq!(buckets.map(|count| count.get()), Some(16));
     }
 }
