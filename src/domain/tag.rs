@@ -27,7 +27,7 @@ impl TagSecretId {
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        Uuid::parse_str(text).ok().map(Self)
+        super::ids::parse_uuid(text).ok().map(Self)
     }
 }
 

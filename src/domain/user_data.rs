@@ -8,7 +8,26 @@ pub const MAX_ENTRIES: usize = 64;
 pub const MAX_KEY_BYTES: usize = 64;
 pub const MAX_VALUE_BYTES: usize = 1024;
 
-/// At most 64 entries; keys 1–64 bytes, values at most 1024 bytes.
+/// Whether `key` may name a user attribute: 1 to 64 bytes, no control character. The same rule
+/// holds for the key a report groups by (`user_data.<key>`).
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "key {} must be 1 to {MAX_KEY_BYTES} bytes",
+            echo(key)
+        ));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(format!(
+            "key {} has a control character; none are allowed",
+            echo(key)
+        ));
+    }
+    Ok(())
+}
+
+/// At most 64 entries; keys 1–64 bytes, values at most 1024 bytes; no control characters (a NUL
+/// or an escape sequence in a value would reach CSV exports, logs and terminals).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct UserData(BTreeMap<String, String>);
 
@@ -21,17 +40,18 @@ impl UserData {
             ));
         }
         for (key, value) in &entries {
-            if key.is_empty() || key.len() > MAX_KEY_BYTES {
-                return Err(format!(
-                    "key {} must be 1 to {MAX_KEY_BYTES} bytes",
-                    echo(key)
-                ));
-            }
+            check_key(key)?;
             if value.len() > MAX_VALUE_BYTES {
                 return Err(format!(
                     "value of {} is {} bytes; at most {MAX_VALUE_BYTES} are allowed",
                     echo(key),
                     value.len()
+                ));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(format!(
+                    "value of {} has a control character; none are allowed",
+                    echo(key)
                 ));
             }
         }
@@ -66,5 +86,21 @@ mod tests {
         assert!(UserData::new(long_key).is_err());
         let long_value = BTreeMap::from([("k".to_owned(), "v".repeat(1025))]);
         assert!(UserData::new(long_value).is_err());
+    }
+
+    #[test]
+    fn control_characters_are_refused_in_keys_and_values() {
+        for (key, value) in [
+            ("a\0b", "v"),
+            ("k", "v\0"),
+            ("k", "\u{1b}[31m"),
+            ("\u{85}", "v"),
+        ] {
+            let entries = BTreeMap::from([(key.to_owned(), value.to_owned())]);
+            let message = UserData::new(entries).expect_err("refused");
+            assert!(message.contains("control character"), "{message}");
+        }
+        let unicode = BTreeMap::from([("pays".to_owned(), "Côte d’Ivoire 🇨🇮".to_owned())]);
+        assert!(UserData::new(unicode).is_ok());
     }
 }

@@ -4,6 +4,7 @@
 use super::AppState;
 use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
+use super::openapi::texts::Id;
 use super::params::campaign_key;
 use super::settings_wire::{CampaignSettingsAnswer, CampaignSettingsWire};
 use crate::domain::owner::Owner;
@@ -21,10 +22,10 @@ use chrono::Utc;
         events whose timestamp is at or after `effective_from` (default and earliest: now plus \
         the settings cache lifetime plus 10 minutes); the same count as now schedules nothing.",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
     ),
-    request_body = CampaignSettingsWire,
+    request_body(content = CampaignSettingsWire, content_type = "application/json", description = "A JSON object; `{}` changes nothing"),
     security(("bearer" = ["admin"])),
     responses(
         (status = 200, description = "The settings after the change", body = CampaignSettingsAnswer),
@@ -49,8 +50,8 @@ pub async fn put_settings(
     tag = "settings",
     summary = "The campaign's newest settings (a never-configured campaign has 1 bucket).",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
     ),
     security(("bearer" = ["read"])),
     responses(

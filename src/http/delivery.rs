@@ -3,6 +3,7 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
+use super::openapi::texts::Id;
 use super::params::{Params, campaign_key};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -57,8 +58,8 @@ pub struct DeliveryAnswer {
     security(("bearer" = ["read", "ingest"])),
     summary = "Today's and the lifetime's billable impressions against the campaign's caps, fresh to a second on every server process.",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
     ),
     responses(
         (status = 200, description = "OK", body = DeliveryAnswer),

@@ -8,7 +8,8 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::{Params, campaign_key};
+use super::openapi::texts::Id;
+use super::params::{Params, RangeQuery, campaign_key};
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::traffic::{InvalidReason, UserAgent};
@@ -26,6 +27,15 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
+    Ndjson,
+    Csv,
+}
+
+/// The values of `format`, for the document.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum ExportFormat {
     Ndjson,
     Csv,
 }
@@ -158,15 +168,16 @@ fn csv_header() -> Bytes {
         unterminated chunked answer). CSV has a header row; `user_data` is one JSON column; a \
         cell beginning with `=`, `+`, `-` or `@` is prefixed with `'` (spreadsheet formulas).",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
-        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "Last local day (inclusive)"),
-        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
-        ("format" = Option<String>, Query, description = "ndjson (default) or csv"),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
+        RangeQuery,
+        ("format" = inline(Option<ExportFormat>), Query, description = "ndjson (default) or csv"),
     ),
     responses(
-        (status = 200, description = "application/x-ndjson: one ImpressionRecord per line; or text/csv", body = ImpressionRecord, content_type = "application/x-ndjson"),
+        (status = 200, description = "application/x-ndjson: one ImpressionRecord per line; or text/csv", content(
+            (ImpressionRecord = "application/x-ndjson"),
+            (String = "text/csv"),
+        )),
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
@@ -280,9 +291,9 @@ pub struct RecentAnswer<'a> {
     description = "Looks back at most --recent-lookback-days (7) UTC days before today, and at \
         tomorrow for clocks a little ahead.",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
-        ("limit" = Option<usize>, Query, description = "1 to 1000, default 10"),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "1 to 1000, default 10"),
     ),
     responses(
         (status = 200, description = "OK", body = RecentAnswer),

@@ -4,11 +4,12 @@
 use super::AppState;
 use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::site_id;
+use super::openapi::texts::{Id, Site};
+use super::params::{id, site_id};
 use crate::access::Caller;
 use crate::domain::access::{ApiKey, Grant, KeyId, MAX_KEY_NAME_CHARS};
 use crate::domain::echo::echo;
-use crate::domain::ids::AdvertiserId;
+use crate::domain::ids::{AdvertiserId, parse_uuid};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -38,10 +39,7 @@ impl NewKey {
         let advertiser = self
             .advertiser_id
             .as_deref()
-            .map(|id| {
-                id.parse::<AdvertiserId>()
-                    .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))
-            })
+            .map(|text| id::<AdvertiserId>("advertiser_id", text))
             .transpose()?;
         let site = self.site.as_deref().map(site_id).transpose()?;
         match (self.scope.as_str(), advertiser, site) {
@@ -72,6 +70,55 @@ impl NewKey {
         }
     }
 }
+
+/// The bodies `NewKey::grant` accepts, one shape per kind of key, for the document: a schema
+/// of `NewKey` alone would allow owners on admin keys and read keys without one.
+pub struct NewKeyShapes;
+
+impl utoipa::PartialSchema for NewKeyShapes {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        let shape = |scopes: &[&str], owner: Option<(&str, utoipa::openapi::RefOr<_>)>| {
+            let name = ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+                    Type::String,
+                    Type::Null,
+                ]))
+                .max_length(Some(MAX_KEY_NAME_CHARS))
+                .description(Some("A label for people, at most 128 characters"));
+            let mut object = ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property(
+                    "scope",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .enum_values(Some(scopes.iter().copied())),
+                )
+                .required("scope")
+                .property("name", name)
+                .additional_properties(Some(
+                    utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                ));
+            if let Some((field, schema)) = owner {
+                object = object.property(field, schema).required(field);
+            }
+            object
+        };
+        OneOfBuilder::new()
+            .item(shape(&["admin", "metrics"], None))
+            .item(shape(
+                &["ingest", "read"],
+                Some(("advertiser_id", <Id as utoipa::PartialSchema>::schema())),
+            ))
+            .item(shape(
+                &["read"],
+                Some(("site", <Site as utoipa::PartialSchema>::schema())),
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for NewKeyShapes {}
 
 /// A key as listed: never its secret.
 #[derive(Debug, Serialize, ToSchema)]
@@ -130,7 +177,7 @@ pub struct KeyList {
     path = "/v1/keys",
     tag = "keys",
     summary = "Create a key: admin, ingest (an advertiser's events), read (an advertiser's campaigns or a site) or metrics.",
-    request_body = NewKey,
+    request_body(content = inline(NewKeyShapes), content_type = "application/json"),
     security(("bearer" = ["admin"])),
     responses(
         (status = 201, description = "Created; `key` is shown this once", body = NewKeyAnswer),
@@ -196,7 +243,7 @@ pub async fn list_keys(State(state): State<AppState>) -> Result<Json<KeyList>, A
     path = "/v1/keys/{id}",
     tag = "keys",
     summary = "Revoke a key: it stops working on every server process within the settings cache lifetime.",
-    params(("id" = uuid::Uuid, Path)),
+    params(("id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Revoked"),
@@ -211,10 +258,9 @@ pub async fn delete_key(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let id = id
-        .parse::<uuid::Uuid>()
+    let id = parse_uuid(&id)
         .map(KeyId::new)
-        .map_err(|_| ApiError::invalid("id", "is not a UUID"))?;
+        .map_err(|error| ApiError::invalid("id", error))?;
     if !state.access.revoke(id).await? {
         return Err(ApiError::NotFound(format!("/v1/keys/{id}")));
     }

@@ -3,7 +3,8 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::{Params, site_id};
+use super::openapi::texts::{Id, Site};
+use super::params::{Params, RangeQuery, id, site_id};
 use crate::domain::ids::AdvertiserId;
 use crate::domain::owner::{Listing, Owner, OwnerDays};
 use crate::domain::time::Day;
@@ -36,7 +37,7 @@ pub struct CampaignsAnswer {
     tag = "queries",
     security(("bearer" = ["read"])),
     summary = "The advertiser's campaigns that received events, with their first and last days.",
-    params(("advertiser_id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path)),
     responses(
         (status = 200, description = "OK", body = CampaignsAnswer),
         (status = 400, description = "Invalid input: the error names the field or parameter", body = ErrorAnswer),
@@ -48,9 +49,7 @@ pub async fn list_campaigns(
     Path(advertiser_id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<CampaignsAnswer>, ApiError> {
-    let advertiser: AdvertiserId = advertiser_id
-        .parse()
-        .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))?;
+    let advertiser: AdvertiserId = id("advertiser_id", &advertiser_id)?;
     Params::parse(query.as_deref(), &[])?;
     let owners = state
         .queries
@@ -135,10 +134,8 @@ pub struct FeaturesAnswer {
     security(("bearer" = ["read"])),
     summary = "The 50 most visited values of each of the site's features over a range.",
     params(
-        ("site" = String, Path),
-        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "Last local day (inclusive), at most 366 days after from"),
-        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
+        ("site" = inline(Site), Path),
+        RangeQuery,
     ),
     responses(
         (status = 200, description = "OK", body = FeaturesAnswer),

@@ -115,3 +115,270 @@ pub async fn get_openapi() -> impl IntoResponse {
         DOCUMENT.get().cloned().unwrap_or_default(),
     )
 }
+
+/// The schemas of the texts the server reads by rules of its own: each states the rule that
+/// the parsing code enforces, so a client (or a fuzzer) generating from the document sends
+/// what the server accepts and nothing else. Inlined where used (`inline(...)`).
+pub mod texts {
+    use crate::domain::beacon::{MAX_GUID_CHARS, MAX_SITE_CHARS};
+    use crate::domain::user_data::{MAX_ENTRIES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+    use utoipa::openapi::schema::{
+        AdditionalProperties, KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type,
+    };
+    use utoipa::openapi::{RefOr, Schema};
+    use utoipa::{PartialSchema, ToSchema};
+
+    /// Text without a control character (what `char::is_control` refuses: C0, DEL and C1).
+    pub const NO_CONTROL: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+
+    fn string() -> ObjectBuilder {
+        ObjectBuilder::new().schema_type(Type::String)
+    }
+
+    /// An id: `ids::parse_uuid`'s two forms, never the nil UUID.
+    pub struct Id;
+
+    impl PartialSchema for Id {
+        fn schema() -> RefOr<Schema> {
+            string()
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+                .pattern(Some(
+                    "^(?!(?:0{8}-0{4}-0{4}-0{4}-0{12}|0{32})$)(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-\
+                     [0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})$",
+                ))
+                .description(Some(
+                    "A UUID, hyphenated (8-4-4-4-12) or as 32 hex digits; not the nil UUID",
+                ))
+                .into()
+        }
+    }
+    impl ToSchema for Id {}
+
+    /// A site id: `SiteId::parse`.
+    pub struct Site;
+
+    impl PartialSchema for Site {
+        fn schema() -> RefOr<Schema> {
+            string()
+                .pattern(Some(format!("^[A-Za-z0-9._:-]{{1,{MAX_SITE_CHARS}}}$")))
+                .min_length(Some(1))
+                .max_length(Some(MAX_SITE_CHARS))
+                .into()
+        }
+    }
+    impl ToSchema for Site {}
+
+    /// A beacon's visitor id: `Guid::parse`.
+    pub struct Guid;
+
+    impl PartialSchema for Guid {
+        fn schema() -> RefOr<Schema> {
+            string()
+                .min_length(Some(1))
+                .max_length(Some(MAX_GUID_CHARS))
+                .pattern(Some(NO_CONTROL))
+                .into()
+        }
+    }
+    impl ToSchema for Guid {}
+
+    /// An IANA time zone name: every name the server knows (chrono-tz), and no other.
+    pub struct TimeZone;
+
+    impl PartialSchema for TimeZone {
+        fn schema() -> RefOr<Schema> {
+            string()
+                .enum_values(Some(chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name())))
+                .into()
+        }
+    }
+    impl ToSchema for TimeZone {}
+
+    /// A query's calendar day: `YYYY-MM-DD` from 2000-01-01 to 9998-12-31 (`Params::range`).
+    pub struct LocalDay;
+
+    impl PartialSchema for LocalDay {
+        fn schema() -> RefOr<Schema> {
+            string()
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Date)))
+                .pattern(Some(
+                    "^(?:2[0-9]{3}|[3-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9])-(?:0[1-9]|1[0-2])-\
+                     (?:0[1-9]|[12][0-9]|3[01])$",
+                ))
+                .into()
+        }
+    }
+    impl ToSchema for LocalDay {}
+
+    /// An event's `timestamp`: RFC 3339 or epoch milliseconds, from 2000-01-01 (and at most 10
+    /// minutes ahead of the server's clock, which a schema cannot state).
+    pub struct Timestamp;
+
+    impl PartialSchema for Timestamp {
+        fn schema() -> RefOr<Schema> {
+            OneOfBuilder::new()
+                .item(
+                    string()
+                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+                        .pattern(Some("^[2-9][0-9]{3}-")),
+                )
+                .item(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                        .minimum(Some(946_684_800_000_i64)),
+                )
+                .description(Some(
+                    "RFC 3339, or an integer of epoch milliseconds; from 2000-01-01, at most 10 \
+                     minutes ahead of the server's clock",
+                ))
+                .into()
+        }
+    }
+    impl ToSchema for Timestamp {}
+
+    /// An impression's `user_ip`.
+    pub struct IpAddress;
+
+    impl PartialSchema for IpAddress {
+        fn schema() -> RefOr<Schema> {
+            let format = |name: &str| string().format(Some(SchemaFormat::Custom(name.into())));
+            OneOfBuilder::new()
+                .item(format("ipv4"))
+                .item(format("ipv6"))
+                .description(Some("IPv4 or IPv6; default: the client address"))
+                .into()
+        }
+    }
+    impl ToSchema for IpAddress {}
+
+    /// `UserData::new`: at most 64 entries, keys 1–64 and values at most 1024 (bytes, which a
+    /// schema can only state as characters), no control characters.
+    pub struct UserData;
+
+    impl PartialSchema for UserData {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .max_properties(Some(MAX_ENTRIES))
+                .property_names(Some(
+                    string()
+                        .min_length(Some(1))
+                        .max_length(Some(MAX_KEY_BYTES))
+                        .pattern(Some(NO_CONTROL)),
+                ))
+                .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
+                    string()
+                        .max_length(Some(MAX_VALUE_BYTES))
+                        .pattern(Some(NO_CONTROL))
+                        .into(),
+                ))))
+                .description(Some(
+                    "At most 64 entries; key 1 to 64 bytes, value at most 1024 bytes; no \
+                     control characters",
+                ))
+                .into()
+        }
+    }
+    impl ToSchema for UserData {}
+
+    /// An allowed origin of a site, as `OriginPattern::parse` reads it and this module states
+    /// it: `http` or `https`, `://`, an optional `*.`, a host (dot-separated labels of
+    /// `A-Z a-z 0-9 -`, none starting `xn--`, the last starting with a letter) or an IPv4
+    /// address without leading zeros, and an optional port up to 65535. The server checks the
+    /// same grammar ([`is_origin_text`]) before parsing, so the document is exact.
+    pub struct OriginText;
+
+    /// [`OriginText`]'s grammar as a JSON Schema pattern.
+    pub const ORIGIN_PATTERN: &str = "^https?://(?:\\*\\.)?(?:(?:(?![Xx][Nn]--)[A-Za-z0-9-]+\\.)*(?![Xx][Nn]--)[A-Za-z][A-Za-z0-9-]*|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]))(?::(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
+
+    impl PartialSchema for OriginText {
+        fn schema() -> RefOr<Schema> {
+            string().pattern(Some(ORIGIN_PATTERN)).into()
+        }
+    }
+    impl ToSchema for OriginText {}
+
+    /// Whether `text` follows [`OriginText`]'s grammar.
+    pub fn is_origin_text(text: &str) -> bool {
+        let Some(rest) = text
+            .strip_prefix("https://")
+            .or_else(|| text.strip_prefix("http://"))
+        else {
+            return false;
+        };
+        let rest = rest.strip_prefix("*.").unwrap_or(rest);
+        let (host, port) = match rest.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        };
+        let port_ok = port.is_none_or(|port| {
+            (1..=5).contains(&port.len())
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && port.parse::<u32>().is_ok_and(|port| port <= 65_535)
+        });
+        port_ok && (is_ipv4(host) || is_host_name(host))
+    }
+
+    fn is_ipv4(host: &str) -> bool {
+        let octets: Vec<&str> = host.split('.').collect();
+        octets.len() == 4
+            && octets.iter().all(|octet| {
+                (1..=3).contains(&octet.len())
+                    && octet.bytes().all(|b| b.is_ascii_digit())
+                    && !(octet.len() > 1 && octet.starts_with('0'))
+                    && octet.parse::<u16>().is_ok_and(|value| value <= 255)
+            })
+    }
+
+    fn is_host_name(host: &str) -> bool {
+        let labels: Vec<&str> = host.split('.').collect();
+        let label_ok = |label: &&str| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label
+                    .get(..4)
+                    .is_some_and(|head| head.eq_ignore_ascii_case("xn--"))
+        };
+        labels.iter().all(label_ok)
+            && labels
+                .last()
+                .is_some_and(|last| last.starts_with(|c: char| c.is_ascii_alphabetic()))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn origin_texts_follow_the_grammar_the_document_states() {
+            for text in [
+                "https://shop.example",
+                "http://*.example.com:8080",
+                "https://127.0.0.1:65535",
+                "https://a-b.c0",
+            ] {
+                assert!(is_origin_text(text), "{text}");
+                assert!(
+                    crate::domain::access::OriginPattern::parse(text).is_ok(),
+                    "{text}"
+                );
+            }
+            for text in [
+                "",
+                "ftp://shop.example",
+                "https://shop.example/",
+                "https://xn--zz.example",
+                "https://1.2.3",
+                "https://01.2.3.4",
+                "https://shop..example",
+                "https://shop.example:65536",
+                "https://sh\u{f6}p.example",
+            ] {
+                assert!(!is_origin_text(text), "{text}");
+            }
+        }
+    }
+}

@@ -2,15 +2,35 @@
 //! one or a malformed value is a 400 naming it.
 
 use super::error::ApiError;
+use super::openapi::texts::{LocalDay, TimeZone};
 use crate::domain::beacon::{Features, SiteId};
 use crate::domain::echo::echo;
-use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+use crate::domain::ids::{CampaignKey, IdError};
 use crate::query::range::{QueryRange, RangeError};
 use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
 use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+use utoipa::IntoParams;
 
 pub struct Params(HashMap<String, String>);
+
+/// `from`, `to` and `tz`, as every query over a range of days reads them ([`Params::range`]).
+/// A documentation type: the handlers read their raw query strictly with [`Params`].
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct RangeQuery {
+    /// First local day, `YYYY-MM-DD`, from 2000-01-01 to 9998-12-31.
+    #[param(value_type = LocalDay, inline)]
+    from: String,
+    /// Last local day (inclusive): not before `from`, at most 366 days after it.
+    #[param(value_type = LocalDay, inline)]
+    to: String,
+    /// IANA time zone, default `UTC`.
+    #[param(value_type = Option<TimeZone>, inline)]
+    tz: Option<String>,
+}
 
 impl Params {
     /// Parses `raw` and refuses any name outside `known`.
@@ -89,10 +109,15 @@ impl Params {
         let date = |name: &str| {
             let text = self.required(name)?;
             // Exactly YYYY-MM-DD within the years events can have: chrono alone would also take
-            // signed six-digit years, whose arithmetic overflows.
+            // signed six-digit years, whose arithmetic overflows, and padding spaces.
+            let shaped = text.len() == 10
+                && text.bytes().enumerate().all(|(at, byte)| match at {
+                    4 | 7 => byte == b'-',
+                    _ => byte.is_ascii_digit(),
+                });
             NaiveDate::parse_from_str(text, "%Y-%m-%d")
                 .ok()
-                .filter(|date| text.len() == 10 && (2000..=9998).contains(&date.year()))
+                .filter(|date| shaped && (2000..=9998).contains(&date.year()))
                 .ok_or_else(|| {
                     ApiError::invalid(
                         name,
@@ -124,14 +149,16 @@ pub fn site_id(site: &str) -> Result<SiteId, ApiError> {
     SiteId::parse(site).map_err(|message| ApiError::invalid("site", message))
 }
 
+/// An id of a path or a body: the hyphenated or the 32-hex-digit form, never the nil UUID.
+pub fn id<T: FromStr<Err = IdError>>(field: &str, text: &str) -> Result<T, ApiError> {
+    text.parse()
+        .map_err(|error| ApiError::invalid(field, error))
+}
+
 /// The `{advertiser_id}/{campaign_id}` of a path.
 pub fn campaign_key(advertiser_id: &str, campaign_id: &str) -> Result<CampaignKey, ApiError> {
     Ok(CampaignKey {
-        advertiser_id: advertiser_id
-            .parse::<AdvertiserId>()
-            .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))?,
-        campaign_id: campaign_id
-            .parse::<CampaignId>()
-            .map_err(|_| ApiError::invalid("campaign_id", "is not a UUID"))?,
+        advertiser_id: id("advertiser_id", advertiser_id)?,
+        campaign_id: id("campaign_id", campaign_id)?,
     })
 }

@@ -2,7 +2,8 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::{Params, campaign_key};
+use super::openapi::texts::Id;
+use super::params::{Params, RangeQuery, campaign_key};
 use crate::query::report::{DEFAULT_LIMIT, Dimension, MAX_LIMIT};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -48,13 +49,11 @@ pub struct ReportAnswer {
     description = "Clicks are the first clicks, in the range, of impressions shown in the range. \
         Rows: most impressions first, then by value; null (impressions without the key) last.",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
-        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "Last local day (inclusive)"),
-        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
-        ("dimension" = String, Query, description = "ad_id or user_data.<key>"),
-        ("limit" = Option<usize>, Query, description = "Rows listed, 1 to 10000 (default 1000); the rest are summed into one row with \"other\": true"),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
+        RangeQuery,
+        ("dimension" = String, Query, pattern = "^(?:ad_id|user_data\\.[^\\u0000-\\u001F\\u007F-\\u009F]{1,64})$", description = "ad_id or user_data.<key> (a key of 1 to 64 bytes, no control character)"),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 10000, description = "Rows listed, 1 to 10000 (default 1000); the rest are summed into one row with \"other\": true"),
     ),
     responses(
         (status = 200, description = "OK", body = ReportAnswer),

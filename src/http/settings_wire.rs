@@ -2,6 +2,7 @@
 //! from its body keep their value.
 
 use super::error::ApiError;
+use super::openapi::texts::{OriginText, TimeZone, is_origin_text};
 use crate::domain::access::{OriginPattern, SiteProfile};
 use crate::domain::bucket::BucketCount;
 use crate::settings::{CurrentSettings, SettingsChange};
@@ -30,14 +31,15 @@ pub struct CampaignSettingsWire {
     effective_from: Option<String>,
     /// Billable impressions per day, or null for none; takes effect at once.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>)]
+    #[schema(value_type = Option<u64>, maximum = 9223372036854775807_u64)]
     daily_cap: Option<Value>,
     /// Billable impressions over the campaign's life, or null for none; takes effect at once.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>)]
+    #[schema(value_type = Option<u64>, maximum = 9223372036854775807_u64)]
     total_cap: Option<Value>,
     /// IANA zone of the campaign's day for `daily_cap` and pacing (default `UTC`); takes
     /// effect at once.
+    #[schema(value_type = Option<TimeZone>, inline)]
     tz: Option<String>,
 }
 
@@ -50,7 +52,10 @@ pub struct SiteSettingsWire {
     #[schema(value_type = Option<String>, format = DateTime)]
     effective_from: Option<String>,
     /// Origins whose pages may send the site's beacons (`https://shop.example`,
-    /// `https://*.example.com`); empty: any.
+    /// `https://*.example.com`); empty: any. At most 100; each an http(s) scheme, an optional
+    /// `*.`, a host name (its last label starting with a letter) or an IPv4 address, and an
+    /// optional port.
+    #[schema(max_items = 100, inline, value_type = Option<Vec<OriginText>>)]
     allowed_origins: Option<Vec<String>>,
     /// Whether a beacon must come from a page (Origin or Referer): refuses server-side senders.
     require_origin: Option<bool>,
@@ -59,10 +64,24 @@ pub struct SiteSettingsWire {
 /// The most origins one site may list.
 const MAX_ALLOWED_ORIGINS: usize = 100;
 
+/// A settings body: a JSON object, `{}` at the least. No body is refused rather than read as
+/// `{}`: a client that lost its body on the way must not schedule a default change. Serde would
+/// also read a struct from an array of its fields in order, which no client means.
 fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return serde_json::from_slice(b"{}")
-            .map_err(|error| ApiError::invalid("body", error.to_string()));
+    match body.trim_ascii_start().first() {
+        None => {
+            return Err(ApiError::invalid(
+                "body",
+                "is required: a JSON object of settings (`{}` changes nothing)",
+            ));
+        }
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "body",
+                "must be a JSON object of settings",
+            ));
+        }
     }
     serde_json::from_slice(body).map_err(|error| {
         ApiError::invalid("body", format!("is not a JSON object of settings: {error}"))
@@ -78,11 +97,20 @@ fn parse_effective_from(text: Option<String>) -> Result<Option<DateTime<Utc>>, A
     .transpose()
 }
 
+/// A whole number as JSON may write it: `138` or `138.0` (JSON Schema's `integer` takes both).
+fn whole(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|number| number.fract() == 0.0 && (0.0..9.0e15).contains(number))
+            .map(|number| number as u64)
+    })
+}
+
 fn parse_buckets(value: Option<Value>) -> Result<Option<BucketCount>, ApiError> {
     value
         .map(|value| {
-            value
-                .as_u64()
+            whole(&value)
                 .and_then(|count| u16::try_from(count).ok())
                 .and_then(|count| BucketCount::new(count).ok())
                 .ok_or_else(|| ApiError::invalid("buckets", "must be a whole number from 1 to 256"))
@@ -95,8 +123,7 @@ fn parse_cap(field: &str, value: Option<Value>) -> Result<Option<Option<u64>>, A
     match value {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
-        Some(value) => value
-            .as_u64()
+        Some(value) => whole(&value)
             .filter(|cap| i64::try_from(*cap).is_ok())
             .map(|cap| Some(Some(cap)))
             .ok_or_else(|| ApiError::invalid(field, "must be null or a whole number below 2^63")),
@@ -154,6 +181,12 @@ impl SiteSettingsWire {
                 origins
                     .iter()
                     .map(|origin| {
+                        if !is_origin_text(origin) {
+                            return Err(ApiError::invalid(
+                                "allowed_origins",
+                                "must be an origin like https://shop.example or https://*.example.com",
+                            ));
+                        }
                         OriginPattern::parse(origin)
                             .map_err(|message| ApiError::invalid("allowed_origins", message))
                     })
@@ -234,5 +267,22 @@ impl SiteSettingsAnswer {
                 .unwrap_or_default(),
             require_origin: profile.is_some_and(|profile| profile.require_origin),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_whole_number_may_be_written_with_a_zero_fraction() {
+        assert_eq!(whole(&json!(138)), Some(138));
+        assert_eq!(whole(&json!(138.0)), Some(138));
+        assert_eq!(whole(&json!(138.5)), None);
+        assert_eq!(whole(&json!(-1)), None);
+        assert_eq!(whole(&json!("138")), None);
+        let buckets = parse_buckets(Some(json!(16.0))).expect("a whole number");
+        assert_eq!(buckets.map(|count| count.get()), Some(16));
     }
 }

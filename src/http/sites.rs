@@ -3,7 +3,8 @@
 use super::AppState;
 use super::body::small_body;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::{Params, site_id};
+use super::openapi::texts::Site;
+use super::params::{Params, RangeQuery, site_id};
 use super::settings_wire::{SiteSettingsAnswer, SiteSettingsWire};
 use crate::domain::access::SiteProfile;
 use crate::domain::echo::echo;
@@ -24,8 +25,8 @@ use utoipa::ToSchema;
     summary = "Register a site for beacons, set its allowed origins, or change its bucket count.",
     description = "The body merges: absent fields keep their value; `{}` registers the site as it is. \
         While keys are on, beacons are accepted only for registered sites.",
-    params(("site" = String, Path, description = "1–128 characters of A-Z a-z 0-9 . _ : -")),
-    request_body = SiteSettingsWire,
+    params(("site" = inline(Site), Path, description = "1–128 characters of A-Z a-z 0-9 . _ : -")),
+    request_body(content = SiteSettingsWire, content_type = "application/json", description = "A JSON object; `{}` registers the site as it is"),
     security(("bearer" = ["admin"])),
     responses(
         (status = 200, description = "The site after the change", body = SiteSettingsAnswer),
@@ -66,7 +67,7 @@ pub async fn put_settings(
     path = "/v1/sites/{site}",
     tag = "settings",
     summary = "The site's settings and registration (a never-configured site has 1 bucket).",
-    params(("site" = String, Path)),
+    params(("site" = inline(Site), Path)),
     security(("bearer" = ["read"])),
     responses(
         (status = 200, description = "OK", body = SiteSettingsAnswer),
@@ -85,6 +86,17 @@ pub async fn get_settings(
         .await?;
     let profile = state.access.stored_site(&site).await?;
     Ok(Json(SiteSettingsAnswer::new(&current, profile.as_ref())))
+}
+
+/// The values of `granularity`, for the document.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum GranularityName {
+    Total,
+    Month,
+    Week,
+    Day,
 }
 
 /// Visits (exact) and unique visitors (HyperLogLog++) of a period or of the whole range.
@@ -142,11 +154,9 @@ pub struct UniquesAnswer {
     description = "A feature filter is given as `feature.<name>=<value>` parameters (any subset of \
         a beacon's features; none = every visit of the site).",
     params(
-        ("site" = String, Path),
-        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "Last local day (inclusive), at most 366 days after from"),
-        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
-        ("granularity" = Option<String>, Query, description = "total (default), month, week, day"),
+        ("site" = inline(Site), Path),
+        RangeQuery,
+        ("granularity" = inline(Option<GranularityName>), Query, description = "total (default), month, week, day"),
     ),
     responses(
         (status = 200, description = "OK", body = UniquesAnswer),

@@ -2,7 +2,8 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use super::params::{Params, campaign_key};
+use super::openapi::texts::Id;
+use super::params::{Params, RangeQuery, campaign_key};
 use crate::domain::echo::echo;
 use crate::query::summary::{Counts, Grouping};
 use axum::Json;
@@ -76,6 +77,17 @@ pub struct SummaryAnswer {
     pub rows: Vec<SummaryRow>,
 }
 
+/// The values of `group_by`, for the document.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum GroupBy {
+    Day,
+    Hour,
+    Ad,
+    None,
+}
+
 fn row(counts: &Counts) -> SummaryRow {
     SummaryRow {
         day: None,
@@ -92,12 +104,10 @@ fn row(counts: &Counts) -> SummaryRow {
     security(("bearer" = ["read"])),
     summary = "Impressions, clicks, CTR, unique users and billable impressions per local day, clock hour or ad, and in total.",
     params(
-        ("advertiser_id" = uuid::Uuid, Path),
-        ("campaign_id" = uuid::Uuid, Path),
-        ("from" = String, Query, description = "First local day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "Last local day (inclusive), at most 366 days after from"),
-        ("tz" = Option<String>, Query, description = "IANA time zone, default UTC"),
-        ("group_by" = Option<String>, Query, description = "day (default), hour, ad, none"),
+        ("advertiser_id" = inline(Id), Path),
+        ("campaign_id" = inline(Id), Path),
+        RangeQuery,
+        ("group_by" = inline(Option<GroupBy>), Query, description = "day (default), hour, ad, none"),
     ),
     responses(
         (status = 200, description = "OK", body = SummaryAnswer),

@@ -4,7 +4,9 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorAnswer};
-use crate::domain::ids::AdvertiserId;
+use super::openapi::texts::Id;
+use super::params::id;
+use crate::domain::ids::{AdvertiserId, parse_uuid};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -49,8 +51,7 @@ fn created_at(secret: &TagSecret) -> String {
 }
 
 fn advertiser(text: &str) -> Result<AdvertiserId, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError::invalid("advertiser_id", "is not a UUID"))
+    id("advertiser_id", text)
 }
 
 #[utoipa::path(
@@ -58,7 +59,7 @@ fn advertiser(text: &str) -> Result<AdvertiserId, ApiError> {
     path = "/v1/advertisers/{advertiser_id}/tag-secrets",
     tag = "ad tags",
     summary = "Create a tag secret for the advertiser's signed pixel and click URLs.",
-    params(("advertiser_id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 201, description = "Created; `secret` is shown this once", body = NewTagSecret),
@@ -92,7 +93,7 @@ pub async fn create_tag_secret(
     path = "/v1/advertisers/{advertiser_id}/tag-secrets",
     tag = "ad tags",
     summary = "The advertiser's tag secrets: ids and creation times, never the secrets.",
-    params(("advertiser_id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 200, description = "OK, oldest first", body = TagSecretList),
@@ -124,7 +125,7 @@ pub async fn list_tag_secrets(
     path = "/v1/advertisers/{advertiser_id}/tag-secrets/{id}",
     tag = "ad tags",
     summary = "Delete a tag secret: URLs it signed stop counting on every server process within the settings cache lifetime.",
-    params(("advertiser_id" = uuid::Uuid, Path), ("id" = uuid::Uuid, Path)),
+    params(("advertiser_id" = inline(Id), Path), ("id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Deleted"),
@@ -140,7 +141,9 @@ pub async fn delete_tag_secret(
     Path((advertiser_id, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let advertiser = advertiser(&advertiser_id)?;
-    let id = TagSecretId::parse(&id).ok_or_else(|| ApiError::invalid("id", "is not a UUID"))?;
+    let id = parse_uuid(&id)
+        .map(TagSecretId::new)
+        .map_err(|error| ApiError::invalid("id", error))?;
     if !state.access.delete_tag_secret(advertiser, id).await? {
         return Err(ApiError::NotFound(format!(
             "/v1/advertisers/{advertiser}/tag-secrets/{id}"

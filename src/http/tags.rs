@@ -8,11 +8,14 @@
 use super::AppState;
 use super::client_ip::client_ip;
 use super::error::{ApiError, ErrorAnswer};
+use super::openapi::texts::Id;
 use super::tag_query::{self, QueryRefusal, SignedQuery, TagShape};
 use super::track::pixel_response;
 use super::viewer::Viewer;
 use crate::domain::event::{Click, Impression};
-use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::ids::{
+    AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId, parse_uuid,
+};
 use crate::domain::tag::{TagSecretId, TagTimeRefusal, admits_at};
 use crate::domain::time::EventTime;
 use crate::domain::user_data::UserData;
@@ -140,6 +143,36 @@ async fn signed_impression(
     })
 }
 
+/// The parameters of a signed click link, in the order they are signed (`s` last), for the
+/// document.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct ClickLink {
+    /// The advertiser.
+    #[param(value_type = Id, inline)]
+    a: String,
+    /// The campaign.
+    #[param(value_type = Id, inline)]
+    c: String,
+    /// The ad.
+    #[param(value_type = Id, inline)]
+    ad: String,
+    /// The impression clicked.
+    #[param(value_type = Id, inline)]
+    imp: String,
+    /// The impression's time, epoch milliseconds.
+    t: i64,
+    /// Where the viewer goes: an http or https URL.
+    url: String,
+    /// The tag secret's id.
+    #[param(value_type = Id, inline)]
+    k: String,
+    /// base64url_nopad(HMAC-SHA256(secret, the query bytes before `&s=`)).
+    #[param(pattern = "^[A-Za-z0-9_-]+$")]
+    s: String,
+}
+
 #[utoipa::path(
     get,
     path = "/c",
@@ -149,6 +182,7 @@ async fn signed_impression(
         percent-encoded http or https URL), `k`, then `s`, signed like the pixel. Counted as a \
         click of `imp` at the receive time when it arrives within `--click-ttl` after `t`. \
         Nothing may follow `s`; no parameter may repeat. `Authorization` is ignored.",
+    params(ClickLink),
     responses(
         (status = 302, description = "To `url`; the click is counted (past the address's rate or the in-flight cap: redirected, uncounted)"),
         (status = 403, description = "A missing or bad signature, an expired link, a malformed query or a URL that is not http(s): no `Location`", body = ErrorAnswer),
@@ -265,7 +299,7 @@ async fn verified<'q>(
 fn uuid(signed: &SignedQuery<'_>, name: &'static str) -> Result<uuid::Uuid, TagRefusal> {
     signed
         .get(name)
-        .and_then(|text| uuid::Uuid::parse_str(text).ok())
+        .and_then(|text| parse_uuid(text).ok())
         .ok_or(TagRefusal::Value(name))
 }
 

@@ -7,6 +7,7 @@ use super::beacon_params::{BeaconError, parse_beacon};
 use super::body::{BodyLimits, read_body};
 use super::client_ip::client_ip;
 use super::error::{ApiError, ErrorAnswer, FieldError};
+use super::openapi::texts::{Guid, Site};
 use super::viewer::Viewer;
 use crate::domain::echo::echo;
 use axum::extract::{Request, State};
@@ -15,6 +16,51 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde_json::Value;
+
+/// A beacon's own parameters, for the document. Feature parameters (any other name, 1–64
+/// characters of `A-Z a-z 0-9 _ . -`, a value of at most 512 bytes, at most 4 by default) and
+/// cache busters (`cb`, `_*`) are described, not listed. `site` is listed as required: a
+/// beacon without it must come from a page, whose `Origin` or `Referer` names the site.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct BeaconQuery {
+    /// The site; default: the host of `Origin`, else of `Referer`.
+    #[param(value_type = Site, inline)]
+    site: String,
+    /// The visitor id: 1–128 characters, no control character.
+    #[param(value_type = Guid, inline)]
+    guid: String,
+    /// Epoch seconds (a decimal fraction allowed), from 2000-01-01 to 10 minutes ahead of the
+    /// server's clock; default: the receive time.
+    #[param(value_type = Option<String>, pattern = "^(?:9466848[0-9]{2}|9466849[0-9]{2}|94668[5-9][0-9]{3}|94669[0-9]{4}|946[7-9][0-9]{5}|94[7-9][0-9]{6}|9[5-9][0-9]{7}|[1-9][0-9]{9,11})(?:\\.[0-9]*)?$")]
+    timestamp: Option<String>,
+}
+
+/// The form body of a beacon `POST`: the parameters of [`BeaconQuery`], as an object.
+pub struct BeaconForm;
+
+impl utoipa::PartialSchema for BeaconForm {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
+        use utoipa::IntoParams;
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(
+                AdditionalProperties::<utoipa::openapi::Schema>::FreeForm(false),
+            ));
+        for parameter in BeaconQuery::into_params(|| None) {
+            if let Some(schema) = parameter.schema {
+                object = object.property(parameter.name.clone(), schema);
+            }
+            if parameter.required == utoipa::openapi::Required::True {
+                object = object.required(parameter.name);
+            }
+        }
+        object.into()
+    }
+}
+impl utoipa::ToSchema for BeaconForm {}
 
 /// A beacon is a few hundred bytes; this leaves room for the largest valid one.
 const MAX_BEACON_BYTES: usize = 64 * 1024;
@@ -35,7 +81,7 @@ const PIXEL: &[u8] = &[
         an `application/x-www-form-urlencoded` or `multipart/form-data` body, a `text/plain` body holding the same or a \
         JSON object, `application/json`, and the query string, merged. CORS is open to every \
         origin.",
-    request_body(content = String, content_type = "application/x-www-form-urlencoded", example = "site=site1&guid=962e0c3a-6c08-4160-9196-f0050faffe62&feature1=facebook.com"),
+    request_body(content = inline(BeaconForm), content_type = "application/x-www-form-urlencoded", example = "site=site1&guid=962e0c3a-6c08-4160-9196-f0050faffe62&feature1=facebook.com"),
     responses(
         (status = 204, description = "Stored"),
         (status = 400, description = "Invalid input: the error names the field or parameter; nothing was stored", body = ErrorAnswer),
@@ -107,9 +153,7 @@ pub fn pixel_response() -> Response {
     tag = "beacons",
     summary = "Record a page-view beacon from the query string (a tracking pixel).",
     params(
-        ("site" = Option<String>, Query, description = "Site id; default: the host of Origin, else of Referer"),
-        ("guid" = String, Query, description = "Visitor id, 1–128 characters"),
-        ("timestamp" = Option<String>, Query, description = "Epoch seconds (a fraction allowed); default: the receive time"),
+        BeaconQuery,
     ),
     responses(
         (status = 200, description = "A 1×1 transparent GIF", content_type = "image/gif"),

@@ -4,9 +4,12 @@
 
 use super::body::{BodyFormat, RawItem, check_count, scan, split_items};
 use super::error::{ApiError, FieldError};
+use super::openapi::texts::{Id, IpAddress, Timestamp, UserData as UserDataText};
 use crate::domain::echo::echo;
 use crate::domain::event::{Click, Impression};
-use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::ids::{
+    AdId, AdvertiserId, CampaignId, CampaignKey, IdError, ImpressionId, UserId, parse_uuid,
+};
 use crate::domain::time::{EventTime, EventTimeError};
 use crate::domain::traffic::UserAgent;
 use crate::domain::user_data::UserData;
@@ -81,29 +84,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for WireTimestamp<'a> {
 pub struct ImpressionWire<'a> {
     /// Chosen by the ad server; it also goes into the click URL.
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     impression_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     advertiser_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     campaign_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     ad_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     user_id: Option<Cow<'a, str>>,
     /// RFC 3339, or an integer of epoch **milliseconds**: when the ad was served.
     #[serde(borrow)]
-    #[schema(value_type = String, example = "2026-11-26T12:00:00.000Z")]
+    #[schema(value_type = Timestamp, inline)]
     timestamp: Option<WireTimestamp<'a>>,
     /// IPv4 or IPv6; default: the client address.
     #[serde(borrow)]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<IpAddress>, inline)]
     user_ip: Option<Cow<'a, str>>,
     /// At most 64 entries; key ≤ 64 bytes, value ≤ 1024 bytes.
+    #[schema(value_type = Option<UserDataText>, inline)]
     user_data: Option<BTreeMap<String, String>>,
     /// The viewer's browser user agent (not the ad server's own client's); at most 512 bytes
     /// are kept. Classifies the impression as invalid traffic when it is a known bot.
@@ -116,20 +120,20 @@ pub struct ImpressionWire<'a> {
 #[schema(as = Click)]
 pub struct ClickWire<'a> {
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     impression_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     advertiser_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     campaign_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(value_type = Id, inline)]
     ad_id: Option<Cow<'a, str>>,
     /// RFC 3339, or an integer of epoch **milliseconds**: when the ad was clicked.
     #[serde(borrow)]
-    #[schema(value_type = String, example = "2026-11-26T12:00:05.000Z")]
+    #[schema(value_type = Timestamp, inline)]
     timestamp: Option<WireTimestamp<'a>>,
     /// The clicker's browser user agent; at most 512 bytes are kept.
     #[serde(borrow)]
@@ -164,9 +168,12 @@ impl Item<'_> {
     fn uuid(&mut self, field: &str, value: Option<Cow<'_, str>>) -> Option<Uuid> {
         match value {
             None => self.fail(field, "is required"),
-            Some(text) => match Uuid::parse_str(&text) {
+            Some(text) => match parse_uuid(&text) {
                 Ok(id) => Some(id),
-                Err(_) => self.fail(field, format!("{} is not a UUID", echo(&text))),
+                Err(IdError::NotUuid) => {
+                    self.fail(field, format!("{} {}", echo(&text), IdError::NotUuid))
+                }
+                Err(error) => self.fail(field, error.to_string()),
             },
         }
     }
@@ -233,7 +240,7 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
         let timestamp = item.timestamp(self.timestamp, cx.context.now);
         let viewer_ip = match self.user_ip {
             None => None,
-            Some(text) => match text.trim().parse::<IpAddr>() {
+            Some(text) => match text.parse::<IpAddr>() {
                 Ok(ip) => Some(ip),
                 Err(_) => item.fail(
                     "user_ip",

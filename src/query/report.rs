@@ -13,7 +13,7 @@ use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
-use crate::domain::user_data::MAX_KEY_BYTES;
+use crate::domain::user_data;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -33,12 +33,9 @@ impl std::str::FromStr for Dimension {
             return Ok(Self::AdId);
         }
         match text.strip_prefix("user_data.") {
-            Some(key) if !key.is_empty() && key.len() <= MAX_KEY_BYTES => {
-                Ok(Self::UserData(key.to_owned()))
-            }
-            Some(_) => Err(format!(
-                "the user_data key must be 1 to {MAX_KEY_BYTES} bytes"
-            )),
+            Some(key) => user_data::check_key(key)
+                .map(|()| Self::UserData(key.to_owned()))
+                .map_err(|message| format!("the user_data {message}")),
             None => Err(format!("{} is not ad_id or user_data.<key>", echo(text))),
         }
     }

@@ -48,10 +48,22 @@ pub enum ChangeError {
     TooSoon { lead_seconds: i64 },
     #[error("is more than {MAX_SCHEDULE_DAYS} days ahead")]
     TooFar,
-    #[error("would be the {n}th scheduled change; at most {MAX_SCHEDULED} changes may wait to take effect", n = MAX_SCHEDULED + 1)]
+    #[error("would be the {} scheduled change; at most {MAX_SCHEDULED} changes may wait to take effect", ordinal(MAX_SCHEDULED + 1))]
     TooManyScheduled,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// `n` as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 101st, 111th.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// A configuration as it is now: the newest entry and the bucket count in force.
@@ -159,5 +171,30 @@ impl Settings {
             latest: history.latest(),
             in_force: history.buckets_at(now),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals_take_their_english_suffix() {
+        let written: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111, 112, 1000]
+            .into_iter()
+            .map(ordinal)
+            .collect();
+        assert_eq!(
+            written,
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
+                "111th", "112th", "1000th"
+            ]
+        );
+        assert!(
+            ChangeError::TooManyScheduled
+                .to_string()
+                .starts_with("would be the 101st scheduled change"),
+        );
     }
 }

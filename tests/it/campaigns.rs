@@ -154,10 +154,43 @@ async fn a_settings_change_merges_into_what_is_there(backend: Backend) {
     assert_eq!(cleared["buckets"], 4, "{cleared}");
 }
 
+async fn a_settings_put_without_a_json_object_body_is_refused_naming_the_body(backend: Backend) {
+    let server = backend.server().await;
+    let paths = [
+        Campaign::fresh().path(),
+        format!("/v1/sites/{}", crate::common::beacons::fresh_site()),
+    ];
+    for path in &paths {
+        for body in ["", "  \n", "null", "[]", "[1]", "\"x\"", "5"] {
+            let response = http()
+                .put(server.url(path))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("answered");
+            let status = response.status();
+            let answer: Value = response.json().await.expect("JSON");
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {body:?}: {answer}");
+            assert_eq!(
+                answer["error"]["errors"][0]["field"], "body",
+                "{path} {body:?}: {answer}"
+            );
+        }
+        let (status, answer) = get(&server, path, "").await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["buckets"], 1, "nothing was scheduled: {answer}");
+        if path.starts_with("/v1/sites/") {
+            assert_eq!(answer["registered"], false, "{answer}");
+        }
+    }
+}
+
 conformance!(
     a_settings_change_merges_into_what_is_there,
     a_never_configured_campaign_has_one_bucket,
     a_change_scheduled_far_enough_ahead_is_stored_as_given,
     a_change_without_effective_from_waits_for_every_cache_to_expire,
     invalid_settings_are_refused_naming_the_field,
+    a_settings_put_without_a_json_object_body_is_refused_naming_the_body,
 );

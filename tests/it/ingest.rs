@@ -106,6 +106,122 @@ async fn missing_fields_unknown_fields_and_duplicate_ids_are_judged_per_item(bac
     assert_eq!(errors[1]["field"], "impression_id");
 }
 
+async fn control_characters_in_user_data_are_refused_naming_the_field(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let with_data = |user_data: Value| {
+        let mut impression =
+            campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at("2026-10-06T10:00:00Z"));
+        impression["user_data"] = user_data;
+        impression
+    };
+    let batch = [
+        with_data(json!({"country": "FR\u{0}"})),
+        with_data(json!({"coun\u{0}try": "FR"})),
+        with_data(json!({"country": "\u{1b}[31mFR"})),
+        with_data(json!({"country": "Côte d’Ivoire"})),
+    ];
+
+    let (status, body) = post(&server, "/v1/impressions", &json!(batch)).await;
+
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let errors = body["error"]["errors"].as_array().expect("errors");
+    let named: Vec<(u64, &str)> = errors
+        .iter()
+        .map(|error| {
+            (
+                error["index"].as_u64().unwrap_or(99),
+                error["field"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [(0, "user_data"), (1, "user_data"), (2, "user_data")],
+        "{body}"
+    );
+    assert_eq!(
+        summary(&server, &campaign, "from=2026-10-06&to=2026-10-06").await["totals"]["impressions"],
+        0
+    );
+}
+
+async fn ids_are_taken_hyphenated_or_as_32_hex_digits_and_never_nil(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let impression = |id: &str| {
+        let mut impression = campaign.impression(
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            chrono::Utc::now() - chrono::Duration::minutes(1),
+        );
+        impression["impression_id"] = json!(id);
+        impression
+    };
+    let id = Uuid::new_v4();
+    let refused = [
+        format!("urn:uuid:{id}"),
+        format!("{{{id}}}"),
+        Uuid::nil().to_string(),
+        Uuid::nil().simple().to_string(),
+    ];
+
+    let (status, body) = post(
+        &server,
+        "/v1/impressions",
+        &json!(refused.iter().map(|id| impression(id)).collect::<Vec<_>>()),
+    )
+    .await;
+    let (plain_status, plain_body) = post(
+        &server,
+        "/v1/impressions",
+        &impression(&id.simple().to_string().to_uppercase()),
+    )
+    .await;
+
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let errors = body["error"]["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), refused.len(), "{body}");
+    for (index, error) in errors.iter().enumerate() {
+        assert_eq!(error["index"], index, "{body}");
+        assert_eq!(error["field"], "impression_id", "{body}");
+    }
+    assert!(
+        errors[2]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nil"),
+        "{body}"
+    );
+    assert_eq!(plain_status, StatusCode::OK, "{plain_body}");
+    let (_, recent) = get(
+        &server,
+        &format!("{}/impressions/recent", campaign.path()),
+        "",
+    )
+    .await;
+    assert_eq!(recent["impressions"][0]["impression_id"], id.to_string());
+
+    for (path, field) in [
+        (
+            format!("/v1/advertisers/urn:uuid:{}/campaigns/{}/summary", id, id),
+            "advertiser_id",
+        ),
+        (
+            format!("/v1/advertisers/{id}/campaigns/{}/summary", Uuid::nil()),
+            "campaign_id",
+        ),
+        (
+            format!("/v1/advertisers/{{{id}}}/campaigns"),
+            "advertiser_id",
+        ),
+    ] {
+        let (status, body) = get(&server, &path, "from=2026-10-06&to=2026-10-06").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["errors"][0]["field"], field, "{path}: {body}");
+    }
+}
+
 async fn gzip_and_ndjson_bodies_are_accepted(backend: Backend) {
     let server = backend.server().await;
     let campaign = Campaign::fresh();
@@ -351,6 +467,8 @@ conformance!(
     resending_a_batch_changes_no_count,
     a_batch_with_one_bad_item_stores_none_of_its_items_and_names_the_problem,
     missing_fields_unknown_fields_and_duplicate_ids_are_judged_per_item,
+    control_characters_in_user_data_are_refused_naming_the_field,
+    ids_are_taken_hyphenated_or_as_32_hex_digits_and_never_nil,
     gzip_and_ndjson_bodies_are_accepted,
     bodies_over_the_limits_are_413_and_other_media_types_415,
     malformed_json_is_a_400_in_the_error_shape,

@@ -173,6 +173,8 @@ async fn a_report_without_a_valid_dimension_is_a_400_naming_it(backend: Backend)
         MONTH.to_owned(),
         format!("{MONTH}&dimension=country"),
         format!("{MONTH}&dimension=user_data."),
+        format!("{MONTH}&dimension=user_data.%00"),
+        format!("{MONTH}&dimension=user_data.a%1Bb"),
         format!("{MONTH}&dimension=ad_id&group_by=day"),
     ] {
         let (status, body) = get(&server, &path, &query).await;
