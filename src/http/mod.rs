@@ -1,42 +1,30 @@
 //! The HTTP layer: routing, extraction and error mapping. Handlers parse what a client sent
-//! into domain values, ask a service (ingestion, beacons, queries, settings) and turn the
-//! answer into a typed, documented response; they never reach the store.
+//! into domain values, ask a service and turn the answer into a typed, documented response;
+//! they never reach the store. One folder per endpoint family:
+//! - [`ingestion`]: impressions and clicks from ad servers;
+//! - [`beacons`]: `/track` from customers' pages;
+//! - [`tags`]: the signed ad tags viewers' browsers request (`/i`, `/c`);
+//! - [`browser`]: files served to browsers (the tracker script, the dashboard);
+//! - [`queries`]: summaries, reports, exports, uniques, listings, delivery, freshness;
+//! - [`admin`]: settings, keys, tag secrets;
+//! - [`edge`]: what every endpoint shares (keys, limits, bodies, parameters, client address,
+//!   errors, request ids, metrics, health, the OpenAPI document).
+//!
+//! [`state`] is what the handlers share; this file assembles the router and its layers.
 
-mod auth;
-mod beacon_params;
-mod body;
+mod admin;
+mod beacons;
 mod browser;
-mod campaigns;
-mod client_ip;
-mod delivery;
-mod error;
-mod events;
-mod export;
-mod health;
-mod json_errors;
-mod keys;
-mod limits;
-mod listings;
-pub mod metrics;
-mod openapi;
-mod params;
-mod report;
-mod request_id;
-mod settings_wire;
-mod sites;
+mod edge;
+mod ingestion;
+mod queries;
 mod state;
-mod summary;
-mod tag_query;
-mod tag_secrets;
 mod tags;
-mod track;
-mod unread_body;
-mod viewer;
-mod wire;
 
-pub use body::BodyLimits;
-pub use error::{ApiError, FieldError};
-pub use limits::{ConnectionLimits, ConnectionSlots, InFlight, RateLimits};
+pub use edge::body::BodyLimits;
+pub use edge::error::{ApiError, FieldError};
+pub use edge::limits::{ConnectionLimits, ConnectionSlots, InFlight, RateLimits};
+pub use edge::metrics;
 pub use state::{AppState, EdgeOptions, Handlers};
 
 use crate::random_id::MakeRandomRequestId;
@@ -59,18 +47,24 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The dashboards' endpoints, with CORS for the origins an operator lists.
 fn queries(state: &AppState) -> OpenApiRouter<AppState> {
     let queries = OpenApiRouter::new()
-        .routes(routes!(campaigns::get_settings, campaigns::put_settings))
-        .routes(routes!(summary::get_summary))
-        .routes(routes!(delivery::get_delivery))
-        .routes(routes!(delivery::get_freshness))
-        .routes(routes!(report::get_report))
-        .routes(routes!(export::get_impressions))
-        .routes(routes!(export::get_recent_impressions))
-        .routes(routes!(sites::get_settings, sites::put_settings))
-        .routes(routes!(sites::get_uniques))
-        .routes(routes!(listings::list_campaigns))
-        .routes(routes!(listings::list_sites))
-        .routes(routes!(listings::get_features));
+        .routes(routes!(
+            admin::campaigns::get_settings,
+            admin::campaigns::put_settings
+        ))
+        .routes(routes!(queries::summary::get_summary))
+        .routes(routes!(queries::delivery::get_delivery))
+        .routes(routes!(queries::delivery::get_freshness))
+        .routes(routes!(queries::report::get_report))
+        .routes(routes!(queries::export::get_impressions))
+        .routes(routes!(queries::export::get_recent_impressions))
+        .routes(routes!(
+            admin::sites::get_settings,
+            admin::sites::put_settings
+        ))
+        .routes(routes!(queries::uniques::get_uniques))
+        .routes(routes!(queries::listings::list_campaigns))
+        .routes(routes!(queries::listings::list_sites))
+        .routes(routes!(queries::listings::get_features));
     if state.options.cors_origins.is_empty() {
         return queries;
     }
@@ -87,12 +81,12 @@ fn queries(state: &AppState) -> OpenApiRouter<AppState> {
 fn beacons() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(
-            track::get_track,
-            track::post_track,
-            track::options_track
+            beacons::track::get_track,
+            beacons::track::post_track,
+            beacons::track::options_track
         ))
         // Link checkers and prefetchers: answered, not recorded, not worth documenting.
-        .route("/track", head(track::head_track))
+        .route("/track", head(beacons::track::head_track))
         .layer(
             CorsLayer::new()
                 .allow_origin(tower_http::cors::Any)
@@ -106,10 +100,10 @@ fn beacons() -> OpenApiRouter<AppState> {
 /// a navigation need none).
 fn ad_tags() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(tags::get_pixel))
-        .routes(routes!(tags::get_click))
-        .route("/i", head(tags::head_pixel))
-        .route("/c", head(tags::head_click))
+        .routes(routes!(tags::pixel_click::get_pixel))
+        .routes(routes!(tags::pixel_click::get_click))
+        .route("/i", head(tags::pixel_click::head_pixel))
+        .route("/c", head(tags::pixel_click::head_click))
 }
 
 /// The whole API as one service, for the server's connections.
@@ -117,52 +111,52 @@ pub type App = BoxCloneSyncService<axum::extract::Request, axum::response::Respo
 
 /// The whole API: routes, their middleware and the framework's own answers in JSON.
 pub fn router(state: AppState) -> App {
-    metrics::prometheus();
-    let (routes, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(health::healthz))
-        .routes(routes!(health::readyz))
-        .routes(routes!(metrics::get_metrics))
-        .routes(routes!(openapi::get_openapi))
-        .routes(routes!(events::post_impressions))
-        .routes(routes!(events::post_clicks))
-        .routes(routes!(keys::create_key, keys::list_keys))
-        .routes(routes!(keys::delete_key))
-        .routes(routes!(keys::key_self))
+    edge::metrics::prometheus();
+    let (routes, document) = OpenApiRouter::with_openapi(edge::openapi::ApiDoc::openapi())
+        .routes(routes!(edge::health::healthz))
+        .routes(routes!(edge::health::readyz))
+        .routes(routes!(edge::metrics::get_metrics))
+        .routes(routes!(edge::openapi::get_openapi))
+        .routes(routes!(ingestion::events::post_impressions))
+        .routes(routes!(ingestion::events::post_clicks))
+        .routes(routes!(admin::keys::create_key, admin::keys::list_keys))
+        .routes(routes!(admin::keys::delete_key))
+        .routes(routes!(admin::keys::key_self))
         .routes(routes!(
-            tag_secrets::create_tag_secret,
-            tag_secrets::list_tag_secrets
+            admin::tag_secrets::create_tag_secret,
+            admin::tag_secrets::list_tag_secrets
         ))
-        .routes(routes!(tag_secrets::delete_tag_secret))
-        .routes(routes!(browser::tracker))
-        .routes(routes!(browser::dashboard))
+        .routes(routes!(admin::tag_secrets::delete_tag_secret))
+        .routes(routes!(browser::assets::tracker))
+        .routes(routes!(browser::assets::dashboard))
         .route(
             "/dashboard/app.js",
-            axum::routing::get(browser::dashboard_script),
+            axum::routing::get(browser::assets::dashboard_script),
         )
         .route(
             "/dashboard/app.css",
-            axum::routing::get(browser::dashboard_style),
+            axum::routing::get(browser::assets::dashboard_style),
         )
         .merge(ad_tags())
         .merge(queries(&state))
         .merge(beacons())
         .split_for_parts();
-    openapi::publish(document);
+    edge::openapi::publish(document);
     let body_timeout = state.options.body_timeout;
     let routed = routes
         // After routing (they need the route template), before any handler reads a body: the
         // key first (a refused caller spends no slot), then the caps on work in flight.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            limits::shed,
+            edge::limits::shed,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            auth::authorize,
+            edge::auth::authorize,
         ))
-        .fallback(error::not_found)
+        .fallback(edge::error::not_found)
         // Labelled with the route template, which only routing finds.
-        .layer(axum::middleware::from_fn(metrics::track_requests))
+        .layer(axum::middleware::from_fn(edge::metrics::track_requests))
         .with_state(state);
     // The rest wraps the router from outside: a layer added to the router itself wraps every
     // route in one more boxed service, and axum clones a route's whole stack for each request.
@@ -170,7 +164,7 @@ pub fn router(state: AppState) -> App {
         // Outermost: a caller's X-Request-Id is kept (if it is short and printable),
         // otherwise one is made, and it is echoed back so a client can quote it when
         // reporting a problem.
-        .map_request(|request| request_id::drop_unquotable_request_id(request, &REQUEST_ID))
+        .map_request(|request| edge::request_id::drop_unquotable_request_id(request, &REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRandomRequestId))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .map_response(IntoResponse::into_response)
@@ -193,10 +187,10 @@ pub fn router(state: AppState) -> App {
                 }),
         )
         .layer(axum::middleware::from_fn(
-            unread_body::close_after_unread_body,
+            edge::unread_body::close_after_unread_body,
         ))
-        .layer(axum::middleware::from_fn(json_errors::json_errors))
-        .layer(axum::middleware::from_fn(error::log_server_errors))
+        .layer(axum::middleware::from_fn(edge::json_errors::json_errors))
+        .layer(axum::middleware::from_fn(edge::error::log_server_errors))
         // A body that does not arrive in time ends its request with a 408.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             body_timeout,

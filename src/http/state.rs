@@ -3,13 +3,15 @@
 //! (`crate::app`) builds the services; the store itself never reaches this layer: a handler
 //! asks a service.
 
-use super::body::BodyLimits;
-use super::limits::{ConnectionLimits, ConnectionSlots, InFlight, Limiters, RateLimits};
 use crate::access::Access;
 use crate::beacons::BeaconIngestor;
 use crate::delivery::DeliveryService;
 use crate::domain::beacon::BeaconRules;
 use crate::freshness::Freshness;
+use crate::http::edge::body::BodyLimits;
+use crate::http::edge::limits::{
+    ConnectionLimits, ConnectionSlots, InFlight, Limiters, RateLimits,
+};
 use crate::ingest::Ingestor;
 use crate::ivt::Classifier;
 use crate::query::Queries;

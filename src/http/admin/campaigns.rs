@@ -1,13 +1,13 @@
 //! `PUT` and `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}`: a campaign's
 //! bucket count (and daily cap), scheduled to take effect at an instant.
 
-use super::AppState;
-use super::body::small_body;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::params::campaign_key;
-use super::settings_wire::{CampaignSettingsAnswer, CampaignSettingsWire};
 use crate::domain::owner::Owner;
+use crate::http::AppState;
+use crate::http::admin::settings_wire::{CampaignSettingsAnswer, CampaignSettingsWire};
+use crate::http::edge::body::small_body;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::params::campaign_key;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};

@@ -1,10 +1,10 @@
 //! Campaign and site settings as clients send and read them. A `PUT` merges: fields absent
 //! from its body keep their value.
 
-use super::error::ApiError;
-use super::openapi::texts::{OriginText, TimeZone, is_origin_text};
 use crate::domain::access::{OriginPattern, SiteProfile};
 use crate::domain::bucket::BucketCount;
+use crate::http::edge::error::ApiError;
+use crate::http::edge::openapi::texts::{OriginText, TimeZone, is_origin_text};
 use crate::settings::{CurrentSettings, SettingsChange};
 use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;

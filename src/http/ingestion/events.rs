@@ -1,12 +1,12 @@
 //! `POST /v1/impressions` and `POST /v1/clicks`: read, validate whole, write, then answer.
 
-use super::AppState;
-use super::body::{body_format, read_body, scan};
-use super::client_ip::client_ip;
-use super::error::{ApiError, ErrorAnswer};
-use super::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
 use crate::access::Caller;
 use crate::domain::access::Grant;
+use crate::http::AppState;
+use crate::http::edge::body::{body_format, read_body, scan};
+use crate::http::edge::client_ip::client_ip;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::ingestion::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;

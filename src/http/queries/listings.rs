@@ -1,13 +1,13 @@
 //! What a dashboard picks from: an advertiser's campaigns, every site, and a site's most
 //! visited feature values over a range.
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::{Id, Site};
-use super::params::{Params, RangeQuery, id, site_id};
 use crate::domain::ids::AdvertiserId;
 use crate::domain::owner::{Listing, Owner, OwnerDays};
 use crate::domain::time::Day;
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::{Id, Site};
+use crate::http::edge::params::{Params, RangeQuery, id, site_id};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use serde::Serialize;

@@ -3,8 +3,8 @@
 //! tags), and a cap on the writes and the queries in flight. Past a rate: 429 `rate_limited`;
 //! past a cap: 503 `overloaded`; both with `Retry-After`, never a queue, nothing stored.
 
-use super::AppState;
-use super::error::ApiError;
+use crate::http::AppState;
+use crate::http::edge::error::ApiError;
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;

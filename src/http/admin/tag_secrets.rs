@@ -2,12 +2,12 @@
 //! (administrators): the secrets an advertiser's ad server signs its pixel and click URLs with.
 //! A secret is shown once, at creation; rotation is create, switch the ad server, delete.
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::params::id;
 use crate::domain::ids::{AdvertiserId, parse_uuid};
 use crate::domain::tag::{TagSecret, TagSecretId};
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::params::id;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

@@ -1,8 +1,8 @@
 //! Reading an ingestion body: content type and encoding, size limits on the decoded bytes,
 //! and splitting JSON (one object or an array) or NDJSON into one raw item per event.
 
-use super::error::ApiError;
 use crate::domain::echo::echo;
+use crate::http::edge::error::ApiError;
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;

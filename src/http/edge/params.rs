@@ -1,11 +1,11 @@
 //! Query-string parameters, parsed strictly: a parameter the endpoint does not know, a repeated
 //! one or a malformed value is a 400 naming it.
 
-use super::error::ApiError;
-use super::openapi::texts::{LocalDay, TimeZone};
 use crate::domain::beacon::{Features, SiteId};
 use crate::domain::echo::echo;
 use crate::domain::ids::{CampaignKey, IdError};
+use crate::http::edge::error::ApiError;
+use crate::http::edge::openapi::texts::{LocalDay, TimeZone};
 use crate::query::range::{QueryRange, RangeError};
 use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;

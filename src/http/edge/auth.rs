@@ -3,13 +3,13 @@
 //! read), and the path's advertiser or site against the key's owner. An ingestion batch's
 //! events are checked against the key's advertiser after parsing, by the handler.
 
-use super::AppState;
-use super::error::ApiError;
 use crate::access::{AuthMode, Caller};
 use crate::domain::access::Grant;
 use crate::domain::beacon::SiteId;
 use crate::domain::echo::echo;
 use crate::domain::ids::AdvertiserId;
+use crate::http::AppState;
+use crate::http::edge::error::ApiError;
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
 use axum::http::{Method, header};
 use axum::middleware::Next;

@@ -2,9 +2,6 @@
 //! Every problem is reported with the item's index and the field's name; a request with any
 //! problem stores nothing.
 
-use super::body::{BodyFormat, RawItem, check_count, scan, split_items};
-use super::error::{ApiError, FieldError};
-use super::openapi::texts::{Id, IpAddress, Timestamp, UserData as UserDataText};
 use crate::domain::echo::echo;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{
@@ -13,6 +10,9 @@ use crate::domain::ids::{
 use crate::domain::time::{EventTime, EventTimeError};
 use crate::domain::traffic::UserAgent;
 use crate::domain::user_data::UserData;
+use crate::http::edge::body::{BodyFormat, RawItem, check_count, scan, split_items};
+use crate::http::edge::error::{ApiError, FieldError};
+use crate::http::edge::openapi::texts::{Id, IpAddress, Timestamp, UserData as UserDataText};
 use crate::ivt::{Classifier, Signals};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;

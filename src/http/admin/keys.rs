@@ -1,15 +1,15 @@
 //! `POST /v1/keys`, `GET /v1/keys`, `DELETE /v1/keys/{id}` (administrators) and
 //! `GET /v1/keys/self` (any key): API keys, whose secret is shown once, at creation.
 
-use super::AppState;
-use super::body::small_body;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::{Id, Site};
-use super::params::{id, site_id};
 use crate::access::Caller;
 use crate::domain::access::{ApiKey, Grant, KeyId, MAX_KEY_NAME_CHARS};
 use crate::domain::echo::echo;
 use crate::domain::ids::{AdvertiserId, parse_uuid};
+use crate::http::AppState;
+use crate::http::edge::body::small_body;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::{Id, Site};
+use crate::http::edge::params::{id, site_id};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};

@@ -2,14 +2,14 @@
 //! (`text/plain` holding urlencoded text or a JSON object), JSON, or a `GET` pixel.
 //! CORS is open to every page (the `/track` routes carry their own layer in the router).
 
-use super::AppState;
-use super::beacon_params::{BeaconError, parse_beacon};
-use super::body::{BodyLimits, read_body};
-use super::client_ip::client_ip;
-use super::error::{ApiError, ErrorAnswer, FieldError};
-use super::openapi::texts::{Guid, Site};
-use super::viewer::Viewer;
 use crate::domain::echo::echo;
+use crate::http::AppState;
+use crate::http::beacons::beacon_params::{BeaconError, parse_beacon};
+use crate::http::edge::body::{BodyLimits, read_body};
+use crate::http::edge::client_ip::client_ip;
+use crate::http::edge::error::{ApiError, ErrorAnswer, FieldError};
+use crate::http::edge::openapi::texts::{Guid, Site};
+use crate::http::edge::viewer::Viewer;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};

@@ -1,9 +1,9 @@
 //! `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/report`.
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::params::{Params, RangeQuery, campaign_key};
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::params::{Params, RangeQuery, campaign_key};
 use crate::query::report::{DEFAULT_LIMIT, Dimension, MAX_LIMIT};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};

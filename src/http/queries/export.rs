@@ -6,13 +6,13 @@
 //! client that went away lets the body drop. A store failure after the first byte can only
 //! cut the answer short (the status is sent); the client sees an unterminated chunked body.
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::params::{Params, RangeQuery, campaign_key};
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::traffic::{InvalidReason, UserAgent};
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::params::{Params, RangeQuery, campaign_key};
 use crate::query::export::Export;
 use crate::query::recent::MAX_LIMIT;
 use axum::Json;

@@ -1,10 +1,10 @@
 //! `GET …/campaigns/{campaign_id}/delivery` (what an ad server polls to stop serving at a cap)
 //! and `GET /v1/freshness` (whether numbers may still change).
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::params::{Params, campaign_key};
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::params::{Params, campaign_key};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use chrono::{DateTime, SecondsFormat, Utc};

@@ -5,13 +5,6 @@
 //! unexpired signature and an http(s) URL, and otherwise a 403 with no `Location`, so it can
 //! never send a viewer where its advertiser did not sign.
 
-use super::AppState;
-use super::client_ip::client_ip;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::tag_query::{self, QueryRefusal, SignedQuery, TagShape};
-use super::track::pixel_response;
-use super::viewer::Viewer;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{
     AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId, parse_uuid,
@@ -19,6 +12,13 @@ use crate::domain::ids::{
 use crate::domain::tag::{TagSecretId, TagTimeRefusal, admits_at};
 use crate::domain::time::EventTime;
 use crate::domain::user_data::UserData;
+use crate::http::AppState;
+use crate::http::beacons::track::pixel_response;
+use crate::http::edge::client_ip::client_ip;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::viewer::Viewer;
+use crate::http::tags::tag_query::{self, QueryRefusal, SignedQuery, TagShape};
 use axum::extract::State;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};

@@ -1,7 +1,7 @@
 //! Liveness and readiness, for process supervisors and load balancers.
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;

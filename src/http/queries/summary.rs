@@ -1,10 +1,10 @@
 //! `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary`.
 
-use super::AppState;
-use super::error::{ApiError, ErrorAnswer};
-use super::openapi::texts::Id;
-use super::params::{Params, RangeQuery, campaign_key};
 use crate::domain::echo::echo;
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::openapi::texts::Id;
+use crate::http::edge::params::{Params, RangeQuery, campaign_key};
 use crate::query::summary::{Counts, Grouping};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};

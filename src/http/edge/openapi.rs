@@ -2,7 +2,7 @@
 //! annotations and the answer types themselves (utoipa), so it cannot drift from the code.
 //! docs/API.md says the same in prose; a test checks the document names every route served.
 
-use super::error::{ErrorAnswer, ErrorDetail, FieldError};
+use crate::http::edge::error::{ErrorAnswer, ErrorDetail, FieldError};
 use axum::http::header;
 use axum::response::IntoResponse;
 use std::sync::OnceLock;

@@ -1,0 +1,9 @@
+//! What dashboards and ad servers read: summaries, reports, exports, uniques, listings,
+//! delivery and freshness.
+
+pub(super) mod delivery;
+pub(super) mod export;
+pub(super) mod listings;
+pub(super) mod report;
+pub(super) mod summary;
+pub(super) mod uniques;
