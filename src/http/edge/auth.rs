@@ -44,7 +44,13 @@ pub fn need(method: &Method, route: &str) -> Need {
     if method == Method::OPTIONS {
         return Need::Public;
     }
-    match (method.as_str(), route) {
+    // A HEAD is a GET without its body: it needs what the GET needs.
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    match (method, route) {
         // The ad tags are signed instead, and ignore any key.
         (_, "/healthz" | "/readyz" | "/openapi.json" | "/track" | "/i" | "/c") => Need::Public,
         // The browser's assets: the dashboard asks for a key itself, per request it makes.
@@ -180,6 +186,9 @@ mod tests {
         assert_eq!(need(&Method::GET, "/t.js"), Need::Public);
         assert_eq!(need(&Method::GET, "/dashboard"), Need::Public);
         assert_eq!(need(&Method::POST, "/dashboard"), Need::Admin);
+        assert_eq!(need(&Method::HEAD, "/t.js"), Need::Public);
+        assert_eq!(need(&Method::HEAD, "/dashboard"), Need::Public);
+        assert_eq!(need(&Method::HEAD, &campaign), Need::CampaignRead);
         assert_eq!(need(&Method::GET, "/c"), Need::Public);
         let secrets = "/v1/advertisers/{advertiser_id}/tag-secrets";
         assert_eq!(need(&Method::GET, secrets), Need::Admin);
