@@ -183,6 +183,8 @@ impl Item<'_> {
             Some(WireTimestamp::Millis(millis)) => Some(*millis),
             _ => None,
         };
+        let digits_as_text =
+            matches!(&value, Some(WireTimestamp::Text(text)) if is_number_text(text));
         let parsed = match value {
             None => return self.fail("timestamp", "is required"),
             Some(WireTimestamp::Millis(millis)) => EventTime::from_epoch_millis(millis, now),
@@ -201,9 +203,23 @@ impl Item<'_> {
                 "is before 2000-01-01 as epoch milliseconds; it looks like epoch seconds \
                  (impressions and clicks take milliseconds, only /track beacons take seconds)",
             ),
+            Err(_) if digits_as_text => self.fail(
+                "timestamp",
+                "is a number written as a string; send an integer of epoch milliseconds (not \
+                 seconds, and not quoted) or an RFC 3339 string",
+            ),
             Err(error) => self.fail("timestamp", error.to_string()),
         }
     }
+}
+
+/// Whether `text` is a number written as a string (`"1764300000"`, `"1764300000.5"`): the
+/// usual mistake of a client that formats epoch seconds into JSON text.
+fn is_number_text(text: &str) -> bool {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    !whole.is_empty()
+        && whole.bytes().all(|byte| byte.is_ascii_digit())
+        && fraction.bytes().all(|byte| byte.is_ascii_digit())
 }
 
 /// Whether an integer timestamp refused as too old would be a time since 2000 in seconds: the
@@ -527,6 +543,23 @@ mod tests {
                 (Some(2), Some("impression_id"))
             ]
         );
+    }
+
+    #[test]
+    fn a_timestamp_of_digits_in_a_string_is_refused_with_a_hint() {
+        assert!(is_number_text("1764300000"));
+        assert!(is_number_text("1764300000.25"));
+        assert!(!is_number_text("2026-11-28T00:00:00Z"));
+        assert!(!is_number_text(""));
+        assert!(!is_number_text(".5"));
+        let body = impression(ID, "\"1764158400\"");
+        let Err(ApiError::InvalidRequest { errors, .. }) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context())
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errors[0].field.as_deref(), Some("timestamp"));
+        assert!(errors[0].message.contains("as a string"), "{errors:?}");
     }
 
     #[test]
