@@ -47,8 +47,10 @@ pub enum QueryRefusal {
     Unsigned,
     #[error("the parameter {0} is repeated")]
     Repeated(&'static str),
-    #[error("a parameter this endpoint does not list was given")]
-    Unlisted,
+    #[error("the parameter {0} is not one this endpoint takes")]
+    Unlisted(String),
+    #[error("the parameter {0} follows the signature s, which must be the last parameter")]
+    AfterSignature(String),
     #[error("the parameter {0} is missing")]
     Missing(&'static str),
     #[error("the query string is malformed")]
@@ -66,7 +68,7 @@ pub fn parse<'a>(query: &'a str, shape: &TagShape) -> Result<SignedQuery<'a>, Qu
             .iter()
             .chain(shape.optional)
             .find(|listed| **listed == raw_name)
-            .ok_or(QueryRefusal::Unlisted)?;
+            .ok_or_else(|| QueryRefusal::Unlisted(parameter_name(raw_name)))?;
         let value = decode(raw_value).ok_or(QueryRefusal::Malformed)?;
         if params.insert(*name, value).is_some() {
             return Err(QueryRefusal::Repeated(name));
@@ -90,6 +92,10 @@ pub fn parse<'a>(query: &'a str, shape: &TagShape) -> Result<SignedQuery<'a>, Qu
 fn split_signature(query: &str) -> Result<(&str, &str), QueryRefusal> {
     let start = query.rfind("&s=").ok_or(QueryRefusal::Unsigned)?;
     let (signed, signature) = (&query[..start], &query[start + 3..]);
+    if let Some((_, after)) = signature.split_once('&') {
+        let name = after.split(['=', '&']).next().unwrap_or_default();
+        return Err(QueryRefusal::AfterSignature(parameter_name(name)));
+    }
     // A signature is base64url: '&' or '=' in it means something follows `s`, or padding.
     let is_base64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if signature.is_empty() || !signature.chars().all(is_base64url) {
@@ -100,6 +106,11 @@ fn split_signature(query: &str) -> Result<(&str, &str), QueryRefusal> {
         return Err(QueryRefusal::Repeated("s"));
     }
     Ok((signed, signature))
+}
+
+/// A parameter name a client chose, as an error repeats it: cut short, never a value.
+fn parameter_name(raw: &str) -> String {
+    crate::domain::echo::cut(raw, 32)
 }
 
 /// A query value decoded: percent escapes, and `+` as a space (form encoding); text only.
@@ -132,7 +143,11 @@ mod tests {
         for (query, refusal) in [
             (
                 format!("{SIGNED}&s=abc&url=https://evil.example"),
-                QueryRefusal::Unsigned,
+                QueryRefusal::AfterSignature("url".to_owned()),
+            ),
+            (
+                format!("{SIGNED}&s=abc&url2=x"),
+                QueryRefusal::AfterSignature("url2".to_owned()),
             ),
             (
                 format!("{SIGNED}&url=https://evil.example&s=abc"),
@@ -140,7 +155,14 @@ mod tests {
             ),
             (format!("{SIGNED}&s=abc&s=abd"), QueryRefusal::Repeated("s")),
             (format!("s=x&{SIGNED}&s=abc"), QueryRefusal::Repeated("s")),
-            (format!("{SIGNED}&u=7&s=abc"), QueryRefusal::Unlisted),
+            (
+                format!("{SIGNED}&u=7&s=abc"),
+                QueryRefusal::Unlisted("u".to_owned()),
+            ),
+            (
+                format!("{SIGNED}&url2=x&s=abc"),
+                QueryRefusal::Unlisted("url2".to_owned()),
+            ),
             (format!("{SIGNED}&s=abc="), QueryRefusal::Unsigned),
             (SIGNED.to_owned(), QueryRefusal::Unsigned),
             (
@@ -166,7 +188,7 @@ mod tests {
         assert_eq!(parsed.get("d"), Some("{\"k\":\"v\"}"));
         assert_eq!(
             parse(&format!("{base}&url=x&s=x"), &PIXEL).map(|_| ()),
-            Err(QueryRefusal::Unlisted)
+            Err(QueryRefusal::Unlisted("url".to_owned()))
         );
     }
 }
