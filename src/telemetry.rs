@@ -1,6 +1,7 @@
 //! Structured logging: text for people, JSON (one object per line) for log shippers.
 
 use crate::cli::{LogArgs, LogFormat};
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 /// Where log lines go.
@@ -32,8 +33,14 @@ pub fn init(args: &LogArgs, to: LogTo) {
                 LogTo::Stderr => Box::new(std::io::stderr()),
             }
         });
+    // Colours only for a person at a terminal: a file or a pipe gets plain text.
+    let colours = match to {
+        LogTo::Stdout => std::io::stdout().is_terminal(),
+        LogTo::Stderr => std::io::stderr().is_terminal(),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(writer);
     match args.log_format {
         LogFormat::Text => builder.init(),
