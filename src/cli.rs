@@ -22,7 +22,10 @@ use std::time::Duration;
     name = "adevents",
     version,
     about = "Ad-event ingestion server: impressions, clicks and beacons in, campaign summaries out.",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    // serve's many options would bury the commands: they are listed by `serve --help`.
+    help_template = "{about-with-newline}\n{usage-heading} {usage}\n\nCommands:\n{subcommands}\n\nOptions:\n  -h, --help     Print help\n  -V, --version  Print version{after-help}",
+    after_help = SERVE_NOTE
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -40,9 +43,19 @@ impl Cli {
     }
 }
 
+/// What the top-level help and `serve --help` say about running with no command and about
+/// the one setting that is never a flag.
+const SERVE_NOTE: &str = "With no command, `serve` runs and takes its options at the top level \
+(`adevents --store cassandra`); `adevents serve --help` lists them. It keeps the terminal until \
+Ctrl-C or SIGTERM.\n\nADEVENTS_ADMIN_KEY (environment only, at least 32 characters): an admin \
+key that is never stored, for operators and deploy scripts. Without it, the embedded store makes \
+its folder's first admin key at the first start (<data-dir>/admin.key); on Cassandra, create one \
+with `adevents keys create-admin`.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API (the default). Applies pending migrations first unless --no-migrate.
+    #[command(after_help = SERVE_NOTE)]
     Serve(Box<ServeArgs>),
     /// Apply pending schema migrations, then exit.
     Migrate(MigrateArgs),
