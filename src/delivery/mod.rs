@@ -35,6 +35,8 @@ const SILENT_READS_IN_FLIGHT: usize = 16;
 pub struct Delivery {
     pub as_of: DateTime<Utc>,
     pub complete: bool,
+    /// The zone of the campaign's day.
+    pub tz: chrono_tz::Tz,
     pub daily_cap: Option<u64>,
     pub total_cap: Option<u64>,
     pub figures: DeliveryFigures,
@@ -111,6 +113,7 @@ impl DeliveryService {
         Ok(Delivery {
             as_of,
             complete,
+            tz: caps.tz,
             daily_cap: caps.daily_cap,
             total_cap: caps.total_cap,
             figures: figures(caps, as_of, sealed.earlier(), days),

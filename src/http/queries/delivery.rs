@@ -20,6 +20,8 @@ fn rfc3339(instant: DateTime<Utc>) -> String {
 pub struct TodayAnswer {
     /// `YYYY-MM-DD` in the campaign's `tz`.
     pub day: String,
+    /// The campaign's `tz`: the zone in which its day, and `daily_cap`, run.
+    pub tz: String,
     pub billable_impressions: u64,
     pub daily_cap: Option<u64>,
     /// `daily_cap` − billable impressions, never below 0; null without a cap.
@@ -83,6 +85,7 @@ pub async fn get_delivery(
         complete: delivery.complete,
         today: TodayAnswer {
             day: figures.today.format("%Y-%m-%d").to_string(),
+            tz: delivery.tz.name().to_owned(),
             billable_impressions: figures.today_billable,
             daily_cap: delivery.daily_cap,
             remaining: figures.daily_remaining,

@@ -246,7 +246,9 @@
     if (e && e.name === "AbortError") return;
     setStatus(describe(e), "error");
     markFields(e);
-    if (e instanceof ApiFailure && e.status === 401) el.key.focus();
+    // The key field is marked, not focused: focus moved there would take the next id the
+    // reader types.
+    if (e instanceof ApiFailure && e.status === 401) el.key.setAttribute("aria-invalid", "true");
   }
 
   // ---------------------------------------------------------------- key
@@ -556,7 +558,7 @@
     el.delivery.replaceChildren(
       node("p", { class: `badge ${d.stop ? "stop" : "go"}`, "data-field": "stop" }, d.stop ? "Stop: a cap is reached" : "Serving: under its caps"),
       node("dl", null,
-        item("today.day", "Today", t.day ? String(t.day) : "—"),
+        item("today.day", t.tz ? `Today (${t.tz})` : "Today", t.day ? String(t.day) : "—"),
         item("today.billable_impressions", "Billable today", fmtCount(t.billable_impressions)),
         item("today.daily_cap", "Daily cap", cap(t.daily_cap)),
         item("today.remaining", "Left today", left(t.remaining)),
