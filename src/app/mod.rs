@@ -246,7 +246,7 @@ impl App {
     }
 
     /// Rebuilds, in the background, what server processes that went away without saving their
-    /// live state left (docs/DESIGN.md, "Live state across processes"); `/readyz` answers 503
+    /// live state left (docs/DESIGN.md, "Processes sharing a store"); `/readyz` answers 503
     /// until it is done, so a load balancer sends no traffic to a process whose counts are not
     /// right yet.
     pub fn spawn_repair(&self) -> tokio::task::JoinHandle<()> {

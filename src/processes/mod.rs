@@ -1,5 +1,5 @@
-//! This process among the server processes sharing a store (docs/DESIGN.md, "Live state
-//! across processes"): it reports itself every second, records each owner-day before it first
+//! This process among the server processes sharing a store (docs/DESIGN.md, "Processes
+//! sharing a store"): it reports itself every second, records each owner-day before it first
 //! counts an event of it in live (in-memory) state, clears that mark once the state is stored,
 //! and removes itself on a clean stop. What a process that went silent left marked is rebuilt
 //! from the raw events by the next process to start (`app::repair`).
