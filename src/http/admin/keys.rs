@@ -180,7 +180,12 @@ pub struct KeyList {
     request_body(content = inline(NewKeyShapes), content_type = "application/json"),
     security(("bearer" = ["admin"])),
     responses(
-        (status = 201, description = "Created; `key` is shown this once", body = NewKeyAnswer),
+        (status = 201, description = "Created; `key` is shown this once", body = NewKeyAnswer,
+            links(("delete" = (
+                operation_id = "delete_key",
+                parameters(("id" = "$response.body#/id"))
+            )))
+        ),
         (status = 400, description = "A field is invalid", body = ErrorAnswer),
         (status = 401, description = "No valid key", body = ErrorAnswer),
         (status = 403, description = "Not an admin key", body = ErrorAnswer),

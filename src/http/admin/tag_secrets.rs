@@ -62,7 +62,15 @@ fn advertiser(text: &str) -> Result<AdvertiserId, ApiError> {
     params(("advertiser_id" = inline(Id), Path)),
     security(("bearer" = ["admin"])),
     responses(
-        (status = 201, description = "Created; `secret` is shown this once", body = NewTagSecret),
+        (status = 201, description = "Created; `secret` is shown this once", body = NewTagSecret,
+            links(("delete" = (
+                operation_id = "delete_tag_secret",
+                parameters(
+                    ("advertiser_id" = "$request.path.advertiser_id"),
+                    ("id" = "$response.body#/id")
+                )
+            )))
+        ),
         (status = 400, description = "The advertiser id is not a UUID", body = ErrorAnswer),
         (status = 401, description = "No valid key", body = ErrorAnswer),
         (status = 403, description = "Not an admin key", body = ErrorAnswer),
