@@ -17,6 +17,6 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// through a second, "muzzy" stage.
 #[allow(non_upper_case_globals)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static malloc_conf: Option<&'static u8> = Some(&OPTIONS[0]);
+pub(crate) static malloc_conf: Option<&'static u8> = Some(&OPTIONS[0]);
 
 const OPTIONS: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";

@@ -29,10 +29,10 @@ use std::time::Duration;
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub(crate) command: Option<Command>,
     /// Options of `serve`, which runs when no subcommand is given.
     #[command(flatten)]
-    pub serve: ServeArgs,
+    pub(crate) serve: ServeArgs,
 }
 
 impl Cli {
@@ -86,93 +86,93 @@ impl Command {
 pub struct ServeArgs {
     /// Address and port to listen on (port 0 picks a free one).
     #[arg(long, env = "ADEVENTS_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Do not apply pending migrations at start-up (run `adevents migrate` separately).
     #[arg(long, env = "ADEVENTS_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
-    pub no_migrate: bool,
+    pub(crate) no_migrate: bool,
     /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the process exits.
     #[arg(long, env = "ADEVENTS_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub shutdown_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
     /// Largest ingestion body accepted, in bytes after gzip decoding (413 past it).
     #[arg(long, env = "ADEVENTS_MAX_BODY_BYTES", default_value_t = 5 * 1024 * 1024)]
-    pub max_body_bytes: usize,
+    pub(crate) max_body_bytes: usize,
     /// Most events accepted in one ingestion request (413 past it).
     #[arg(long, env = "ADEVENTS_MAX_EVENTS", default_value_t = 10_000)]
-    pub max_events: usize,
+    pub(crate) max_events: usize,
     /// Proxies (CIDR[,CIDR…]) whose X-Forwarded-For names the client; none by default.
     #[arg(long, env = "ADEVENTS_TRUSTED_PROXIES", value_delimiter = ',')]
-    pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
     /// Partition reads in flight at once for one query.
     #[arg(long, env = "ADEVENTS_FANOUT_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
-    pub fanout_concurrency: u16,
+    pub(crate) fanout_concurrency: u16,
     /// Partitions written at once for one ingestion request.
     #[arg(long, env = "ADEVENTS_WRITE_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
-    pub write_concurrency: u16,
+    pub(crate) write_concurrency: u16,
     /// How long campaign and site settings are cached per process; a settings change takes
     /// effect at the earliest this long plus 10 minutes (how far an event may run ahead of the
     /// clock) after it is made, which is also its default effective_from.
     #[arg(long, env = "ADEVENTS_SETTINGS_CACHE_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub settings_cache_ttl: Duration,
+    pub(crate) settings_cache_ttl: Duration,
     /// Browser origins allowed to call the query endpoints (CORS), ORIGIN[,ORIGIN…], e.g.
     /// `https://dashboard.example.com`; none by default.
     #[arg(long, env = "ADEVENTS_CORS_ORIGINS", value_delimiter = ',')]
-    pub cors_origins: Vec<axum::http::HeaderValue>,
+    pub(crate) cors_origins: Vec<axum::http::HeaderValue>,
     /// Most features one /track beacon may carry (each subset of them gets a unique-visitor
     /// sketch: 2^N per beacon).
     #[arg(long, env = "ADEVENTS_MAX_FEATURES", default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=8))]
-    pub max_features: u8,
+    pub(crate) max_features: u8,
     /// How often each process stores its live unique-visitor sketches: a uniques answer
     /// reflects beacons acknowledged up to this long before it.
     #[arg(long, env = "ADEVENTS_SKETCH_FLUSH_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
-    pub sketch_flush_interval: Duration,
+    pub(crate) sketch_flush_interval: Duration,
     /// Billable impressions count once per user and campaign in each window this long,
     /// aligned at multiples of it since the epoch; it must divide 24 hours.
     #[arg(long, env = "ADEVENTS_BILLABLE_WINDOW", default_value = "40s", value_parser = parse_billable_window)]
-    pub billable_window: BillableWindow,
+    pub(crate) billable_window: BillableWindow,
     /// How long after a UTC day ends events still arrive without marking the day for
     /// re-aggregation; after it (plus 5 s) the day is sealed into rollups.
     #[arg(long, env = "ADEVENTS_ROLLUP_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
-    pub rollup_grace: Duration,
+    pub(crate) rollup_grace: Duration,
     /// How many past days the background sealer scans for days to seal; a day that receives
     /// a late event is sealed again within a few minutes whatever its age (the late index).
     #[arg(long, env = "ADEVENTS_SEAL_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=366))]
-    pub seal_lookback_days: u32,
+    pub(crate) seal_lookback_days: u32,
     /// How often the background sealer looks for days to seal.
     #[arg(long, env = "ADEVENTS_SEAL_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
-    pub seal_interval: Duration,
+    pub(crate) seal_interval: Duration,
     /// How many UTC days before today `impressions/recent` looks back for the newest
     /// impressions.
     #[arg(long, env = "ADEVENTS_RECENT_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=366))]
-    pub recent_lookback_days: u32,
+    pub(crate) recent_lookback_days: u32,
     /// `keys`: every request needs a key (`Authorization: Bearer`), beacons need a registered
     /// site; `off`: everything is let through (a private network, a local trial).
     #[arg(long, env = "ADEVENTS_AUTH", value_enum, default_value_t = AuthMode::Keys)]
-    pub auth: AuthMode,
+    pub(crate) auth: AuthMode,
     /// `/metrics` answers without a key (by default it needs an admin or metrics key).
     #[arg(long, env = "ADEVENTS_METRICS_PUBLIC", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
-    pub metrics_public: bool,
+    pub(crate) metrics_public: bool,
     #[command(flatten)]
-    pub limits: LimitArgs,
+    pub(crate) limits: LimitArgs,
     /// Client addresses (CIDR[,CIDR…]) whose impressions, clicks and beacons are invalid
     /// traffic (`denied_address`): data-centre ranges, say. For a POSTed event, its `user_ip`.
     #[arg(long, env = "ADEVENTS_IVT_DENY_CIDRS", value_delimiter = ',')]
-    pub ivt_deny_cidrs: Vec<ipnet::IpNet>,
+    pub(crate) ivt_deny_cidrs: Vec<ipnet::IpNet>,
     /// How long after its `t` an impression pixel (`GET /i`) counts (and up to 10 minutes
     /// before it).
     #[arg(long, env = "ADEVENTS_TAG_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
-    pub tag_ttl: Duration,
+    pub(crate) tag_ttl: Duration,
     /// How long after the impression's `t` a click redirect (`GET /c`) counts.
     #[arg(long, env = "ADEVENTS_CLICK_TTL", default_value = "30days", value_parser = humantime::parse_duration)]
-    pub click_ttl: Duration,
+    pub(crate) click_ttl: Duration,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
 }
 
 /// The operator's admin key, `ADEVENTS_ADMIN_KEY`: read from the environment only (a flag
 /// would show in the process list), at least 32 characters, never stored.
-pub fn operator_key() -> Result<Option<OperatorKey>, String> {
+pub(crate) fn operator_key() -> Result<Option<OperatorKey>, String> {
     match std::env::var("ADEVENTS_ADMIN_KEY") {
         Ok(secret) if !secret.is_empty() => OperatorKey::new(&secret).map(Some),
         _ => Ok(None),
@@ -186,62 +186,62 @@ fn parse_billable_window(text: &str) -> Result<BillableWindow, String> {
 
 /// What a client may make the server spend (docs/API.md, "Limits and overload").
 #[derive(Debug, Args)]
-pub struct LimitArgs {
+pub(crate) struct LimitArgs {
     /// Connections open at once; one more is answered 503 and closed. The server raises its
     /// open-files limit to fit, or lowers this and says so.
     #[arg(long, env = "ADEVENTS_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: u32,
+    pub(crate) max_connections: u32,
     /// How long a request's line and headers may take to arrive, from their first byte (408).
     #[arg(long, env = "ADEVENTS_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// How long a request's body may take to arrive (408).
     #[arg(long, env = "ADEVENTS_BODY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request before it is closed.
     #[arg(long, env = "ADEVENTS_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Largest request line and headers together (431 past it), e.g. `16KiB`.
     #[arg(long, env = "ADEVENTS_MAX_HEADER_BYTES", default_value = "16KiB")]
-    pub max_header_bytes: bytesize::ByteSize,
+    pub(crate) max_header_bytes: bytesize::ByteSize,
     /// Events per second per ingest key (token bucket; a full bucket holds one largest
     /// request), or `off`.
     #[arg(long, env = "ADEVENTS_RATE_LIMIT_INGEST", default_value = "off", value_parser = parse_rate)]
-    pub rate_limit_ingest: Rate,
+    pub(crate) rate_limit_ingest: Rate,
     /// Requests per second per client address on /track (IPv6 by /64), or `off` (a benchmark
     /// from one address).
     #[arg(long, env = "ADEVENTS_RATE_LIMIT_BEACONS", default_value = "50", value_parser = parse_rate)]
-    pub rate_limit_beacons: Rate,
+    pub(crate) rate_limit_beacons: Rate,
     /// How many beacon requests an address may send at once above its rate.
     #[arg(long, env = "ADEVENTS_RATE_LIMIT_BEACONS_BURST", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
-    pub rate_limit_beacons_burst: u32,
+    pub(crate) rate_limit_beacons_burst: u32,
     /// Client addresses (and ingest keys) whose rate is remembered at once; past it the least
     /// recently seen are forgotten.
     #[arg(long, env = "ADEVENTS_RATE_LIMIT_ADDRESSES", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub rate_limit_addresses: u32,
+    pub(crate) rate_limit_addresses: u32,
     /// Writes (ingestion, beacons, settings changes) handled at once; past it 503 `overloaded`.
     #[arg(long, env = "ADEVENTS_MAX_INFLIGHT_WRITES", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_inflight_writes: u32,
+    pub(crate) max_inflight_writes: u32,
     /// Queries (summaries, reports, exports, uniques) handled at once; past it 503 `overloaded`.
     #[arg(long, env = "ADEVENTS_MAX_INFLIGHT_QUERIES", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_inflight_queries: u32,
+    pub(crate) max_inflight_queries: u32,
     /// The most partitions one query may read, judged on the range as asked: a sealed day
     /// counts as one, any other day as its largest bucket count (400 past it).
     #[arg(long, env = "ADEVENTS_MAX_QUERY_PARTITIONS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_query_partitions: u64,
+    pub(crate) max_query_partitions: u64,
     /// An export's `clicked` means clicked within this many days after the impression's UTC
     /// day (whole days, e.g. `30d`).
     #[arg(long, env = "ADEVENTS_CLICK_LOOKBACK", default_value = "30d", value_parser = parse_whole_days)]
-    pub click_lookback: u32,
+    pub(crate) click_lookback: u32,
     /// Memory for live unique-visitor sketches, e.g. `256MiB`, a hard bound: from four fifths
     /// of it the least recently used are stored and dropped from memory (counts are
     /// unchanged); at it, beacons are refused (503) until the flusher catches up.
     #[arg(long, env = "ADEVENTS_SKETCH_MEMORY", default_value = "256MiB")]
-    pub sketch_memory: bytesize::ByteSize,
+    pub(crate) sketch_memory: bytesize::ByteSize,
 }
 
 /// A rate in events or requests per second, or none (`off`).
 #[derive(Debug, Clone, Copy)]
-pub struct Rate(pub Option<std::num::NonZeroU32>);
+pub(crate) struct Rate(pub(crate) Option<std::num::NonZeroU32>);
 
 fn parse_rate(text: &str) -> Result<Rate, String> {
     if text.eq_ignore_ascii_case("off") {
@@ -290,7 +290,7 @@ impl LimitArgs {
 
 impl ServeArgs {
     /// The server's options; `operator_key` is `ADEVENTS_ADMIN_KEY` ([`operator_key`]).
-    pub fn options(&self, operator_key: Option<OperatorKey>) -> Options {
+    pub(crate) fn options(&self, operator_key: Option<OperatorKey>) -> Options {
         let fan_out = FanOut {
             concurrency: usize::from(self.fanout_concurrency),
         };
@@ -355,33 +355,33 @@ pub struct RollupArgs {
         requires = "campaign",
         conflicts_with = "site"
     )]
-    pub advertiser: Option<uuid::Uuid>,
+    pub(crate) advertiser: Option<uuid::Uuid>,
     /// Campaign whose days are rebuilt.
     #[arg(long, env = "ADEVENTS_ROLLUP_CAMPAIGN", requires = "advertiser")]
-    pub campaign: Option<uuid::Uuid>,
+    pub(crate) campaign: Option<uuid::Uuid>,
     /// Site whose days are rebuilt.
     #[arg(
         long,
         env = "ADEVENTS_ROLLUP_SITE",
         required_unless_present = "campaign"
     )]
-    pub site: Option<String>,
+    pub(crate) site: Option<String>,
     /// First UTC day.
     #[arg(long, env = "ADEVENTS_ROLLUP_FROM")]
-    pub from: chrono::NaiveDate,
+    pub(crate) from: chrono::NaiveDate,
     /// Last UTC day (inclusive).
     #[arg(long, env = "ADEVENTS_ROLLUP_TO")]
-    pub to: chrono::NaiveDate,
+    pub(crate) to: chrono::NaiveDate,
     /// As for `serve`: billable impressions' window.
     #[arg(long, env = "ADEVENTS_BILLABLE_WINDOW", default_value = "40s", value_parser = parse_billable_window)]
-    pub billable_window: BillableWindow,
+    pub(crate) billable_window: BillableWindow,
     /// As for `serve`: a day is sealed only once this long (plus 5 s) past its end.
     #[arg(long, env = "ADEVENTS_ROLLUP_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
-    pub rollup_grace: Duration,
+    pub(crate) rollup_grace: Duration,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
 }
 
 #[derive(Debug, Args)]
@@ -393,7 +393,7 @@ pub struct SimulateArgs {
         env = "ADEVENTS_SIMULATE_SITE",
         default_value = "site1"
     )]
-    pub site: String,
+    pub(crate) site: String,
     /// Distinct visitors (guids).
     #[arg(
         short = 'g',
@@ -401,7 +401,7 @@ pub struct SimulateArgs {
         env = "ADEVENTS_SIMULATE_GUIDS",
         default_value_t = 100
     )]
-    pub guids: usize,
+    pub(crate) guids: usize,
     /// Visits (beacons) to send.
     #[arg(
         short = 'n',
@@ -409,13 +409,13 @@ pub struct SimulateArgs {
         env = "ADEVENTS_SIMULATE_VISITS",
         default_value_t = 500
     )]
-    pub visits: usize,
+    pub(crate) visits: usize,
     /// Referrers (feature1), most popular first.
     #[arg(short = 'r', long, env = "ADEVENTS_SIMULATE_REFERERS", value_delimiter = ',', num_args = 1.., default_values_t = ["facebook.com".to_owned(), "google.com".to_owned()])]
-    pub referers: Vec<String>,
+    pub(crate) referers: Vec<String>,
     /// Landing pages (feature2), most popular first.
     #[arg(short = 'p', long, env = "ADEVENTS_SIMULATE_PAGES", value_delimiter = ',', num_args = 1.., default_values_t = ["/index.html".to_owned(), "/index2.html".to_owned(), "/index3.html".to_owned()])]
-    pub pages: Vec<String>,
+    pub(crate) pages: Vec<String>,
     /// First day of the traffic (UTC).
     #[arg(
         short = 'f',
@@ -423,7 +423,7 @@ pub struct SimulateArgs {
         env = "ADEVENTS_SIMULATE_FROM",
         default_value = "2018-10-01"
     )]
-    pub from: chrono::NaiveDate,
+    pub(crate) from: chrono::NaiveDate,
     /// Day after the last day of the traffic (exclusive, UTC).
     #[arg(
         short = 't',
@@ -431,51 +431,51 @@ pub struct SimulateArgs {
         env = "ADEVENTS_SIMULATE_TO",
         default_value = "2018-11-01"
     )]
-    pub to: chrono::NaiveDate,
+    pub(crate) to: chrono::NaiveDate,
     /// Beacons in flight at once.
     #[arg(short = 'c', long, env = "ADEVENTS_SIMULATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
+    pub(crate) concurrency: u16,
     /// Seed of the generator: the same seed gives the same traffic.
     #[arg(long, env = "ADEVENTS_SIMULATE_SEED", default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Base URL of the running server.
     #[arg(
         long,
         env = "ADEVENTS_SIMULATE_SERVER",
         default_value = "http://127.0.0.1:8080"
     )]
-    pub server: String,
+    pub(crate) server: String,
     /// The key the simulation calls with: an admin key registers the site and reads its
     /// counts (a read key of the site only reads them, for a site registered already). Not
     /// needed by a server with --auth off.
     #[arg(long, env = "ADEVENTS_SIMULATE_KEY", hide_env_values = true)]
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     /// Also write the generated visits as CSV to this file (none by default).
     #[arg(long, env = "ADEVENTS_SIMULATE_CSV")]
-    pub csv: Option<std::path::PathBuf>,
+    pub(crate) csv: Option<std::path::PathBuf>,
     /// How long to wait after sending before querying: the server stores its live sketches
     /// about every second.
     #[arg(long, env = "ADEVENTS_SIMULATE_SETTLE", default_value = "2s", value_parser = humantime::parse_duration)]
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     /// No progress bar (for logs and scripts).
     #[arg(long, env = "ADEVENTS_SIMULATE_QUIET", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct KeysArgs {
     #[command(subcommand)]
-    pub command: KeysCommand,
+    pub(crate) command: KeysCommand,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum KeysCommand {
+pub(crate) enum KeysCommand {
     /// Create an admin key and print it once on standard output (never into the logs): the
     /// first key of a Cassandra deployment, or a replacement after a rotation.
     CreateAdmin {
@@ -488,14 +488,14 @@ pub enum KeysCommand {
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
 }
 
 /// Which store keeps the events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StoreKind {
+pub(crate) enum StoreKind {
     /// An embedded engine in a local folder (--data-dir): nothing to install, one process.
     Embedded,
     /// Apache Cassandra or ScyllaDB: any number of server processes.
@@ -503,33 +503,33 @@ pub enum StoreKind {
 }
 
 #[derive(Debug, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Where events are stored.
     #[arg(long = "store", env = "ADEVENTS_STORE", value_enum, default_value_t = StoreKind::Embedded)]
-    pub kind: StoreKind,
+    pub(crate) kind: StoreKind,
     /// Folder of the embedded store (created if missing; one process at a time).
     #[arg(long, env = "ADEVENTS_DATA_DIR", default_value = "./data")]
-    pub data_dir: std::path::PathBuf,
+    pub(crate) data_dir: std::path::PathBuf,
     /// Embedded store: `always` fdatasyncs the journal before every answer (survives power
     /// loss); `never` hands it to the OS (survives a crash of the process, not of the machine).
     #[arg(long, env = "ADEVENTS_FSYNC", value_enum, default_value_t = Fsync::Always)]
-    pub fsync: Fsync,
+    pub(crate) fsync: Fsync,
     /// Embedded store: the most one table holds in memory before writing it to disk.
     #[arg(long, env = "ADEVENTS_EMBEDDED_MEMTABLE", default_value = "8MiB", value_parser = parse_at_least_mib)]
-    pub embedded_memtable: bytesize::ByteSize,
+    pub(crate) embedded_memtable: bytesize::ByteSize,
     /// Embedded store: memory for decoded blocks of stored data, kept for reads.
     #[arg(long, env = "ADEVENTS_EMBEDDED_CACHE", default_value = "16MiB", value_parser = parse_at_least_mib)]
-    pub embedded_cache: bytesize::ByteSize,
+    pub(crate) embedded_cache: bytesize::ByteSize,
     /// Embedded store: the journals' total size on disk (at least 64MiB); past it the oldest
     /// tables in memory are written out, so it also bounds their memory together.
     #[arg(long, env = "ADEVENTS_EMBEDDED_JOURNAL", default_value = "64MiB", value_parser = parse_journal_size)]
-    pub embedded_journal: bytesize::ByteSize,
+    pub(crate) embedded_journal: bytesize::ByteSize,
     #[command(flatten)]
-    pub cassandra: CassandraArgs,
+    pub(crate) cassandra: CassandraArgs,
 }
 
 impl StoreArgs {
-    pub fn embedded_config(&self) -> EmbeddedConfig {
+    pub(crate) fn embedded_config(&self) -> EmbeddedConfig {
         EmbeddedConfig {
             data_dir: self.data_dir.clone(),
             fsync: self.fsync,
@@ -563,7 +563,7 @@ fn parse_journal_size(text: &str) -> Result<bytesize::ByteSize, String> {
 }
 
 #[derive(Debug, Args)]
-pub struct CassandraArgs {
+pub(crate) struct CassandraArgs {
     /// Cassandra/ScyllaDB contact points, HOST:PORT[,HOST:PORT…].
     #[arg(
         long,
@@ -571,27 +571,27 @@ pub struct CassandraArgs {
         value_delimiter = ',',
         default_value = "127.0.0.1:9042"
     )]
-    pub cassandra_nodes: Vec<String>,
+    pub(crate) cassandra_nodes: Vec<String>,
     /// Keyspace holding adevents' tables; created by migrations if missing.
     #[arg(long, env = "ADEVENTS_KEYSPACE", default_value = "adevents")]
-    pub keyspace: KeyspaceName,
+    pub(crate) keyspace: KeyspaceName,
     /// Replication of a keyspace created by migrations: `simple:N` (development) or
     /// `DC:N[,DC:N…]` (NetworkTopologyStrategy, production). An existing keyspace is never altered.
     #[arg(long, env = "ADEVENTS_REPLICATION", default_value = "simple:1")]
-    pub replication: Replication,
+    pub(crate) replication: Replication,
     /// Consistency level of reads and writes.
     #[arg(long, env = "ADEVENTS_CONSISTENCY", value_enum, default_value_t = ConsistencyLevel::LocalQuorum)]
-    pub consistency: ConsistencyLevel,
+    pub(crate) consistency: ConsistencyLevel,
     /// Datacenter whose nodes coordinate requests (recommended with several datacenters).
     #[arg(long, env = "ADEVENTS_CASSANDRA_LOCAL_DC")]
-    pub cassandra_local_dc: Option<String>,
+    pub(crate) cassandra_local_dc: Option<String>,
     /// User name for password authentication.
     #[arg(
         long,
         env = "ADEVENTS_CASSANDRA_USERNAME",
         requires = "cassandra_password"
     )]
-    pub cassandra_username: Option<String>,
+    pub(crate) cassandra_username: Option<String>,
     /// Password for password authentication (prefer the environment variable to the flag).
     #[arg(
         long,
@@ -599,24 +599,24 @@ pub struct CassandraArgs {
         hide_env_values = true,
         requires = "cassandra_username"
     )]
-    pub cassandra_password: Option<String>,
+    pub(crate) cassandra_password: Option<String>,
     /// Bound on opening one connection to a node.
     #[arg(long, env = "ADEVENTS_CASSANDRA_CONNECT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
-    pub cassandra_connect_timeout: Duration,
+    pub(crate) cassandra_connect_timeout: Duration,
     /// Bound on one request to the cluster, retries included.
     #[arg(long, env = "ADEVENTS_CASSANDRA_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub cassandra_request_timeout: Duration,
+    pub(crate) cassandra_request_timeout: Duration,
     /// How a partition's events are written: unlogged single-partition batches, or one insert
     /// per row with many in flight (see docs/BENCHMARKS.md for the measurement).
     #[arg(long, env = "ADEVENTS_CASSANDRA_WRITE_MODE", value_enum, default_value_t = WriteMode::Batch)]
-    pub cassandra_write_mode: WriteMode,
+    pub(crate) cassandra_write_mode: WriteMode,
     /// Raw events expire after this long (e.g. `400days`); unset keeps them forever.
     #[arg(long, env = "ADEVENTS_RETENTION", value_parser = humantime::parse_duration)]
-    pub retention: Option<Duration>,
+    pub(crate) retention: Option<Duration>,
 }
 
 impl CassandraArgs {
-    pub fn to_config(&self) -> CassandraConfig {
+    pub(crate) fn to_config(&self) -> CassandraConfig {
         CassandraConfig {
             nodes: self.cassandra_nodes.clone(),
             keyspace: self.keyspace.clone(),
@@ -638,7 +638,7 @@ impl CassandraArgs {
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line, for log shippers.
@@ -649,10 +649,10 @@ pub enum LogFormat {
 pub struct LogArgs {
     /// Log line format.
     #[arg(long, env = "ADEVENTS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Which events to log, as tracing directives (`info`, `adevents=debug,tower_http=info`, …).
     #[arg(long, env = "ADEVENTS_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    pub(crate) log_level: String,
 }
 
 #[cfg(test)]

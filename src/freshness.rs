@@ -9,16 +9,16 @@ use std::sync::Arc;
 
 /// What `/v1/freshness` answers.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     /// Every server process sharing the store, as last reported, oldest first.
-    pub processes: Vec<ProcessReport>,
+    pub(crate) processes: Vec<ProcessReport>,
     /// The newest day such that every closed day up to it is sealed.
-    pub sealed_through: Option<Day>,
+    pub(crate) sealed_through: Option<Day>,
     /// Owner-days whose late events wait for their next seal.
-    pub late_days: usize,
+    pub(crate) late_days: usize,
 }
 
-pub struct Freshness {
+pub(crate) struct Freshness {
     processes: Arc<dyn ProcessStore>,
     /// A sealer of this process's store, for a survey before the background one has made a
     /// pass.
@@ -27,7 +27,11 @@ pub struct Freshness {
 }
 
 impl Freshness {
-    pub fn new(processes: Arc<dyn ProcessStore>, sealer: Sealer, progress: SharedProgress) -> Self {
+    pub(crate) fn new(
+        processes: Arc<dyn ProcessStore>,
+        sealer: Sealer,
+        progress: SharedProgress,
+    ) -> Self {
         Self {
             processes,
             sealer,
@@ -36,7 +40,7 @@ impl Freshness {
     }
 
     /// The processes, oldest first, and what is sealed.
-    pub async fn report(&self) -> Result<Report, StoreError> {
+    pub(crate) async fn report(&self) -> Result<Report, StoreError> {
         let (mut processes, progress) =
             futures::try_join!(self.processes.processes(), self.seal_progress())?;
         processes.sort_by_key(|report| report.started_at);

@@ -41,7 +41,7 @@ pub struct Ingestor {
 const INDEXED_DAYS_REMEMBERED: usize = 100_000;
 
 impl Ingestor {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         write_concurrency: usize,

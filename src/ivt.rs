@@ -17,22 +17,22 @@ const REMEMBERED_AGENTS: usize = 10_000;
 
 /// What a request says about the viewer of one event.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Signals<'a> {
-    pub user_agent: Option<&'a UserAgent>,
+pub(crate) struct Signals<'a> {
+    pub(crate) user_agent: Option<&'a UserAgent>,
     /// The request was a prefetch, not a view.
-    pub prefetch: bool,
+    pub(crate) prefetch: bool,
     /// The viewer's address (for a POSTed event, its `user_ip`).
-    pub address: Option<IpAddr>,
+    pub(crate) address: Option<IpAddr>,
 }
 
-pub struct Classifier {
+pub(crate) struct Classifier {
     bots: isbot::Bots,
     deny: Vec<IpNet>,
     verdicts: Mutex<LruCache<String, bool>>,
 }
 
 impl Classifier {
-    pub fn new(deny: Vec<IpNet>) -> Self {
+    pub(crate) fn new(deny: Vec<IpNet>) -> Self {
         Self {
             bots: isbot::Bots::default(),
             deny,
@@ -44,7 +44,7 @@ impl Classifier {
 
     /// Why the event is invalid traffic, or `None` when it is valid. A bot user agent is
     /// named first, then a prefetch, then a denied address.
-    pub fn classify(&self, signals: Signals<'_>) -> Option<InvalidReason> {
+    pub(crate) fn classify(&self, signals: Signals<'_>) -> Option<InvalidReason> {
         if signals.user_agent.is_some_and(|agent| self.is_bot(agent)) {
             return Some(InvalidReason::BotUserAgent);
         }

@@ -1,41 +1,66 @@
 //! adevents: an ad-event ingestion HTTP server.
 //!
 //! Layers, each depending only on the ones below it (docs/DESIGN.md, "Layers"):
+//! - [`app`]: the composition root above them all: builds the services over a store, starts
+//!   and stops the work beside the requests, owns readiness;
 //! - [`http`]: routing, extraction into domain values, typed answers, the error mapping and
-//!   the OpenAPI document (never the store, never CQL);
-//! - the services: [`ingest`] (impressions and clicks), [`ivt`] (telling invalid traffic),
-//!   [`beacons`] (beacons and their live sketches), [`query`] (planning, fan-out, aggregation), [`settings`] (the cache and the
-//!   rules of a change), [`sealer`] (sealing closed days) and [`processes`] (this process
-//!   among those sharing the store, and the repair of one that went away);
+//!   the OpenAPI document (never the store, never CQL); `server` runs it (the accept loop and
+//!   the connection guard);
+//! - the services: [`ingest`] (impressions and clicks), [`beacons`] (beacons and their live
+//!   sketches), `delivery` (live billable counts against caps), `ivt` (telling invalid
+//!   traffic), [`access`] (who may call), [`settings`] (the cache and the rules of a change),
+//!   [`sealer`] (sealing closed days), `processes` (this process among those sharing the store),
+//!   `readiness` (what `/readyz` answers), `freshness` (what `/v1/freshness` answers) and
+//!   [`query`] (planning, fan-out, aggregation);
 //! - [`store`]: the partition-level storage contract, split by subsystem, and its Cassandra
 //!   and embedded implementations;
 //! - [`domain`]: ids, times, events, beacons, buckets, partitions, sketches and the sealing
 //!   rule, valid by construction; it imports nothing of the crate.
 //!
-//! [`cli`], [`commands`] and [`server`] wire them into the `adevents` binary; [`migrations`]
-//! holds the schema files this build carries; [`simulate`] is a client of the HTTP API.
+//! [`cli`], [`commands`] and [`telemetry`] wire them into the `adevents` binary;
+//! [`migrations`] holds the schema files this build carries; [`simulate`] is a client of the
+//! HTTP API; `periodic`, `allocator`, `random_id` and `remembered` are small utilities any
+//! layer may use.
+//!
+//! # The surface
+//!
+//! Everything is `pub(crate)` unless the binary (`src/main.rs`), the integration tests
+//! (`tests/`) or the benches (`benches/`) use it; what is `pub` is used
+//! there. The public modules and what those users take from them:
+//! - the binary: [`cli`] (the flags), [`commands`] (one function per subcommand) and
+//!   [`telemetry`] (logging);
+//! - the tests and the benches, to run a server in-process: [`app`] (`App`, `Options`),
+//!   [`http`] (the edge's limits), [`access`] (`AccessOptions`, `OperatorKey`) and
+//!   [`settings`] (`SettingsCache`);
+//! - to fill and read a store directly: [`store`] (the traits, both stores and their
+//!   configuration), [`domain`] (the values they hold), [`ingest`] (`Ingestor`), [`beacons`]
+//!   (`LiveSketches`, `rebuild_site_day`), [`query`] (`Queries`, `FanOut`), [`sealer`]
+//!   (`Sealer`), [`migrations`] (the embedded schema files);
+//! - [`simulate`]: the mock traffic some tests send to a server.
+//!
+//! The other modules are private.
 
 pub mod access;
-pub mod allocator;
+mod allocator;
 pub mod app;
 pub mod beacons;
 pub mod cli;
 pub mod commands;
-pub mod delivery;
+mod delivery;
 pub mod domain;
-pub mod freshness;
+mod freshness;
 pub mod http;
 pub mod ingest;
-pub mod ivt;
+mod ivt;
 pub mod migrations;
-pub mod periodic;
-pub mod processes;
+mod periodic;
+mod processes;
 pub mod query;
-pub mod random_id;
-pub mod readiness;
-pub mod remembered;
+mod random_id;
+mod readiness;
+mod remembered;
 pub mod sealer;
-pub mod server;
+mod server;
 pub mod settings;
 pub mod simulate;
 pub mod store;

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 /// Ticks every `period`, the first at once; a tick missed while the work ran late is not made
 /// up in a burst.
-pub fn ticks(period: Duration) -> tokio::time::Interval {
+pub(crate) fn ticks(period: Duration) -> tokio::time::Interval {
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks
 }
 
 /// Whether a periodic task's last attempt failed, and what to log when that changes.
-pub struct OutageLog {
+pub(crate) struct OutageLog {
     /// Logged with the error at the first failure after a success.
     failed: &'static str,
     /// Logged at the first success after a failure (none: recovery says nothing).
@@ -23,7 +23,7 @@ pub struct OutageLog {
 }
 
 impl OutageLog {
-    pub const fn new(failed: &'static str, recovered: Option<&'static str>) -> Self {
+    pub(crate) const fn new(failed: &'static str, recovered: Option<&'static str>) -> Self {
         Self {
             failed,
             recovered,
@@ -32,7 +32,7 @@ impl OutageLog {
     }
 
     /// Records an attempt's outcome, logging only where the task starts or stops failing.
-    pub fn record<T>(&mut self, outcome: &Result<T, StoreError>) {
+    pub(crate) fn record<T>(&mut self, outcome: &Result<T, StoreError>) {
         match outcome {
             Ok(_) => {
                 if std::mem::take(&mut self.failing)
@@ -51,7 +51,8 @@ impl OutageLog {
     }
 
     /// Whether the last attempt failed.
-    pub fn is_failing(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_failing(&self) -> bool {
         self.failing
     }
 }

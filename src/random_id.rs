@@ -7,13 +7,13 @@ use tower_http::request_id::{MakeRequestId, RequestId};
 use uuid::Uuid;
 
 /// A random version 4 UUID.
-pub fn random_uuid() -> Uuid {
+pub(crate) fn random_uuid() -> Uuid {
     uuid::Builder::from_random_bytes(rand::random()).into_uuid()
 }
 
 /// Makes a request's id when the caller sent none (`X-Request-Id`).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MakeRandomRequestId;
+pub(crate) struct MakeRandomRequestId;
 
 impl MakeRequestId for MakeRandomRequestId {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {

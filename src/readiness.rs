@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Readiness, owned by the composition root and read by `/readyz`.
-pub struct Readiness {
+pub(crate) struct Readiness {
     store: Arc<dyn Store>,
     access: Arc<Access>,
     /// Set while a start-up repair runs.
@@ -15,7 +15,7 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    pub fn new(store: Arc<dyn Store>, access: Arc<Access>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>, access: Arc<Access>) -> Self {
         Self {
             store,
             access,
@@ -25,17 +25,17 @@ impl Readiness {
 
     /// Whether a start-up repair of a gone process's counts is running: the process is not
     /// ready, and nothing is wrong.
-    pub fn is_repairing(&self) -> bool {
+    pub(crate) fn is_repairing(&self) -> bool {
         self.repairing.load(Ordering::Acquire)
     }
 
     /// Holds readiness back while a repair runs (`false` lets it go again).
-    pub fn set_repairing(&self, repairing: bool) {
+    pub(crate) fn set_repairing(&self, repairing: bool) {
         self.repairing.store(repairing, Ordering::Release);
     }
 
     /// Whether the store answers, its schema is current and the keys are loaded.
-    pub async fn check(&self) -> Result<(), StoreError> {
+    pub(crate) async fn check(&self) -> Result<(), StoreError> {
         if self.is_repairing() {
             return Err(StoreError::unavailable_message(
                 "repairing the unique-visitor counts of a server process that stopped without saving them",

@@ -6,24 +6,24 @@ use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard};
 
-pub struct Remembered<K> {
+pub(crate) struct Remembered<K> {
     keys: Mutex<HashSet<K>>,
     capacity: usize,
 }
 
 impl<K: Hash + Eq> Remembered<K> {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             keys: Mutex::new(HashSet::new()),
             capacity: capacity.max(1),
         }
     }
 
-    pub fn contains(&self, key: &K) -> bool {
+    pub(crate) fn contains(&self, key: &K) -> bool {
         self.lock().contains(key)
     }
 
-    pub fn remember(&self, keys: impl IntoIterator<Item = K>) {
+    pub(crate) fn remember(&self, keys: impl IntoIterator<Item = K>) {
         let mut remembered = self.lock();
         for key in keys {
             if remembered.len() >= self.capacity {

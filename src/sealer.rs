@@ -43,11 +43,11 @@ pub struct SealerOptions {
     pub rule: SealingRule,
     /// How many days back the background sealer scans the day index for days to seal; days
     /// with a late mark are found in the late index whatever their age.
-    pub lookback_days: u32,
+    pub(crate) lookback_days: u32,
     /// How often the background sealer looks.
-    pub interval: Duration,
-    pub window: BillableWindow,
-    pub fan_out: FanOut,
+    pub(crate) interval: Duration,
+    pub(crate) window: BillableWindow,
+    pub(crate) fan_out: FanOut,
 }
 
 impl Default for SealerOptions {
@@ -65,16 +65,16 @@ impl Default for SealerOptions {
 /// What is sealed, as the latest pass found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealProgress {
-    pub as_of: DateTime<Utc>,
+    pub(crate) as_of: DateTime<Utc>,
     /// The newest day such that every closed day up to it is sealed (days older than the
     /// look-back window count as sealed unless the late index says otherwise).
-    pub sealed_through: Option<Day>,
+    pub(crate) sealed_through: Option<Day>,
     /// Owner-days whose late events wait for their next seal.
-    pub late_days: usize,
+    pub(crate) late_days: usize,
 }
 
 /// The latest progress, shared by the sealer and `/v1/freshness`.
-pub type SharedProgress = Arc<Mutex<Option<SealProgress>>>;
+pub(crate) type SharedProgress = Arc<Mutex<Option<SealProgress>>>;
 
 /// Seals days: what the background task and `adevents rollup` share.
 pub struct Sealer {
@@ -102,7 +102,7 @@ impl Sealer {
         }
     }
 
-    pub fn rule(&self) -> SealingRule {
+    pub(crate) fn rule(&self) -> SealingRule {
         self.options.rule
     }
 
@@ -208,7 +208,7 @@ impl Sealer {
     /// Seals every owner-day that is due and not current: those in the late index whatever
     /// their age, oldest mark first, then those of the look-back window; returns how many were
     /// sealed, and publishes what is sealed now (`/v1/freshness`).
-    pub async fn seal_due(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+    pub(crate) async fn seal_due(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         let (sealed, progress) = self.pass(now, true).await?;
         *lock(&self.progress) = Some(progress);
         Ok(sealed)
@@ -216,7 +216,7 @@ impl Sealer {
 
     /// What is sealed now, found by the same reads as a pass but sealing nothing: what
     /// `/v1/freshness` answers before this process's first pass.
-    pub async fn survey(&self, now: DateTime<Utc>) -> Result<SealProgress, StoreError> {
+    pub(crate) async fn survey(&self, now: DateTime<Utc>) -> Result<SealProgress, StoreError> {
         let (_, progress) = self.pass(now, false).await?;
         let mut published = lock(&self.progress);
         Ok(published.get_or_insert(progress).clone())
@@ -322,7 +322,7 @@ impl Sealer {
     }
 
     /// Seals due days every `interval` until the task is aborted.
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn(self) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let interval = self.options.interval;
             // The first pass waits like every other: start-up, its repair and the first

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Why the bootstrap key could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum BootstrapError {
+pub(crate) enum BootstrapError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cannot write the admin key to {path}: {source}")]
@@ -24,12 +24,12 @@ pub enum BootstrapError {
 }
 
 /// The file the bootstrap admin key is written to.
-pub fn admin_key_file(data_dir: &Path) -> PathBuf {
+pub(crate) fn admin_key_file(data_dir: &Path) -> PathBuf {
     data_dir.join("admin.key")
 }
 
 /// Makes the folder's admin key unless it ever had one; returns the file it was written to.
-pub async fn ensure_folder_admin(
+pub(crate) async fn ensure_folder_admin(
     access: &Access,
     store: &dyn AccessStore,
     data_dir: &Path,

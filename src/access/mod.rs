@@ -4,7 +4,7 @@
 //! store read (docs/DESIGN.md, "Keys, tenants and registered sites"). A key created or revoked
 //! here works, or stops working, at once in this process; elsewhere within the lifetime.
 
-pub mod bootstrap;
+pub(crate) mod bootstrap;
 mod ring;
 
 use crate::domain::access::{
@@ -30,7 +30,7 @@ pub enum AuthMode {
 }
 
 /// The shortest `ADEVENTS_ADMIN_KEY` accepted: guessing it must be out of reach.
-pub const MIN_ADMIN_KEY_CHARS: usize = 32;
+pub(crate) const MIN_ADMIN_KEY_CHARS: usize = 32;
 
 /// An operator's admin key from the environment: never stored, kept only as its hash.
 #[derive(Clone)]
@@ -74,15 +74,15 @@ impl Default for AccessOptions {
 
 /// Who a request comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The key presented; `None` for the operator's environment key and with `--auth off`.
-    pub key: Option<KeyId>,
-    pub grant: Grant,
+    pub(crate) key: Option<KeyId>,
+    pub(crate) grant: Grant,
 }
 
 /// Why a beacon's site refuses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SiteRefusal {
+pub(crate) enum SiteRefusal {
     #[error("is not a registered site (PUT /v1/sites/{{site}} registers it)")]
     Unregistered,
     #[error("{0}")]
@@ -91,7 +91,7 @@ pub enum SiteRefusal {
 
 impl SiteRefusal {
     /// The metric label of the refusal.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Self::Unregistered => "unregistered_site",
             Self::Origin(OriginRefusal::NotAllowed) => "origin_not_allowed",
@@ -118,7 +118,7 @@ pub struct Access {
 const SECRET_MISS_READ_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Access {
-    pub fn new(store: Arc<dyn AccessStore>, options: AccessOptions) -> Self {
+    pub(crate) fn new(store: Arc<dyn AccessStore>, options: AccessOptions) -> Self {
         let memory = 2 * options.refresh;
         Self {
             store,
@@ -131,12 +131,12 @@ impl Access {
         }
     }
 
-    pub fn mode(&self) -> AuthMode {
+    pub(crate) fn mode(&self) -> AuthMode {
         self.options.mode
     }
 
     /// Whether requests can be judged: keys are off, or they were read from the store.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.options.mode == AuthMode::Off || self.loaded.load(Ordering::Acquire)
     }
 
@@ -167,7 +167,7 @@ impl Access {
 
     /// Reads keys and sites again every refresh interval until the task is aborted; a failed
     /// read keeps the last ones known.
-    pub fn spawn_refresh(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_refresh(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut ticks = crate::periodic::ticks(self.options.refresh);
             let mut outage = crate::periodic::OutageLog::new(
@@ -183,7 +183,7 @@ impl Access {
 
     /// The caller a bearer token names, if any: this server's keys by their id, anything else
     /// against the operator's environment key; hashes compared in constant time.
-    pub fn authenticate(&self, token: &str) -> Option<Caller> {
+    pub(crate) fn authenticate(&self, token: &str) -> Option<Caller> {
         if let Some(id) = key_id_of(token) {
             return self.keys.with(&id, |key| {
                 key.hash.verifies(token).then(|| Caller {
@@ -212,7 +212,7 @@ impl Access {
     }
 
     /// Stores a key whose secret the caller already has (the bootstrap key, in its file).
-    pub async fn store_issued(
+    pub(crate) async fn store_issued(
         &self,
         issued: IssuedKey,
         grant: Grant,
@@ -242,19 +242,19 @@ impl Access {
     }
 
     /// Every key, as stored now (a listing for an administrator, not the in-memory ring).
-    pub async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+    pub(crate) async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
         let mut keys = self.store.keys().await?;
         keys.sort_by_key(|key| (key.created_at, key.id));
         Ok(keys)
     }
 
     /// A key as this process knows it.
-    pub fn key(&self, id: KeyId) -> Option<ApiKey> {
+    pub(crate) fn key(&self, id: KeyId) -> Option<ApiKey> {
         self.keys.with(&id, Clone::clone)
     }
 
     /// Revokes a key; `false` if there was no such key.
-    pub async fn revoke(&self, id: KeyId) -> Result<bool, StoreError> {
+    pub(crate) async fn revoke(&self, id: KeyId) -> Result<bool, StoreError> {
         let existed = self.store.keys().await?.iter().any(|key| key.id == id);
         if existed {
             self.store.delete_key(id).await?;
@@ -264,7 +264,7 @@ impl Access {
     }
 
     /// Whether the store has an admin key (or the environment gives one).
-    pub async fn has_admin(&self) -> Result<bool, StoreError> {
+    pub(crate) async fn has_admin(&self) -> Result<bool, StoreError> {
         if self.options.operator_key.is_some() {
             return Ok(true);
         }
@@ -272,13 +272,11 @@ impl Access {
         Ok(keys.iter().any(|key| key.grant == Grant::Admin))
     }
 
-    /// A registered site as this process knows it.
-    pub fn site(&self, site: &SiteId) -> Option<SiteProfile> {
-        self.sites.with(site, Clone::clone)
-    }
-
     /// A registered site as stored now (after a change, read before writing again).
-    pub async fn stored_site(&self, site: &SiteId) -> Result<Option<SiteProfile>, StoreError> {
+    pub(crate) async fn stored_site(
+        &self,
+        site: &SiteId,
+    ) -> Result<Option<SiteProfile>, StoreError> {
         let sites = self.store.sites().await?;
         Ok(sites.into_iter().find(|profile| &profile.site == site))
     }
@@ -292,7 +290,7 @@ impl Access {
 
     /// Whether a beacon for `site` from the page at `origin` may be stored: any with keys off;
     /// otherwise only for a registered site, by its origin rule.
-    pub fn admit_beacon(
+    pub(crate) fn admit_beacon(
         &self,
         site: &SiteId,
         origin: Option<&url::Origin>,
@@ -307,7 +305,7 @@ impl Access {
     }
 
     /// Makes a tag secret for `advertiser`; it verifies URLs here as soon as this returns.
-    pub async fn create_tag_secret(
+    pub(crate) async fn create_tag_secret(
         &self,
         advertiser: AdvertiserId,
         now: DateTime<Utc>,
@@ -319,7 +317,7 @@ impl Access {
     }
 
     /// `advertiser`'s tag secrets as stored now, oldest first.
-    pub async fn stored_tag_secrets(
+    pub(crate) async fn stored_tag_secrets(
         &self,
         advertiser: AdvertiserId,
     ) -> Result<Vec<TagSecret>, StoreError> {
@@ -335,7 +333,7 @@ impl Access {
     }
 
     /// Deletes `advertiser`'s tag secret `id`; `false` if it has no such secret.
-    pub async fn delete_tag_secret(
+    pub(crate) async fn delete_tag_secret(
         &self,
         advertiser: AdvertiserId,
         id: TagSecretId,
@@ -355,7 +353,11 @@ impl Access {
 
     /// The tag secret `id` of `advertiser`, as this process knows it; an id it does not know
     /// reads the secrets again, at most once a second.
-    pub async fn tag_secret(&self, advertiser: AdvertiserId, id: TagSecretId) -> Option<TagSecret> {
+    pub(crate) async fn tag_secret(
+        &self,
+        advertiser: AdvertiserId,
+        id: TagSecretId,
+    ) -> Option<TagSecret> {
         let known = |secret: &TagSecret| (secret.advertiser == advertiser).then(|| secret.clone());
         if let Some(found) = self.tag_secrets.with(&id, known) {
             return found;

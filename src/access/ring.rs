@@ -7,7 +7,7 @@ use std::hash::Hash;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-pub struct Ring<K, V> {
+pub(crate) struct Ring<K, V> {
     map: RwLock<HashMap<K, V>>,
     /// Changes made here, newest last, kept for `memory`: `None` is a removal.
     recent: Mutex<Vec<(Instant, K, Option<V>)>>,
@@ -16,11 +16,11 @@ pub struct Ring<K, V> {
 
 /// When a refresh's read started.
 #[derive(Clone, Copy)]
-pub struct ReadStart(Instant);
+pub(crate) struct ReadStart(Instant);
 
 impl<K: Eq + Hash + Clone, V: Clone> Ring<K, V> {
     /// A ring that remembers its own changes for `memory` (longer than a refresh takes).
-    pub fn new(memory: Duration) -> Self {
+    pub(crate) fn new(memory: Duration) -> Self {
         Self {
             map: RwLock::new(HashMap::new()),
             recent: Mutex::new(Vec::new()),
@@ -29,28 +29,28 @@ impl<K: Eq + Hash + Clone, V: Clone> Ring<K, V> {
     }
 
     /// Runs `look` on the value under `key`, if any.
-    pub fn with<T>(&self, key: &K, look: impl FnOnce(&V) -> T) -> Option<T> {
+    pub(crate) fn with<T>(&self, key: &K, look: impl FnOnce(&V) -> T) -> Option<T> {
         self.read().get(key).map(look)
     }
 
-    pub fn insert(&self, key: K, value: V) {
+    pub(crate) fn insert(&self, key: K, value: V) {
         self.remember(key.clone(), Some(value.clone()));
         self.write().insert(key, value);
     }
 
-    pub fn remove(&self, key: K) {
+    pub(crate) fn remove(&self, key: K) {
         self.remember(key.clone(), None);
         self.write().remove(&key);
     }
 
     /// Marks the start of a read of the whole map from the store.
-    pub fn read_starts(&self) -> ReadStart {
+    pub(crate) fn read_starts(&self) -> ReadStart {
         ReadStart(Instant::now())
     }
 
     /// Replaces the map with what a read that started at `start` found, then applies again
     /// every change made here since that read started.
-    pub fn replace(&self, start: ReadStart, entries: impl IntoIterator<Item = (K, V)>) {
+    pub(crate) fn replace(&self, start: ReadStart, entries: impl IntoIterator<Item = (K, V)>) {
         let mut map: HashMap<K, V> = entries.into_iter().collect();
         let mut recent = self.recent();
         recent.retain(|(at, _, _)| at.elapsed() < self.memory);

@@ -9,7 +9,6 @@ mod repair;
 mod running;
 
 pub use options::{Options, ServiceOptions};
-pub use repair::Repaired;
 
 use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
@@ -136,7 +135,7 @@ impl App {
     }
 
     /// What the HTTP handlers share.
-    pub fn state(&self) -> AppState {
+    pub(crate) fn state(&self) -> AppState {
         self.state.clone()
     }
 
@@ -146,12 +145,12 @@ impl App {
     }
 
     /// The store as the access subsystem sees it (bootstrap of the first admin key).
-    pub fn access_store(&self) -> Arc<dyn AccessStore> {
+    pub(crate) fn access_store(&self) -> Arc<dyn AccessStore> {
         Arc::clone(&self.store) as Arc<dyn AccessStore>
     }
 
     /// The sealer of closed days, over this app's store and settings.
-    pub fn sealer(&self) -> Sealer {
+    pub(crate) fn sealer(&self) -> Sealer {
         Sealer::new(
             Arc::clone(&self.store),
             Arc::clone(&self.settings_cache),
@@ -219,7 +218,7 @@ impl App {
     /// count before the process goes, then leaves the list of processes; if they cannot be
     /// stored, the process stays listed and the next one to start rebuilds its days from the
     /// stored events.
-    pub async fn flush_before_exit(&self) {
+    pub(crate) async fn flush_before_exit(&self) {
         if let Err(error) = self.live_sketches.flush(self.store.as_ref()).await {
             tracing::warn!(error = %error.chain(), "could not store the last unique-visitor sketches; the next process to start rebuilds them from the stored beacons");
             return;
@@ -249,7 +248,7 @@ impl App {
     /// live state left (docs/DESIGN.md, "Processes sharing a store"); `/readyz` answers 503
     /// until it is done, so a load balancer sends no traffic to a process whose counts are not
     /// right yet.
-    pub fn spawn_repair(&self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_repair(&self) -> tokio::task::JoinHandle<()> {
         /// Between attempts while the store cannot be read.
         const RETRY: std::time::Duration = std::time::Duration::from_secs(5);
         self.readiness.set_repairing(true);

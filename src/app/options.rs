@@ -18,23 +18,23 @@ pub struct Options {
 #[derive(Debug, Clone)]
 pub struct ServiceOptions {
     /// Partitions written at once for one ingestion request.
-    pub write_concurrency: usize,
+    pub(crate) write_concurrency: usize,
     /// How long campaign and site settings are cached in the process.
     pub settings_lifetime: Duration,
     /// How often live unique-visitor sketches are stored.
     pub sketch_flush_interval: Duration,
     /// How often live delivery counts are stored: well under a second, so `delivery` on any
     /// process includes every impression acknowledged a second earlier.
-    pub delivery_flush_interval: Duration,
+    pub(crate) delivery_flush_interval: Duration,
     /// Fan-out, billable window and look-backs of the read side.
     pub queries: QueryOptions,
     /// When closed days are sealed into rollups (the grace for late events, ...).
-    pub sealer: SealerOptions,
+    pub(crate) sealer: SealerOptions,
     /// Keys on or off, and the operator's environment admin key.
     pub access: AccessOptions,
     /// Bytes of live unique-visitor sketches held in memory; past it the least recently used
     /// are stored and dropped.
-    pub sketch_memory: u64,
+    pub(crate) sketch_memory: u64,
     /// Client addresses whose events are invalid traffic (data-centre ranges, say).
     pub ivt_deny_cidrs: Vec<IpNet>,
 }

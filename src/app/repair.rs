@@ -17,13 +17,13 @@ use std::time::Duration;
 
 /// What a repair did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Repaired {
+pub(crate) struct Repaired {
     /// Processes found gone and removed.
-    pub processes: usize,
+    pub(crate) processes: usize,
     /// Owner-days rebuilt (sites' sketches, campaigns' delivery counts).
-    pub days: usize,
+    pub(crate) days: usize,
     /// Beacons read to rebuild them.
-    pub beacons: usize,
+    pub(crate) beacons: usize,
 }
 
 /// The processes other than `me` that are gone.
@@ -69,7 +69,7 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<Gone>, S
 }
 
 /// Rebuilds what every gone process left marked, then removes it.
-pub async fn repair_gone_processes(
+pub(crate) async fn repair_gone_processes(
     repair: DayRepair<'_>,
     me: ProcessId,
 ) -> Result<Repaired, StoreError> {

@@ -4,12 +4,12 @@ use tokio::task::JoinHandle;
 
 /// Tasks started by [`super::App::serve`]; each is stopped when this is stopped or dropped
 /// (also when its owner is aborted).
-pub struct Running {
+pub(crate) struct Running {
     tasks: Vec<AbortOnDrop>,
 }
 
 impl Running {
-    pub fn new(tasks: impl IntoIterator<Item = Option<JoinHandle<()>>>) -> Self {
+    pub(crate) fn new(tasks: impl IntoIterator<Item = Option<JoinHandle<()>>>) -> Self {
         Self {
             tasks: tasks.into_iter().flatten().map(AbortOnDrop).collect(),
         }
@@ -17,7 +17,7 @@ impl Running {
 
     /// Stops every task and waits until each is gone, so nothing it was doing overlaps what
     /// comes next (the last flush).
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         for task in self.tasks {
             task.stop().await;
         }

@@ -45,11 +45,11 @@ const FLUSH_CHUNK: usize = 4096;
 /// the requests sharing its thread wait no longer than that.
 const COUNT_CHUNK: usize = 256;
 /// The default memory budget of the live sketches.
-pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Microseconds since the epoch, strictly increasing within the process: the capture time of
 /// a sketch state.
-pub fn capture_time() -> i64 {
+pub(crate) fn capture_time() -> i64 {
     static LAST: AtomicI64 = AtomicI64::new(0);
     let now = Utc::now().timestamp_micros();
     let previous = LAST
@@ -89,7 +89,7 @@ impl Default for LiveSketches {
 }
 
 impl LiveSketches {
-    pub fn with_budget(budget_bytes: u64) -> Self {
+    pub(crate) fn with_budget(budget_bytes: u64) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             waiting: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -101,13 +101,13 @@ impl LiveSketches {
     }
 
     /// Bytes charged for the sketches in memory and the beacons waiting to be counted.
-    pub fn held_bytes(&self) -> u64 {
+    pub(crate) fn held_bytes(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 
     /// Whether a beacon may be counted now: false only when new sketches have outrun the
     /// flusher up to the whole budget (the answer is then 503, and nothing is stored).
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.held_bytes() <= self.budget
     }
 
@@ -138,7 +138,7 @@ impl LiveSketches {
     /// Counts every beacon waiting when it starts into its sketches, one shard of waiting
     /// groups at a time (a request that records meanwhile waits for one shard's table swap,
     /// not the counting). Dropped halfway, it puts back the groups it had not counted.
-    pub async fn count_waiting(&self) {
+    pub(crate) async fn count_waiting(&self) {
         for waiting in &self.waiting {
             let mut counting = Counting {
                 waiting,
@@ -230,7 +230,7 @@ impl LiveSketches {
 
     /// Once past four fifths of the budget, drops the least recently used stored sketches
     /// until two fifths of it are free, so the next eviction is not due at once.
-    pub fn evict_least_recent(&self) {
+    pub(crate) fn evict_least_recent(&self) {
         let held = self.held_bytes();
         if held <= self.pressure_mark() {
             return;
@@ -270,11 +270,13 @@ impl LiveSketches {
     }
 
     /// Sketches held in memory.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|shard| lock(shard).len()).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -395,7 +397,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Flushes `live` every `period`, and at once when it passes its budget, until the task is
 /// aborted; sketches idle for 15 minutes, and past the budget the least recently used, are
 /// dropped from memory once stored.
-pub fn spawn_flusher(
+pub(crate) fn spawn_flusher(
     live: Arc<LiveSketches>,
     store: Arc<dyn VisitStore>,
     registry: Arc<ProcessRegistry>,

@@ -23,7 +23,7 @@ const MARKED_DAYS_REMEMBERED: usize = 100_000;
 
 /// Why a beacon was not taken; nothing of it was stored.
 #[derive(Debug, thiserror::Error)]
-pub enum TrackError {
+pub(crate) enum TrackError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The live sketches are a quarter past their memory budget: the flusher is behind.
@@ -31,7 +31,7 @@ pub enum TrackError {
     SketchesFull,
 }
 
-pub struct BeaconIngestor {
+pub(crate) struct BeaconIngestor {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     live: Arc<LiveSketches>,
@@ -45,7 +45,7 @@ pub struct BeaconIngestor {
 }
 
 impl BeaconIngestor {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         live: Arc<LiveSketches>,
@@ -63,7 +63,7 @@ impl BeaconIngestor {
     }
 
     /// Stores `beacon` durably, then counts it.
-    pub async fn track(&self, beacon: Beacon) -> Result<(), TrackError> {
+    pub(crate) async fn track(&self, beacon: Beacon) -> Result<(), TrackError> {
         if !self.live.has_room() {
             return Err(TrackError::SketchesFull);
         }

@@ -7,12 +7,11 @@
 
 use super::live::capture_time;
 use crate::domain::beacon::SiteId;
-use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::query::FanOut;
 use crate::query::site_day::aggregate_site_day;
 use crate::settings::SettingsCache;
-use crate::store::{SketchPartition, SketchRow, Store, StoreError, VisitStore};
+use crate::store::{SketchPartition, SketchRow, StoreError, VisitStore};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use uuid::Uuid;
@@ -22,7 +21,7 @@ fn hour_start(hour: i64) -> DateTime<Utc> {
 }
 
 /// The writer id of rebuilt sketches.
-pub const REBUILD_WRITER: Uuid = Uuid::nil();
+pub(crate) const REBUILD_WRITER: Uuid = Uuid::nil();
 
 /// Rebuilds every sketch of `site` for UTC `day`; returns how many beacons were read.
 pub async fn rebuild_site_day(
@@ -59,23 +58,5 @@ pub async fn rebuild_site_day(
         .buffer_unordered(fan_out.concurrency.max(1))
         .try_collect::<()>()
         .await?;
-    Ok(beacons)
-}
-
-/// Rebuilds the sketches of every site that received beacons on `days` (the day index).
-pub async fn rebuild_days(
-    store: &dyn Store,
-    settings: &SettingsCache,
-    days: &[Day],
-    fan_out: FanOut,
-) -> Result<usize, StoreError> {
-    let mut beacons = 0;
-    for day in days {
-        for owner in store.owners_of_day(OwnerKind::Site, *day).await? {
-            if let Owner::Site(site) = owner {
-                beacons += rebuild_site_day(store, settings, &site, *day, fan_out).await?;
-            }
-        }
-    }
     Ok(beacons)
 }

@@ -33,9 +33,9 @@ type Compared = (WindowKey, Vec<Published>, Vec<Entry>);
 
 /// How often a process stores its live counts: with the write's own latency, well inside the
 /// second within which `delivery` promises every acknowledged impression.
-pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// Windows remembered across all campaign-days (about 20 bytes each).
-pub const MAX_WINDOWS: usize = 4_000_000;
+pub(crate) const MAX_WINDOWS: usize = 4_000_000;
 /// How long a day that may be sealed stays in memory after its last impression.
 const QUIET_BEFORE_DROP: Duration = Duration::from_secs(300);
 /// Marks a window remembered in a day counter that another process counts.
@@ -65,7 +65,7 @@ struct Counters {
     warned_ledger_full: bool,
 }
 
-pub struct LiveDelivery {
+pub(crate) struct LiveDelivery {
     writer: ProcessId,
     window: BillableWindow,
     rule: SealingRule,
@@ -83,9 +83,9 @@ pub struct LiveDelivery {
 
 /// An impression as counted: its campaign-day, user window and slice.
 #[derive(Debug, Clone, Copy)]
-pub struct Counted {
-    pub campaign: CampaignKey,
-    pub day: Day,
+pub(crate) struct Counted {
+    pub(crate) campaign: CampaignKey,
+    pub(crate) day: Day,
     user: UserId,
     window_start: DateTime<Utc>,
     window: u64,
@@ -93,7 +93,7 @@ pub struct Counted {
 }
 
 impl LiveDelivery {
-    pub fn new(writer: ProcessId, window: BillableWindow, rule: SealingRule) -> Self {
+    pub(crate) fn new(writer: ProcessId, window: BillableWindow, rule: SealingRule) -> Self {
         Self {
             writer,
             window,
@@ -108,18 +108,18 @@ impl LiveDelivery {
 
     /// Publishes the users counted in windows of open days for other processes to compare
     /// with, when `shared` (a store several processes write).
-    pub fn publishing_windows(mut self, shared: bool) -> Self {
+    pub(crate) fn publishing_windows(mut self, shared: bool) -> Self {
         self.publishing = shared;
         self
     }
 
-    pub fn writer(&self) -> ProcessId {
+    pub(crate) fn writer(&self) -> ProcessId {
         self.writer
     }
 
     /// What of `impressions` delivery counts: the valid ones, with their window; taken before
     /// the write, counted after it ([`count`](Self::count)).
-    pub fn countable(&self, impressions: &[Impression]) -> Vec<Counted> {
+    pub(crate) fn countable(&self, impressions: &[Impression]) -> Vec<Counted> {
         impressions
             .iter()
             .filter(|impression| impression.invalid.is_none())
@@ -175,7 +175,7 @@ impl LiveDelivery {
 
     /// Counts stored impressions: a window already counted moves to an earlier slice if need
     /// be, never counts twice.
-    pub fn count(&self, counted: &[Counted]) {
+    pub(crate) fn count(&self, counted: &[Counted]) {
         let now = Instant::now();
         let today = Utc::now();
         let mut counters = lock(&self.counters);
@@ -246,13 +246,14 @@ impl LiveDelivery {
 
     /// This process's counts of `campaign`'s days still in memory (fresher than its stored
     /// rows).
-    pub fn days_of(&self, campaign: CampaignKey) -> BTreeMap<Day, DaySlices> {
+    #[cfg(test)]
+    pub(crate) fn days_of(&self, campaign: CampaignKey) -> BTreeMap<Day, DaySlices> {
         self.days_of_where(campaign, |_| true)
     }
 
     /// This process's counts of the `campaign`'s days in memory that `wanted` picks: only
     /// those are copied (after a backfill a process holds a year of days for minutes).
-    pub fn days_of_where(
+    pub(crate) fn days_of_where(
         &self,
         campaign: CampaignKey,
         wanted: impl Fn(Day) -> bool,
@@ -271,7 +272,7 @@ impl LiveDelivery {
 
     /// Stores every campaign-day that changed since the last flush, then drops the days that
     /// are sealed and quiet; returns how many rows were written.
-    pub async fn flush(
+    pub(crate) async fn flush(
         &self,
         store: &dyn DeliveryStore,
         now: DateTime<Utc>,
@@ -323,7 +324,7 @@ impl LiveDelivery {
     /// changed are stored at the next flush. Returns how many were given up. A window whose
     /// publications cannot be read stays due for the next call, and the first such error is
     /// returned once every other window is settled: one bad partition stalls no other.
-    pub async fn reconcile(
+    pub(crate) async fn reconcile(
         &self,
         store: &dyn Store,
         now: DateTime<Utc>,
@@ -398,7 +399,10 @@ impl LiveDelivery {
 
     /// Compares every window published, closed or not (a process about to stop cleanly: what
     /// it keeps is in its saved row for good).
-    pub async fn compare_every_window(&self, store: &dyn Store) -> Result<usize, StoreError> {
+    pub(crate) async fn compare_every_window(
+        &self,
+        store: &dyn Store,
+    ) -> Result<usize, StoreError> {
         // Later than any window's grace; the second comparison it schedules never comes.
         let past_every_grace = Utc::now() + chrono::TimeDelta::days(1);
         self.reconcile(store, past_every_grace).await
@@ -429,7 +433,7 @@ impl LiveDelivery {
 
 /// Stores this process's live counts every `interval` until the task is aborted; after each
 /// flush that stored everything counted before it started, `saved` is told when it started.
-pub fn spawn_flusher(
+pub(crate) fn spawn_flusher(
     live: std::sync::Arc<LiveDelivery>,
     store: std::sync::Arc<dyn DeliveryStore>,
     interval: Duration,
@@ -455,7 +459,7 @@ pub fn spawn_flusher(
 
 /// Compares this process's due windows with the other processes' every second until the task
 /// is aborted (on a store several processes share).
-pub fn spawn_reconciler(
+pub(crate) fn spawn_reconciler(
     live: std::sync::Arc<LiveDelivery>,
     store: std::sync::Arc<dyn Store>,
 ) -> tokio::task::JoinHandle<()> {

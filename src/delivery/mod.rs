@@ -4,10 +4,10 @@
 //! writer's live rows of the days not sealed yet, and this process's own counts from memory;
 //! and whether a silent process may hold counts that are missing (`complete`).
 
-pub mod live;
-pub mod rebuild;
-pub mod sealed;
-pub mod windows;
+pub(crate) mod live;
+pub(crate) mod rebuild;
+pub(crate) mod sealed;
+pub(crate) mod windows;
 
 use crate::domain::delivery::{DeliveryFigures, figures, local_day, utc_days_between};
 use crate::domain::ids::CampaignKey;
@@ -32,17 +32,17 @@ const SILENT_READS_IN_FLIGHT: usize = 16;
 
 /// A campaign's delivery at `as_of`.
 #[derive(Debug, Clone)]
-pub struct Delivery {
-    pub as_of: DateTime<Utc>,
-    pub complete: bool,
+pub(crate) struct Delivery {
+    pub(crate) as_of: DateTime<Utc>,
+    pub(crate) complete: bool,
     /// The zone of the campaign's day.
-    pub tz: chrono_tz::Tz,
-    pub daily_cap: Option<u64>,
-    pub total_cap: Option<u64>,
-    pub figures: DeliveryFigures,
+    pub(crate) tz: chrono_tz::Tz,
+    pub(crate) daily_cap: Option<u64>,
+    pub(crate) total_cap: Option<u64>,
+    pub(crate) figures: DeliveryFigures,
 }
 
-pub struct DeliveryService {
+pub(crate) struct DeliveryService {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     live: Arc<LiveDelivery>,
@@ -54,7 +54,7 @@ pub struct DeliveryService {
 }
 
 impl DeliveryService {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         live: Arc<LiveDelivery>,
@@ -70,7 +70,7 @@ impl DeliveryService {
 
     /// The campaign's delivery now: every impression acknowledged by any process that stored
     /// its live counts since (about every quarter second), every sealed day.
-    pub async fn delivery(&self, campaign: CampaignKey) -> Result<Delivery, StoreError> {
+    pub(crate) async fn delivery(&self, campaign: CampaignKey) -> Result<Delivery, StoreError> {
         let as_of = Utc::now();
         let owner = Owner::Campaign(campaign);
         let store = self.store.as_ref();

@@ -49,24 +49,24 @@ const WINDOW_READS_IN_FLIGHT: usize = 16;
 
 /// What a repair knows of the process that went away.
 #[derive(Debug, Clone, Copy)]
-pub struct Gone {
-    pub id: ProcessId,
-    pub last_report_at: DateTime<Utc>,
+pub(crate) struct Gone {
+    pub(crate) id: ProcessId,
+    pub(crate) last_report_at: DateTime<Utc>,
 }
 
 /// What a start-up repair reads with: the same for every day it rebuilds.
 #[derive(Clone, Copy)]
-pub struct DayRepair<'a> {
-    pub store: &'a dyn Store,
-    pub settings: &'a SettingsCache,
-    pub window: BillableWindow,
-    pub rule: SealingRule,
-    pub fan_out: FanOut,
+pub(crate) struct DayRepair<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) settings: &'a SettingsCache,
+    pub(crate) window: BillableWindow,
+    pub(crate) rule: SealingRule,
+    pub(crate) fan_out: FanOut,
 }
 
 /// Rewrites `gone`'s live row of `campaign`'s UTC `day` from the raw events; returns the
 /// day's billable impressions.
-pub async fn rebuild_campaign_day(
+pub(crate) async fn rebuild_campaign_day(
     repair: DayRepair<'_>,
     campaign: CampaignKey,
     day: Day,

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 /// The longest sealed totals are held even when their version stays: a seal written by a
 /// release before versions changes no version.
-pub const HELD_AT_MOST: Duration = Duration::from_secs(60);
+pub(crate) const HELD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Campaigns whose sealed totals are held at once (a few kilobytes each).
 const CAMPAIGNS_HELD: usize = 4096;
@@ -32,7 +32,7 @@ const CAMPAIGNS_HELD: usize = 4096;
 /// A campaign's sealed days, in the form an answer needs: every day's slices only where a
 /// campaign's local today may overlap it, a sum for the rest.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SealedTotals {
+pub(crate) struct SealedTotals {
     /// Every sealed day, ascending: their live rows are not counted.
     days: Vec<Day>,
     /// The slices of sealed days from two days before the read's UTC day (a local today
@@ -44,7 +44,7 @@ pub struct SealedTotals {
 
 impl SealedTotals {
     /// The sealed days as read at `read_at`.
-    pub fn of(sealed: Vec<(Day, DaySlices)>, read_at: DateTime<Utc>) -> Self {
+    pub(crate) fn of(sealed: Vec<(Day, DaySlices)>, read_at: DateTime<Utc>) -> Self {
         let first_recent = Day::new((read_at - TimeDelta::days(2)).date_naive());
         let mut totals = Self::default();
         for (day, slices) in sealed {
@@ -60,17 +60,17 @@ impl SealedTotals {
         totals
     }
 
-    pub fn is_sealed(&self, day: Day) -> bool {
+    pub(crate) fn is_sealed(&self, day: Day) -> bool {
         self.days.binary_search(&day).is_ok()
     }
 
     /// The sealed days an answer needs one by one.
-    pub fn recent(&self) -> &BTreeMap<Day, DaySlices> {
+    pub(crate) fn recent(&self) -> &BTreeMap<Day, DaySlices> {
         &self.recent
     }
 
     /// What the older sealed days add to the lifetime.
-    pub fn earlier(&self) -> u64 {
+    pub(crate) fn earlier(&self) -> u64 {
         self.earlier
     }
 }
@@ -83,7 +83,7 @@ struct Held {
 }
 
 /// The sealed totals held, by campaign.
-pub struct SealedCache {
+pub(crate) struct SealedCache {
     held: Mutex<LruCache<CampaignKey, Held>>,
 }
 
@@ -100,7 +100,11 @@ impl Default for SealedCache {
 impl SealedCache {
     /// The campaign's held totals, if they were read with `version` (just read) and not
     /// longer than [`HELD_AT_MOST`] ago.
-    pub fn get(&self, campaign: CampaignKey, version: Option<Uuid>) -> Option<Arc<SealedTotals>> {
+    pub(crate) fn get(
+        &self,
+        campaign: CampaignKey,
+        version: Option<Uuid>,
+    ) -> Option<Arc<SealedTotals>> {
         let mut held = lock(&self.held);
         let entry = held.get(&campaign)?;
         if entry.version == version && entry.read_at.elapsed() < HELD_AT_MOST {
@@ -111,7 +115,7 @@ impl SealedCache {
     }
 
     /// Holds totals read at `read_at` with their version.
-    pub fn put(
+    pub(crate) fn put(
         &self,
         campaign: CampaignKey,
         read_at: Instant,

@@ -23,42 +23,42 @@ use std::collections::{HashMap, HashSet};
 /// How long after a window closes, or after this process's latest publication of it, the
 /// window is compared: every process's publications of it are stored by then (each publishes
 /// about four times a second).
-pub const GRACE: TimeDelta = TimeDelta::seconds(2);
+pub(crate) const GRACE: TimeDelta = TimeDelta::seconds(2);
 /// How long after its first comparison a window is compared again, for what was kept: a
 /// publication ranked before this process's may have taken longer than [`GRACE`] to be stored
 /// (a slow or failing node), and the process that stored it may have kept the window too.
-pub const RECHECK: TimeDelta = TimeDelta::seconds(30);
+pub(crate) const RECHECK: TimeDelta = TimeDelta::seconds(30);
 /// Users remembered for comparison, across campaigns (about 40 bytes each). Past it, windows
 /// are counted without being published: they may count twice until their day is sealed.
-pub const MAX_ENTRIES: usize = 1_000_000;
+pub(crate) const MAX_ENTRIES: usize = 1_000_000;
 
 /// One campaign's billable window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WindowKey {
-    pub campaign: CampaignKey,
-    pub start: DateTime<Utc>,
+pub(crate) struct WindowKey {
+    pub(crate) campaign: CampaignKey,
+    pub(crate) start: DateTime<Utc>,
 }
 
 /// A user whose window this process counted, and where that count sits: the day counter and
 /// the keyed hash it is remembered under there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Entry {
-    pub user: UserId,
-    pub day: Day,
-    pub key: u64,
+pub(crate) struct Entry {
+    pub(crate) user: UserId,
+    pub(crate) day: Day,
+    pub(crate) key: u64,
 }
 
 /// Entries of one window published at one time.
 #[derive(Debug, Clone)]
-pub struct Published {
-    pub at: DateTime<Utc>,
-    pub entries: Vec<Entry>,
+pub(crate) struct Published {
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) entries: Vec<Entry>,
     /// Set once compared: when what was kept is compared again, for the last time.
     recheck_at: Option<DateTime<Utc>>,
 }
 
 impl Published {
-    pub fn new(at: DateTime<Utc>, entries: Vec<Entry>) -> Self {
+    pub(crate) fn new(at: DateTime<Utc>, entries: Vec<Entry>) -> Self {
         Self {
             at,
             entries,
@@ -77,18 +77,18 @@ impl Published {
 /// Entries taken for one publication: stored, they wait to be compared; refused, they go back
 /// to wait for the next.
 #[derive(Debug, Default)]
-pub struct PublicationBatch {
+pub(crate) struct PublicationBatch {
     at: Option<DateTime<Utc>>,
     windows: Vec<(WindowKey, Vec<Entry>)>,
 }
 
 impl PublicationBatch {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.windows.is_empty()
     }
 
     /// The rows to store, as `writer`: one per window.
-    pub fn publications(&self, writer: ProcessId) -> Vec<WindowPublication> {
+    pub(crate) fn publications(&self, writer: ProcessId) -> Vec<WindowPublication> {
         let Some(at) = self.at else {
             return Vec::new();
         };
@@ -107,7 +107,7 @@ impl PublicationBatch {
 
 /// What this process counted in windows of days not yet sealed, until it is compared.
 #[derive(Debug, Default)]
-pub struct WindowLedger {
+pub(crate) struct WindowLedger {
     /// Counted since the last publication.
     unpublished: HashMap<WindowKey, Vec<Entry>>,
     /// Published, waiting to be compared (or compared again).
@@ -118,7 +118,7 @@ pub struct WindowLedger {
 
 impl WindowLedger {
     /// Remembers a user counted in `window`; false when the ledger is full (not remembered).
-    pub fn note(&mut self, window: WindowKey, entry: Entry) -> bool {
+    pub(crate) fn note(&mut self, window: WindowKey, entry: Entry) -> bool {
         if self.entries >= MAX_ENTRIES {
             return false;
         }
@@ -129,7 +129,7 @@ impl WindowLedger {
 
     /// Takes what waits to be published, stamped `now` to the millisecond (after any earlier
     /// publication of this process, whatever its clock did).
-    pub fn take_unpublished(&mut self, now: DateTime<Utc>) -> PublicationBatch {
+    pub(crate) fn take_unpublished(&mut self, now: DateTime<Utc>) -> PublicationBatch {
         if self.unpublished.is_empty() {
             return PublicationBatch::default();
         }
@@ -146,7 +146,7 @@ impl WindowLedger {
     }
 
     /// The batch was stored: its entries wait to be compared.
-    pub fn published(&mut self, batch: PublicationBatch) {
+    pub(crate) fn published(&mut self, batch: PublicationBatch) {
         let Some(at) = batch.at else { return };
         for (window, entries) in batch.windows {
             self.published
@@ -157,7 +157,7 @@ impl WindowLedger {
     }
 
     /// The batch could not be stored: it goes out with the next one.
-    pub fn restore(&mut self, batch: PublicationBatch) {
+    pub(crate) fn restore(&mut self, batch: PublicationBatch) {
         for (window, entries) in batch.windows {
             self.unpublished.entry(window).or_default().extend(entries);
         }
@@ -165,7 +165,11 @@ impl WindowLedger {
 
     /// The windows with publications to compare at `now` (closed, published [`GRACE`] ago,
     /// or due again), with those publications.
-    pub fn due(&self, now: DateTime<Utc>, length: TimeDelta) -> Vec<(WindowKey, Vec<Published>)> {
+    pub(crate) fn due(
+        &self,
+        now: DateTime<Utc>,
+        length: TimeDelta,
+    ) -> Vec<(WindowKey, Vec<Published>)> {
         self.published
             .iter()
             .filter_map(|(window, publications)| {
@@ -182,7 +186,7 @@ impl WindowLedger {
     /// Records `window`'s `compared` publications compared at `now`, `given_up` their users
     /// given up: compared for the first time, what was kept is compared again after
     /// [`RECHECK`]; compared again, the publication is forgotten.
-    pub fn settle(
+    pub(crate) fn settle(
         &mut self,
         window: WindowKey,
         compared: &[Published],
@@ -223,7 +227,11 @@ impl WindowLedger {
 /// holds: the first-ranked of every stored publication and of `mine` is another writer's.
 /// This process's own stored publications rank too: one refused by the store yet stored
 /// (a timeout) was published again later, and the other processes rank its first copy.
-pub fn ceded(publications: &[WindowPublication], me: ProcessId, mine: &[Published]) -> Vec<Entry> {
+pub(crate) fn ceded(
+    publications: &[WindowPublication],
+    me: ProcessId,
+    mine: &[Published],
+) -> Vec<Entry> {
     let first = first_ranked(publications);
     mine.iter()
         .flat_map(|publication| {
@@ -244,7 +252,7 @@ pub fn ceded(publications: &[WindowPublication], me: ProcessId, mine: &[Publishe
 
 /// Each user's first-ranked publication of a window, by (time, writer): the writer that keeps
 /// the user's window.
-pub fn first_ranked<'a>(
+pub(crate) fn first_ranked<'a>(
     publications: impl IntoIterator<Item = &'a WindowPublication>,
 ) -> HashMap<UserId, (DateTime<Utc>, ProcessId)> {
     let mut first: HashMap<UserId, (DateTime<Utc>, ProcessId)> = HashMap::new();

@@ -17,11 +17,11 @@ use uuid::Uuid;
 pub struct KeyId(Uuid);
 
 impl KeyId {
-    pub fn new(id: Uuid) -> Self {
+    pub(crate) fn new(id: Uuid) -> Self {
         Self(id)
     }
 
-    pub fn as_uuid(&self) -> Uuid {
+    pub(crate) fn as_uuid(&self) -> Uuid {
         self.0
     }
 }
@@ -50,7 +50,7 @@ pub enum Grant {
 
 impl Grant {
     /// The scope's name, as the API writes it.
-    pub fn scope(&self) -> &'static str {
+    pub(crate) fn scope(&self) -> &'static str {
         match self {
             Self::Admin => "admin",
             Self::Ingest(_) => "ingest",
@@ -60,7 +60,7 @@ impl Grant {
     }
 
     /// The advertiser the key belongs to, if any.
-    pub fn advertiser(&self) -> Option<AdvertiserId> {
+    pub(crate) fn advertiser(&self) -> Option<AdvertiserId> {
         match self {
             Self::Ingest(advertiser) | Self::ReadAdvertiser(advertiser) => Some(*advertiser),
             _ => None,
@@ -68,7 +68,7 @@ impl Grant {
     }
 
     /// The site the key belongs to, if any.
-    pub fn site(&self) -> Option<&SiteId> {
+    pub(crate) fn site(&self) -> Option<&SiteId> {
         match self {
             Self::ReadSite(site) => Some(site),
             _ => None,
@@ -79,23 +79,23 @@ impl Grant {
 /// The SHA-256 of a key's secret: all a store keeps of it. A fast hash is enough for secrets
 /// of 256 random bits (nothing to brute-force); it is compared in constant time.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct SecretHash([u8; 32]);
+pub(crate) struct SecretHash([u8; 32]);
 
 impl SecretHash {
-    pub fn of(secret: &str) -> Self {
+    pub(crate) fn of(secret: &str) -> Self {
         Self(Sha256::digest(secret.as_bytes()).into())
     }
 
-    pub fn from_stored(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn from_stored(bytes: &[u8]) -> Option<Self> {
         bytes.try_into().ok().map(Self)
     }
 
-    pub fn as_bytes(&self) -> &[u8; 32] {
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
 
     /// Whether `secret` hashes to this, in time independent of where the bytes differ.
-    pub fn verifies(&self, secret: &str) -> bool {
+    pub(crate) fn verifies(&self, secret: &str) -> bool {
         Self::of(secret).0.ct_eq(&self.0).into()
     }
 }
@@ -108,19 +108,19 @@ impl fmt::Debug for SecretHash {
 
 /// The prefix of every key this server issues: it tells a key from other tokens at a glance
 /// (and secret scanners can find leaked ones).
-pub const KEY_PREFIX: &str = "adk_";
+pub(crate) const KEY_PREFIX: &str = "adk_";
 
 /// A key as it is shown once, when created: `adk_<id>_<secret>`, the id in 32 hex digits and
 /// 32 random bytes in base64url. The id lets a server find the key without comparing the
 /// secret against every stored hash.
 pub struct IssuedKey {
-    pub id: KeyId,
+    pub(crate) id: KeyId,
     pub token: String,
 }
 
 impl IssuedKey {
     /// A new key with a random id and 256 random bits of secret.
-    pub fn generate() -> Self {
+    pub(crate) fn generate() -> Self {
         let id = KeyId(Uuid::new_v4());
         let secret: [u8; 32] = rand::random();
         let token = format!(
@@ -131,7 +131,7 @@ impl IssuedKey {
         Self { id, token }
     }
 
-    pub fn hash(&self) -> SecretHash {
+    pub(crate) fn hash(&self) -> SecretHash {
         SecretHash::of(&self.token)
     }
 }
@@ -144,7 +144,7 @@ impl fmt::Debug for IssuedKey {
 
 /// The id named by a presented token of this server's form; `None` for any other token (it
 /// may still be the operator's `ADEVENTS_ADMIN_KEY`).
-pub fn key_id_of(token: &str) -> Option<KeyId> {
+pub(crate) fn key_id_of(token: &str) -> Option<KeyId> {
     let rest = token.strip_prefix(KEY_PREFIX)?;
     let (id, secret) = rest.split_once('_')?;
     if id.len() != 32 || secret.len() != 43 {
@@ -156,16 +156,16 @@ pub fn key_id_of(token: &str) -> Option<KeyId> {
 /// An API key as stored and listed: never its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKey {
-    pub id: KeyId,
-    pub grant: Grant,
+    pub(crate) id: KeyId,
+    pub(crate) grant: Grant,
     /// The operator's label ("ad server eu-1"), at most 128 characters.
-    pub name: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub hash: SecretHash,
+    pub(crate) name: Option<String>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) hash: SecretHash,
 }
 
 /// The longest key name.
-pub const MAX_KEY_NAME_CHARS: usize = 128;
+pub(crate) const MAX_KEY_NAME_CHARS: usize = 128;
 
 /// Who may send a site's beacons: an exact origin (`https://shop.example`) or every subdomain
 /// of one (`https://*.example.com`).
@@ -179,7 +179,7 @@ pub struct OriginPattern {
 }
 
 impl OriginPattern {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         const SHAPE: &str = "must be an origin like https://shop.example or https://*.example.com";
         let (scheme, rest) = text.split_once("://").ok_or(SHAPE)?;
         if !matches!(scheme, "http" | "https") || rest.is_empty() || rest.contains('/') {
@@ -203,7 +203,7 @@ impl OriginPattern {
     }
 
     /// Whether `origin` (scheme, host and port of a page) is allowed by this pattern.
-    pub fn admits(&self, origin: &url::Origin) -> bool {
+    pub(crate) fn admits(&self, origin: &url::Origin) -> bool {
         let url::Origin::Tuple(scheme, host, port) = origin else {
             return false;
         };
@@ -243,7 +243,7 @@ pub struct SiteProfile {
 
 /// Why a registered site refuses a beacon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum OriginRefusal {
+pub(crate) enum OriginRefusal {
     #[error("comes from an origin the site does not allow")]
     NotAllowed,
     #[error("names no page (Origin or Referer), and the site requires one")]
@@ -252,7 +252,7 @@ pub enum OriginRefusal {
 
 impl SiteProfile {
     /// Whether a beacon from the page at `origin` (none: a server-side sender) may count.
-    pub fn admits(&self, origin: Option<&url::Origin>) -> Result<(), OriginRefusal> {
+    pub(crate) fn admits(&self, origin: Option<&url::Origin>) -> Result<(), OriginRefusal> {
         match origin {
             None if self.require_origin => Err(OriginRefusal::Missing),
             None => Ok(()),

@@ -8,15 +8,12 @@ use super::time::{Day, EventTime};
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub const MAX_SITE_CHARS: usize = 128;
-pub const MAX_GUID_CHARS: usize = 128;
-pub const MAX_FEATURE_NAME_CHARS: usize = 64;
-pub const MAX_FEATURE_VALUE_BYTES: usize = 512;
+pub(crate) const MAX_SITE_CHARS: usize = 128;
+pub(crate) const MAX_GUID_CHARS: usize = 128;
+pub(crate) const MAX_FEATURE_NAME_CHARS: usize = 64;
+pub(crate) const MAX_FEATURE_VALUE_BYTES: usize = 512;
 /// Features per beacon unless configured otherwise.
-pub const DEFAULT_MAX_FEATURES: usize = 4;
-/// The most a deployment may allow: every subset of a beacon's features gets a sketch, so
-/// this bounds the sketches one beacon touches (2^8 = 256).
-pub const FEATURES_CEILING: usize = 8;
+pub(crate) const DEFAULT_MAX_FEATURES: usize = 4;
 
 /// A site: 1–128 characters of `[A-Za-z0-9._:-]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,17 +59,17 @@ impl Guid {
     }
 
     /// A guid read back from a store, which only holds valid ones.
-    pub fn from_stored(text: String) -> Self {
+    pub(crate) fn from_stored(text: String) -> Self {
         Self(text)
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
 
 /// Whether `name` may name a feature: 1–64 characters of `[A-Za-z0-9_.-]`.
-pub fn is_feature_name(name: &str) -> bool {
+pub(crate) fn is_feature_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_FEATURE_NAME_CHARS
         && name
@@ -109,20 +106,12 @@ impl Features {
         Ok(Self(entries))
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn entries(&self) -> &BTreeMap<String, String> {
+    pub(crate) fn entries(&self) -> &BTreeMap<String, String> {
         &self.0
     }
 
     /// Whether every feature of `filter` is one of these, with the same value.
-    pub fn matches(&self, filter: &Features) -> bool {
+    pub(crate) fn matches(&self, filter: &Features) -> bool {
         filter
             .0
             .iter()
@@ -132,12 +121,12 @@ impl Features {
     /// The canonical text of this set of features: the key its sketches are stored under, and
     /// how a stored beacon keeps them. Names sorted, then urlencoded, so equal sets always give
     /// equal text and the text decodes back without ambiguity.
-    pub fn combination_key(&self) -> String {
+    pub(crate) fn combination_key(&self) -> String {
         serde_urlencoded::to_string(&self.0).unwrap_or_default()
     }
 
     /// Features back from their canonical text, as stored.
-    pub fn from_combination_key(text: &str) -> Option<Self> {
+    pub(crate) fn from_combination_key(text: &str) -> Option<Self> {
         serde_urlencoded::from_str::<BTreeMap<String, String>>(text)
             .ok()
             .map(Self)
@@ -145,7 +134,7 @@ impl Features {
 
     /// Each feature as its urlencoded `name=value`, in name order: the parts every
     /// [`combination_key`](Self::combination_key) of a subset is joined from (with `&`).
-    pub fn encoded_pairs(&self) -> Vec<String> {
+    pub(crate) fn encoded_pairs(&self) -> Vec<String> {
         self.0
             .iter()
             .map(|pair| serde_urlencoded::to_string([pair]).unwrap_or_default())
@@ -155,7 +144,7 @@ impl Features {
     /// The [`combination_key`](Self::combination_key) of every subset of these features (2^n
     /// of them, the empty set included): the combinations whose unique visitors one beacon
     /// counts towards.
-    pub fn subset_keys(&self) -> Vec<String> {
+    pub(crate) fn subset_keys(&self) -> Vec<String> {
         let mut keys = self.each_subset_key();
         let mut all = Vec::with_capacity(1 << self.0.len());
         while let Some(key) = keys.next_key() {
@@ -167,7 +156,7 @@ impl Features {
     /// The same keys as [`subset_keys`](Self::subset_keys), one at a time in one reused
     /// buffer: each pair is encoded once and the subsets joined from them, since this runs for
     /// every beacon.
-    pub fn each_subset_key(&self) -> SubsetKeys {
+    pub(crate) fn each_subset_key(&self) -> SubsetKeys {
         let pairs = self.encoded_pairs();
         let key = String::with_capacity(pairs.iter().map(|pair| pair.len() + 1).sum());
         SubsetKeys {
@@ -180,7 +169,7 @@ impl Features {
 
 /// The combination keys of every subset of one beacon's features, built one at a time
 /// ([`Features::each_subset_key`]).
-pub struct SubsetKeys {
+pub(crate) struct SubsetKeys {
     pairs: Vec<String>,
     key: String,
     next_mask: u32,
@@ -188,7 +177,7 @@ pub struct SubsetKeys {
 
 impl SubsetKeys {
     /// The next subset's key, or `None` after the last.
-    pub fn next_key(&mut self) -> Option<&str> {
+    pub(crate) fn next_key(&mut self) -> Option<&str> {
         let mask = self.next_mask;
         if mask >= 1 << self.pairs.len() {
             return None;
@@ -223,9 +212,9 @@ pub struct Beacon {
 /// The partition a beacon is stored in: site, UTC day and bucket (from the guid).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VisitPartition {
-    pub site: SiteId,
-    pub day: Day,
-    pub bucket: BucketId,
+    pub(crate) site: SiteId,
+    pub(crate) day: Day,
+    pub(crate) bucket: BucketId,
 }
 
 impl Beacon {
@@ -242,8 +231,8 @@ impl Beacon {
 
 /// What a beacon's parameters are checked against.
 #[derive(Debug, Clone, Copy)]
-pub struct BeaconRules {
-    pub max_features: usize,
+pub(crate) struct BeaconRules {
+    pub(crate) max_features: usize,
 }
 
 impl Default for BeaconRules {

@@ -10,7 +10,7 @@ use xxhash_rust::xxh3::xxh3_64;
 pub struct BucketCount(u16);
 
 impl BucketCount {
-    pub const MAX: u16 = 256;
+    pub(crate) const MAX: u16 = 256;
     pub const ONE: Self = Self(1);
 
     pub fn new(count: u16) -> Result<Self, String> {
@@ -21,7 +21,7 @@ impl BucketCount {
         }
     }
 
-    pub fn get(&self) -> u16 {
+    pub(crate) fn get(&self) -> u16 {
         self.0
     }
 
@@ -32,12 +32,12 @@ impl BucketCount {
 
     /// The bucket of the event whose identity is `id`. xxh3 is a fixed, seedless algorithm:
     /// the same id maps to the same bucket in every process and every release.
-    pub fn bucket_of(&self, id: uuid::Uuid) -> BucketId {
+    pub(crate) fn bucket_of(&self, id: uuid::Uuid) -> BucketId {
         self.bucket_of_bytes(id.as_bytes())
     }
 
     /// The bucket of an identity given as bytes (a visitor's guid).
-    pub fn bucket_of_bytes(&self, identity: &[u8]) -> BucketId {
+    pub(crate) fn bucket_of_bytes(&self, identity: &[u8]) -> BucketId {
         let hash = xxh3_64(identity);
         // The remainder is below self.0 ≤ 256, so it fits.
         BucketId((hash % u64::from(self.0)) as u16)
@@ -55,13 +55,8 @@ impl fmt::Display for BucketCount {
 pub struct BucketId(u16);
 
 impl BucketId {
-    pub fn get(&self) -> u16 {
+    pub(crate) fn get(&self) -> u16 {
         self.0
-    }
-
-    /// A bucket id read back from a store.
-    pub fn from_stored(id: u16) -> Self {
-        Self(id)
     }
 }
 

@@ -24,7 +24,7 @@ pub struct CampaignSettings {
 
 impl CampaignSettings {
     /// What a never-configured campaign has: one bucket since the earliest event time.
-    pub fn unconfigured() -> Self {
+    pub(crate) fn unconfigured() -> Self {
         Self {
             buckets: BucketCount::ONE,
             effective_from: EventTime::earliest(),
@@ -35,7 +35,7 @@ impl CampaignSettings {
     }
 
     /// The caps and the zone delivery is measured against.
-    pub fn caps(&self) -> Caps {
+    pub(crate) fn caps(&self) -> Caps {
         Caps {
             daily_cap: self.daily_cap,
             total_cap: self.total_cap,
@@ -49,21 +49,21 @@ impl CampaignSettings {
 pub struct SettingsHistory(Vec<CampaignSettings>);
 
 impl SettingsHistory {
-    pub fn new(mut entries: Vec<CampaignSettings>) -> Self {
+    pub(crate) fn new(mut entries: Vec<CampaignSettings>) -> Self {
         entries.sort_by_key(|entry| entry.effective_from);
         Self(entries)
     }
 
     /// The newest configuration (possibly scheduled for the future), or the default.
     /// How many entries take effect after `now` (scheduled, not yet in force).
-    pub fn scheduled_after(&self, now: DateTime<Utc>) -> usize {
+    pub(crate) fn scheduled_after(&self, now: DateTime<Utc>) -> usize {
         self.0
             .iter()
             .filter(|entry| entry.effective_from > now)
             .count()
     }
 
-    pub fn latest(&self) -> CampaignSettings {
+    pub(crate) fn latest(&self) -> CampaignSettings {
         self.0
             .last()
             .cloned()
@@ -71,7 +71,7 @@ impl SettingsHistory {
     }
 
     /// The bucket count an event at `instant` is written with.
-    pub fn buckets_at(&self, instant: DateTime<Utc>) -> BucketCount {
+    pub(crate) fn buckets_at(&self, instant: DateTime<Utc>) -> BucketCount {
         self.0
             .iter()
             .rev()
@@ -83,7 +83,7 @@ impl SettingsHistory {
     /// force at some instant of the day. `staleness` widens the window backwards by how long a
     /// server may have used a cached, older configuration, so a change at midnight that some
     /// server learned late cannot hide its events.
-    pub fn buckets_to_read(&self, day: Day, staleness: Duration) -> BucketCount {
+    pub(crate) fn buckets_to_read(&self, day: Day, staleness: Duration) -> BucketCount {
         let start = day.start_utc() - staleness;
         let end = day.next().start_utc();
         let mut widest = self.buckets_at(start);

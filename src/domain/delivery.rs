@@ -8,7 +8,7 @@ use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// Slices in a UTC day.
-pub const SLICES_PER_DAY: usize = 96;
+pub(crate) const SLICES_PER_DAY: usize = 96;
 
 /// Billable impressions of one UTC day, per 15-minute slice. Every zone's offset is a multiple
 /// of 15 minutes, so any local day is a whole number of slices.
@@ -23,12 +23,12 @@ impl Default for DaySlices {
 
 impl DaySlices {
     /// The slice of `day` holding epoch milliseconds `at` (clamped into the day).
-    pub fn slice_of(day: Day, at_millis: i64) -> usize {
+    pub(crate) fn slice_of(day: Day, at_millis: i64) -> usize {
         let offset = at_millis.div_euclid(SLICE_MILLIS) - day.first_slice();
         offset.clamp(0, SLICES_PER_DAY as i64 - 1) as usize
     }
 
-    pub fn add(&mut self, slice: usize, count: u64) {
+    pub(crate) fn add(&mut self, slice: usize, count: u64) {
         if let Some(cell) = self.0.get_mut(slice) {
             *cell += count;
         }
@@ -36,7 +36,7 @@ impl DaySlices {
 
     /// Moves one count from slice `from` to slice `to` (an earlier impression of a window
     /// already counted arrived).
-    pub fn move_one(&mut self, from: usize, to: usize) {
+    pub(crate) fn move_one(&mut self, from: usize, to: usize) {
         if let Some(cell) = self.0.get_mut(from) {
             *cell = cell.saturating_sub(1);
         }
@@ -44,14 +44,14 @@ impl DaySlices {
     }
 
     /// Takes one count from `slice` (a window another process counts).
-    pub fn remove_one(&mut self, slice: usize) {
+    pub(crate) fn remove_one(&mut self, slice: usize) {
         if let Some(cell) = self.0.get_mut(slice) {
             *cell = cell.saturating_sub(1);
         }
     }
 
     /// The counts of the slices before `slice` (the rest zero).
-    pub fn before(&self, slice: usize) -> DaySlices {
+    pub(crate) fn before(&self, slice: usize) -> DaySlices {
         let mut kept = self.clone();
         for cell in kept.0.iter_mut().skip(slice) {
             *cell = 0;
@@ -59,16 +59,17 @@ impl DaySlices {
         kept
     }
 
-    pub fn get(&self, slice: usize) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn get(&self, slice: usize) -> u64 {
         self.0.get(slice).copied().unwrap_or(0)
     }
 
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.0.iter().sum()
     }
 
     /// The billable impressions of `day` whose slice starts in `[start, end)`.
-    pub fn between(&self, day: Day, start: DateTime<Utc>, end: DateTime<Utc>) -> u64 {
+    pub(crate) fn between(&self, day: Day, start: DateTime<Utc>, end: DateTime<Utc>) -> u64 {
         let first = day.first_slice();
         (0..SLICES_PER_DAY)
             .filter(|slice| {
@@ -79,14 +80,14 @@ impl DaySlices {
             .sum()
     }
 
-    pub fn merge(&mut self, other: &DaySlices) {
+    pub(crate) fn merge(&mut self, other: &DaySlices) {
         for (mine, theirs) in self.0.iter_mut().zip(other.0.iter()) {
             *mine += theirs;
         }
     }
 
     /// `self - other` per slice, never below 0.
-    pub fn saturating_sub(&self, other: &DaySlices) -> DaySlices {
+    pub(crate) fn saturating_sub(&self, other: &DaySlices) -> DaySlices {
         let mut out = self.clone();
         for (mine, theirs) in out.0.iter_mut().zip(other.0.iter()) {
             *mine = mine.saturating_sub(*theirs);
@@ -95,7 +96,7 @@ impl DaySlices {
     }
 
     /// Sparse: (slice, count) pairs of the non-zero slices, 1 + 8 bytes each.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
         for (slice, count) in self.0.iter().enumerate().filter(|(_, count)| **count > 0) {
             bytes.push(slice as u8);
@@ -104,7 +105,7 @@ impl DaySlices {
         bytes
     }
 
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Option<Self> {
         if !bytes.len().is_multiple_of(9) {
             return None;
         }
@@ -122,30 +123,30 @@ impl DaySlices {
 
 /// A campaign's caps and the zone of its day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caps {
-    pub daily_cap: Option<u64>,
-    pub total_cap: Option<u64>,
-    pub tz: Tz,
+pub(crate) struct Caps {
+    pub(crate) daily_cap: Option<u64>,
+    pub(crate) total_cap: Option<u64>,
+    pub(crate) tz: Tz,
 }
 
 /// What a campaign delivered, against its caps, at `as_of`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeliveryFigures {
+pub(crate) struct DeliveryFigures {
     /// The campaign's current local day.
-    pub today: NaiveDate,
-    pub today_billable: u64,
-    pub lifetime_billable: u64,
-    pub daily_remaining: Option<u64>,
-    pub total_remaining: Option<u64>,
+    pub(crate) today: NaiveDate,
+    pub(crate) today_billable: u64,
+    pub(crate) lifetime_billable: u64,
+    pub(crate) daily_remaining: Option<u64>,
+    pub(crate) total_remaining: Option<u64>,
     /// Today's billable ÷ (daily cap × the fraction of the local day elapsed).
-    pub pace: Option<f64>,
+    pub(crate) pace: Option<f64>,
     /// Either cap reached.
-    pub stop: bool,
+    pub(crate) stop: bool,
 }
 
 /// The local day holding `now` in `tz`, and its start and end as instants (a day of 23 or 25
 /// hours across a DST change).
-pub fn local_day(tz: Tz, now: DateTime<Utc>) -> (NaiveDate, DateTime<Utc>, DateTime<Utc>) {
+pub(crate) fn local_day(tz: Tz, now: DateTime<Utc>) -> (NaiveDate, DateTime<Utc>, DateTime<Utc>) {
     let today = now.with_timezone(&tz).date_naive();
     let start = local_midnight(tz, today);
     let end = today
@@ -169,7 +170,7 @@ fn local_midnight(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
 }
 
 /// The UTC days a local day from `start` to `end` overlaps (one or two).
-pub fn utc_days_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<Day> {
+pub(crate) fn utc_days_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<Day> {
     let first = Day::new(start.date_naive());
     let last = Day::new((end - chrono::TimeDelta::milliseconds(1)).date_naive());
     first.through(last).collect()
@@ -177,7 +178,7 @@ pub fn utc_days_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<Day> {
 
 /// Today's and the lifetime's billable impressions from per-day counts (each day once, sealed
 /// or live) and `earlier`, the sum of days too old to overlap today, against `caps`, at `now`.
-pub fn figures<'a>(
+pub(crate) fn figures<'a>(
     caps: Caps,
     now: DateTime<Utc>,
     earlier: u64,

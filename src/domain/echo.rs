@@ -3,10 +3,10 @@
 //! as a 4 MB error).
 
 /// The most characters of a client's value an error repeats.
-pub const MAX_ECHO_CHARS: usize = 64;
+pub(crate) const MAX_ECHO_CHARS: usize = 64;
 
 /// `text` quoted, cut to [`MAX_ECHO_CHARS`] characters (an ellipsis marks a cut).
-pub fn echo(text: &str) -> String {
+pub(crate) fn echo(text: &str) -> String {
     let mut chars = text.chars();
     let head: String = chars.by_ref().take(MAX_ECHO_CHARS).collect();
     if chars.next().is_some() {
@@ -18,7 +18,7 @@ pub fn echo(text: &str) -> String {
 
 /// `text` cut to `max` characters, unquoted (an ellipsis marks a cut): a field or parameter
 /// name a client chose.
-pub fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     let mut chars = text.chars();
     let head: String = chars.by_ref().take(max).collect();
     if chars.next().is_some() {

@@ -37,7 +37,7 @@ pub struct Click {
 }
 
 /// What the stores and queries need of any event: its campaign, time and identity.
-pub trait CampaignEvent {
+pub(crate) trait CampaignEvent {
     fn campaign(&self) -> CampaignKey;
     fn timestamp(&self) -> EventTime;
     /// The id the event's bucket is derived from.

@@ -18,7 +18,7 @@ pub enum IdError {
 /// `962e0c3a6c0841609196f0050faffe62`, either case. The `uuid` crate alone also takes braces and
 /// `urn:uuid:`, which would give one id several spellings in URLs and logs; the nil UUID is what
 /// an unset field of many clients holds, not an id anyone chose.
-pub fn parse_uuid(text: &str) -> Result<Uuid, IdError> {
+pub(crate) fn parse_uuid(text: &str) -> Result<Uuid, IdError> {
     if !matches!(text.len(), 32 | 36) {
         return Err(IdError::NotUuid);
     }

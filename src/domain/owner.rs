@@ -22,7 +22,7 @@ pub enum OwnerKind {
 }
 
 impl Owner {
-    pub fn kind(&self) -> OwnerKind {
+    pub(crate) fn kind(&self) -> OwnerKind {
         match self {
             Self::Campaign(_) => OwnerKind::Campaign,
             Self::Site(_) => OwnerKind::Site,
@@ -33,7 +33,7 @@ impl Owner {
 impl Owner {
     /// The owner as one text value, for index tables that hold owners of both kinds:
     /// `c:<advertiser>:<campaign>` or `s:<site>`.
-    pub fn to_key(&self) -> String {
+    pub(crate) fn to_key(&self) -> String {
         match self {
             Self::Campaign(campaign) => {
                 format!("c:{}:{}", campaign.advertiser_id, campaign.campaign_id)
@@ -43,7 +43,7 @@ impl Owner {
     }
 
     /// The owner [`to_key`](Self::to_key) wrote; `None` for anything else.
-    pub fn from_key(key: &str) -> Option<Self> {
+    pub(crate) fn from_key(key: &str) -> Option<Self> {
         if let Some(ids) = key.strip_prefix("c:") {
             let (advertiser, campaign) = ids.split_once(':')?;
             return Some(Self::Campaign(CampaignKey {
@@ -64,7 +64,7 @@ pub enum Listing {
 
 impl Listing {
     /// The list `owner` appears in.
-    pub fn of(owner: &Owner) -> Self {
+    pub(crate) fn of(owner: &Owner) -> Self {
         match owner {
             Owner::Campaign(campaign) => Self::Campaigns(campaign.advertiser_id),
             Owner::Site(_) => Self::Sites,
@@ -72,7 +72,7 @@ impl Listing {
     }
 
     /// Its stored text key.
-    pub fn to_key(&self) -> String {
+    pub(crate) fn to_key(self) -> String {
         match self {
             Self::Campaigns(advertiser) => format!("c:{advertiser}"),
             Self::Sites => "s".to_owned(),
@@ -83,9 +83,9 @@ impl Listing {
 /// An owner and the first and last UTC days it received events for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerDays {
-    pub owner: Owner,
-    pub first_day: Day,
-    pub last_day: Day,
+    pub(crate) owner: Owner,
+    pub(crate) first_day: Day,
+    pub(crate) last_day: Day,
 }
 
 impl From<CampaignKey> for Owner {

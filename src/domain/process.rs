@@ -14,15 +14,15 @@ pub struct ProcessId(Uuid);
 
 impl ProcessId {
     /// A fresh id for the process starting now.
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         Self(Uuid::new_v4())
     }
 
-    pub const fn new(id: Uuid) -> Self {
+    pub(crate) const fn new(id: Uuid) -> Self {
         Self(id)
     }
 
-    pub const fn as_uuid(&self) -> Uuid {
+    pub(crate) const fn as_uuid(&self) -> Uuid {
         self.0
     }
 }
@@ -37,19 +37,19 @@ impl fmt::Display for ProcessId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessReport {
     pub id: ProcessId,
-    pub started_at: DateTime<Utc>,
-    pub last_report_at: DateTime<Utc>,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) last_report_at: DateTime<Utc>,
 }
 
 impl ProcessReport {
     /// How often a running process reports.
-    pub const PERIOD: TimeDelta = TimeDelta::seconds(1);
+    pub(crate) const PERIOD: TimeDelta = TimeDelta::seconds(1);
     /// A process that has not reported for this long is taken for gone: its unsaved state may
     /// be missing until it is repaired.
-    pub const SILENCE: TimeDelta = TimeDelta::seconds(10);
+    pub(crate) const SILENCE: TimeDelta = TimeDelta::seconds(10);
 
     /// Whether the process has been silent for [`Self::SILENCE`] at `now`.
-    pub fn is_silent(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn is_silent(&self, now: DateTime<Utc>) -> bool {
         now - self.last_report_at >= Self::SILENCE
     }
 }
@@ -57,6 +57,6 @@ impl ProcessReport {
 /// An owner-day a process holds live state for that may not be stored yet.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct UnflushedDay {
-    pub owner: Owner,
-    pub day: Day,
+    pub(crate) owner: Owner,
+    pub(crate) day: Day,
 }

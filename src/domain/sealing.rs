@@ -24,25 +24,21 @@ impl Default for SealingRule {
 
 impl SealingRule {
     /// A rule with `grace`; a grace beyond what a date-time can hold is taken as one hour.
-    pub fn new(grace: Duration) -> Self {
+    pub(crate) fn new(grace: Duration) -> Self {
         Self {
             grace: TimeDelta::from_std(grace).unwrap_or(TimeDelta::hours(1)),
         }
     }
 
-    pub fn grace(&self) -> TimeDelta {
-        self.grace
-    }
-
     /// Whether an event for UTC `day` arriving `now` is late: its day may already be sealed,
     /// so it must mark the day (by its age, never by reading the seal).
-    pub fn is_late(&self, day: Day, now: DateTime<Utc>) -> bool {
+    pub(crate) fn is_late(&self, day: Day, now: DateTime<Utc>) -> bool {
         now >= day.next().start_utc() + self.grace
     }
 
     /// Whether `day` may be sealed `now`: past the grace period, with a margin for clock
     /// differences between servers.
-    pub fn may_seal(&self, day: Day, now: DateTime<Utc>) -> bool {
+    pub(crate) fn may_seal(&self, day: Day, now: DateTime<Utc>) -> bool {
         now >= day.next().start_utc() + self.grace + SealState::MARGIN
     }
 }
@@ -51,19 +47,19 @@ impl SealingRule {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SealState {
     /// When the read behind the stored rollup started.
-    pub sealed_from: Option<DateTime<Utc>>,
+    pub(crate) sealed_from: Option<DateTime<Utc>>,
     /// When the latest late event for the day arrived.
-    pub late_at: Option<DateTime<Utc>>,
+    pub(crate) late_at: Option<DateTime<Utc>>,
 }
 
 impl SealState {
     /// How much earlier than the seal's read a late event's mark must be for the read to have
     /// surely seen the event. Marks are written after their events, so this only covers
     /// clock differences between the servers that write marks and seals.
-    pub const MARGIN: TimeDelta = TimeDelta::seconds(5);
+    pub(crate) const MARGIN: TimeDelta = TimeDelta::seconds(5);
 
     /// Whether the stored rollup holds every event of the day.
-    pub fn is_current(&self) -> bool {
+    pub(crate) fn is_current(&self) -> bool {
         match (self.sealed_from, self.late_at) {
             (None, _) => false,
             (Some(_), None) => true,
@@ -76,10 +72,10 @@ impl SealState {
 /// their age without scanning every day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LateMark {
-    pub owner: super::owner::Owner,
-    pub day: Day,
+    pub(crate) owner: super::owner::Owner,
+    pub(crate) day: Day,
     /// The latest late event's arrival recorded in the index.
-    pub late_at: DateTime<Utc>,
+    pub(crate) late_at: DateTime<Utc>,
 }
 
 #[cfg(test)]

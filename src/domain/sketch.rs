@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 mod buffered;
 mod legacy;
 
-pub use buffered::BufferedSketch;
+pub(crate) use buffered::BufferedSketch;
 
 /// Dense registers: 2^14.
 const PRECISION: u32 = 14;
@@ -44,10 +44,10 @@ const PACKED_DENSE_BYTES: usize = REGISTERS / 4 * 3;
 
 /// A member's fixed 64-bit hash: what a sketch records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemberHash(u64);
+pub(crate) struct MemberHash(u64);
 
 impl MemberHash {
-    pub fn of(member: &[u8]) -> Self {
+    pub(crate) fn of(member: &[u8]) -> Self {
         Self(xxhash_rust::xxh3::xxh3_64(member))
     }
 
@@ -119,11 +119,11 @@ impl SparseEntry {
 /// Why persisted sketch bytes could not be used.
 #[derive(Debug, thiserror::Error)]
 #[error("a stored sketch does not decode: {0}")]
-pub struct SketchDecodeError(String);
+pub(crate) struct SketchDecodeError(String);
 
 /// A mergeable distinct-count sketch.
 #[derive(Debug, Clone)]
-pub struct UniqueSketch(Repr);
+pub(crate) struct UniqueSketch(Repr);
 
 #[derive(Debug, Clone)]
 enum Repr {
@@ -139,13 +139,13 @@ impl Default for UniqueSketch {
 }
 
 impl UniqueSketch {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(Repr::Sparse(SmallVec::new()))
     }
 
     /// Adds `member`; says whether the state changed (a member already recorded, or one whose
     /// register already holds as much, changes nothing, and needs no new copy stored).
-    pub fn insert(&mut self, member: MemberHash) -> bool {
+    pub(crate) fn insert(&mut self, member: MemberHash) -> bool {
         match &mut self.0 {
             Repr::Dense(registers) => raise(registers, member.register()),
             Repr::Sparse(entries) => {
@@ -178,7 +178,7 @@ impl UniqueSketch {
 
     /// Whether inserting `member` would leave the state as it is (a search of the list or one
     /// register read: no shift of a long list).
-    pub fn holds(&self, member: MemberHash) -> bool {
+    pub(crate) fn holds(&self, member: MemberHash) -> bool {
         match &self.0 {
             Repr::Dense(registers) => {
                 let (register, value) = member.register();
@@ -193,7 +193,7 @@ impl UniqueSketch {
 
     /// About how many bytes [`to_bytes`](Self::to_bytes) gives (entries take one to four
     /// bytes each, by how far apart they are).
-    pub fn encoded_len_estimate(&self) -> usize {
+    pub(crate) fn encoded_len_estimate(&self) -> usize {
         match &self.0 {
             Repr::Sparse(entries) => 1 + 3 * entries.len(),
             Repr::Dense(_) => 1 + PACKED_DENSE_BYTES,
@@ -203,7 +203,7 @@ impl UniqueSketch {
     /// Adds every member of `members`: the state inserting them one by one gives, but a sparse
     /// list is merged with them in one pass instead of shifted once per member (a list of
     /// thousands of entries costs a binary search and a shift of kilobytes per insert).
-    pub fn insert_all(&mut self, members: &[MemberHash]) {
+    pub(crate) fn insert_all(&mut self, members: &[MemberHash]) {
         match &mut self.0 {
             Repr::Dense(registers) => {
                 for member in members {
@@ -230,7 +230,7 @@ impl UniqueSketch {
     }
 
     /// The entries of a sparse sketch; `None` once it is dense.
-    pub fn sparse_len(&self) -> Option<usize> {
+    pub(crate) fn sparse_len(&self) -> Option<usize> {
         match &self.0 {
             Repr::Sparse(entries) => Some(entries.len()),
             Repr::Dense(_) => None,
@@ -238,7 +238,7 @@ impl UniqueSketch {
     }
 
     /// Adds every member of `other`.
-    pub fn merge(&mut self, other: &UniqueSketch) {
+    pub(crate) fn merge(&mut self, other: &UniqueSketch) {
         match (&mut self.0, &other.0) {
             (Repr::Dense(registers), Repr::Dense(others)) => {
                 for (register, other) in registers.iter_mut().zip(others.iter()) {
@@ -264,7 +264,7 @@ impl UniqueSketch {
     }
 
     /// The estimated number of distinct members, rounded.
-    pub fn estimate(&self) -> u64 {
+    pub(crate) fn estimate(&self) -> u64 {
         let estimate = match &self.0 {
             Repr::Sparse(entries) => linear_count(1 << SPARSE_PRECISION, entries.len()),
             Repr::Dense(registers) => dense_estimate(registers),
@@ -272,7 +272,7 @@ impl UniqueSketch {
         estimate.round().max(0.0) as u64
     }
 
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         match &self.0 {
             Repr::Sparse(entries) => {
                 let mut bytes = Vec::with_capacity(1 + 3 * entries.len());
@@ -298,7 +298,7 @@ impl UniqueSketch {
         }
     }
 
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, SketchDecodeError> {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, SketchDecodeError> {
         let fail = |why: &str| SketchDecodeError(why.to_owned());
         match bytes.split_first() {
             Some((&TAG_SPARSE, mut rest)) => {
@@ -347,7 +347,7 @@ impl UniqueSketch {
     }
 
     /// Bytes this sketch holds beyond its own struct (for memory accounting).
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         match &self.0 {
             Repr::Sparse(entries) if entries.spilled() => 4 * entries.capacity(),
             Repr::Sparse(_) => 0,

@@ -18,15 +18,15 @@ use uuid::Uuid;
 pub struct TagSecretId(Uuid);
 
 impl TagSecretId {
-    pub const fn new(id: Uuid) -> Self {
+    pub(crate) const fn new(id: Uuid) -> Self {
         Self(id)
     }
 
-    pub const fn as_uuid(&self) -> Uuid {
+    pub(crate) const fn as_uuid(&self) -> Uuid {
         self.0
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         super::ids::parse_uuid(text).ok().map(Self)
     }
 }
@@ -40,10 +40,10 @@ impl fmt::Display for TagSecretId {
 /// One advertiser's signing key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TagSecret {
-    pub id: TagSecretId,
-    pub advertiser: AdvertiserId,
-    pub secret: [u8; 32],
-    pub created_at: DateTime<Utc>,
+    pub(crate) id: TagSecretId,
+    pub(crate) advertiser: AdvertiserId,
+    pub(crate) secret: [u8; 32],
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl fmt::Debug for TagSecret {
@@ -60,11 +60,11 @@ impl fmt::Debug for TagSecret {
 type HmacSha256 = Hmac<Sha256>;
 
 /// How early a tag may arrive before its `t`: the ad server's clock may run ahead.
-pub const EARLY_TOLERANCE: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+pub(crate) const EARLY_TOLERANCE: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
 /// Why a tag's time `t` does not admit it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TagTimeRefusal {
+pub(crate) enum TagTimeRefusal {
     #[error("the link has expired")]
     Expired,
     #[error("the link's time t is more than 10 minutes in the future")]
@@ -73,7 +73,7 @@ pub enum TagTimeRefusal {
 
 /// Whether a tag issued at `issued` may count at `now`, within `ttl` after it (or up to
 /// [`EARLY_TOLERANCE`] before it).
-pub fn admits_at(
+pub(crate) fn admits_at(
     issued: DateTime<Utc>,
     now: DateTime<Utc>,
     ttl: std::time::Duration,
@@ -90,7 +90,7 @@ pub fn admits_at(
 
 impl TagSecret {
     /// A new random secret for `advertiser`.
-    pub fn generate(advertiser: AdvertiserId, now: DateTime<Utc>) -> Self {
+    pub(crate) fn generate(advertiser: AdvertiserId, now: DateTime<Utc>) -> Self {
         Self {
             id: TagSecretId(Uuid::new_v4()),
             advertiser,
@@ -100,18 +100,19 @@ impl TagSecret {
     }
 
     /// The secret as the ad server is given it: base64url without padding.
-    pub fn encoded(&self) -> String {
+    pub(crate) fn encoded(&self) -> String {
         URL_SAFE_NO_PAD.encode(self.secret)
     }
 
     /// The signature of `signed` (what a URL's `s` must be).
-    pub fn sign(&self, signed: &[u8]) -> String {
+    #[cfg(test)]
+    pub(crate) fn sign(&self, signed: &[u8]) -> String {
         URL_SAFE_NO_PAD.encode(self.mac(signed).finalize().into_bytes())
     }
 
     /// Whether `signature` (base64url, no padding) is this secret's signature of `signed`,
     /// compared in constant time.
-    pub fn verifies(&self, signed: &[u8], signature: &str) -> bool {
+    pub(crate) fn verifies(&self, signed: &[u8], signature: &str) -> bool {
         let Ok(given) = URL_SAFE_NO_PAD.decode(signature) else {
             return false;
         };

@@ -2,17 +2,17 @@
 //! 2000-01-01, not more than 10 minutes ahead of the server's clock) at millisecond precision,
 //! the precision the stores keep.
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use std::fmt;
 
 /// The additive counts of rollups are kept per 15-minute slice since the epoch: a day in any
 /// zone (every offset is a multiple of 15 minutes) is a whole number of slices.
-pub const SLICE_MILLIS: i64 = 15 * 60 * 1000;
+pub(crate) const SLICE_MILLIS: i64 = 15 * 60 * 1000;
 /// Unique-count sketches are kept per UTC hour since the epoch.
-pub const HOUR_MILLIS: i64 = 60 * 60 * 1000;
+pub(crate) const HOUR_MILLIS: i64 = 60 * 60 * 1000;
 
 /// How far ahead of the server's clock an event may be (clock skew of ad servers).
-pub const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);
+pub(crate) const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);
 
 /// The instant an impression was served or an ad clicked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,7 +40,7 @@ impl EventTime {
     }
 
     /// Checks `instant` against the window around `now`; sub-millisecond digits are dropped.
-    pub fn new(instant: DateTime<Utc>, now: DateTime<Utc>) -> Result<Self, EventTimeError> {
+    pub(crate) fn new(instant: DateTime<Utc>, now: DateTime<Utc>) -> Result<Self, EventTimeError> {
         if instant < Self::earliest() {
             return Err(EventTimeError::TooOld);
         }
@@ -52,7 +52,7 @@ impl EventTime {
             .ok_or(EventTimeError::OutOfRange)
     }
 
-    pub fn from_rfc3339(text: &str, now: DateTime<Utc>) -> Result<Self, EventTimeError> {
+    pub(crate) fn from_rfc3339(text: &str, now: DateTime<Utc>) -> Result<Self, EventTimeError> {
         let instant = DateTime::parse_from_rfc3339(text)
             .map_err(|error| EventTimeError::NotRfc3339(error.to_string()))?;
         Self::new(instant.with_timezone(&Utc), now)
@@ -72,7 +72,7 @@ impl EventTime {
         self.0
     }
 
-    pub fn epoch_millis(&self) -> i64 {
+    pub(crate) fn epoch_millis(&self) -> i64 {
         self.0.timestamp_millis()
     }
 
@@ -97,16 +97,16 @@ impl Day {
         Self(date)
     }
 
-    pub fn date(&self) -> NaiveDate {
+    pub(crate) fn date(&self) -> NaiveDate {
         self.0
     }
 
-    pub fn next(&self) -> Self {
+    pub(crate) fn next(&self) -> Self {
         Self(self.0 + Duration::days(1))
     }
 
     /// Midnight UTC at the start of this day.
-    pub fn start_utc(&self) -> DateTime<Utc> {
+    pub(crate) fn start_utc(&self) -> DateTime<Utc> {
         self.0.and_time(chrono::NaiveTime::MIN).and_utc()
     }
 
@@ -119,17 +119,13 @@ impl Day {
     }
 
     /// The first 15-minute slice (since the epoch) of this day.
-    pub fn first_slice(&self) -> i64 {
+    pub(crate) fn first_slice(&self) -> i64 {
         self.start_utc().timestamp_millis() / SLICE_MILLIS
     }
 
     /// The first hour (since the epoch) of this day.
-    pub fn first_hour(&self) -> i64 {
+    pub(crate) fn first_hour(&self) -> i64 {
         self.start_utc().timestamp_millis() / HOUR_MILLIS
-    }
-
-    pub fn ordinal(&self) -> u32 {
-        self.0.ordinal()
     }
 }
 

@@ -11,10 +11,10 @@ use std::fmt;
 pub struct UserAgent(String);
 
 impl UserAgent {
-    pub const MAX_BYTES: usize = 512;
+    pub(crate) const MAX_BYTES: usize = 512;
 
     /// The stored form of `text`: cut to [`Self::MAX_BYTES`]; `None` when empty.
-    pub fn new(text: &str) -> Option<Self> {
+    pub(crate) fn new(text: &str) -> Option<Self> {
         let text = text.trim();
         if text.is_empty() {
             return None;
@@ -26,7 +26,7 @@ impl UserAgent {
         Some(Self(text[..end].to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -49,10 +49,10 @@ pub enum InvalidReason {
 }
 
 impl InvalidReason {
-    pub const ALL: [Self; 3] = [Self::BotUserAgent, Self::Prefetch, Self::DeniedAddress];
+    pub(crate) const ALL: [Self; 3] = [Self::BotUserAgent, Self::Prefetch, Self::DeniedAddress];
 
     /// The reason's name in answers and in the stores.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::BotUserAgent => "bot_user_agent",
             Self::Prefetch => "prefetch",
@@ -60,12 +60,12 @@ impl InvalidReason {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|reason| reason.as_str() == text)
     }
 
     /// A one-byte code for compact encodings (0 is "valid").
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             Self::BotUserAgent => 1,
             Self::Prefetch => 2,
@@ -74,7 +74,7 @@ impl InvalidReason {
     }
 
     /// The reason of [`code`](Self::code); `Ok(None)` for 0 (valid), `Err` for an unknown code.
-    pub fn from_code(code: u8) -> Result<Option<Self>, u8> {
+    pub(crate) fn from_code(code: u8) -> Result<Option<Self>, u8> {
         match code {
             0 => Ok(None),
             1 => Ok(Some(Self::BotUserAgent)),
@@ -93,7 +93,9 @@ impl fmt::Display for InvalidReason {
 
 /// Folds the validity of the copies of one event: valid if any copy is (`None`), otherwise
 /// the first copy's reason.
-pub fn any_valid(copies: impl IntoIterator<Item = Option<InvalidReason>>) -> Option<InvalidReason> {
+pub(crate) fn any_valid(
+    copies: impl IntoIterator<Item = Option<InvalidReason>>,
+) -> Option<InvalidReason> {
     let mut reason = None;
     for copy in copies {
         match copy {

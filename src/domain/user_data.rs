@@ -4,13 +4,13 @@
 use super::echo::echo;
 use std::collections::BTreeMap;
 
-pub const MAX_ENTRIES: usize = 64;
-pub const MAX_KEY_BYTES: usize = 64;
-pub const MAX_VALUE_BYTES: usize = 1024;
+pub(crate) const MAX_ENTRIES: usize = 64;
+pub(crate) const MAX_KEY_BYTES: usize = 64;
+pub(crate) const MAX_VALUE_BYTES: usize = 1024;
 
 /// Whether `key` may name a user attribute: 1 to 64 bytes, no control character. The same rule
 /// holds for the key a report groups by (`user_data.<key>`).
-pub fn check_key(key: &str) -> Result<(), String> {
+pub(crate) fn check_key(key: &str) -> Result<(), String> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
         return Err(format!(
             "key {} must be 1 to {MAX_KEY_BYTES} bytes",
@@ -32,7 +32,7 @@ pub fn check_key(key: &str) -> Result<(), String> {
 pub struct UserData(BTreeMap<String, String>);
 
 impl UserData {
-    pub fn new(entries: BTreeMap<String, String>) -> Result<Self, String> {
+    pub(crate) fn new(entries: BTreeMap<String, String>) -> Result<Self, String> {
         if entries.len() > MAX_ENTRIES {
             return Err(format!(
                 "has {} entries; at most {MAX_ENTRIES} are allowed",
@@ -63,11 +63,11 @@ impl UserData {
         Self(entries)
     }
 
-    pub fn entries(&self) -> &BTreeMap<String, String> {
+    pub(crate) fn entries(&self) -> &BTreeMap<String, String> {
         &self.0
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }

@@ -22,10 +22,8 @@ mod state;
 mod tags;
 
 pub use edge::body::BodyLimits;
-pub use edge::error::{ApiError, FieldError};
-pub use edge::limits::{ConnectionLimits, ConnectionSlots, InFlight, RateLimits};
-pub use edge::metrics;
-pub use state::{AppState, EdgeOptions, Handlers};
+pub use edge::limits::{ConnectionLimits, InFlight, RateLimits};
+pub(crate) use state::{AppState, EdgeOptions, Handlers};
 
 use crate::random_id::MakeRandomRequestId;
 use axum::http::{HeaderName, Method, Request, header};
@@ -107,10 +105,11 @@ fn ad_tags() -> OpenApiRouter<AppState> {
 }
 
 /// The whole API as one service, for the server's connections.
-pub type App = BoxCloneSyncService<axum::extract::Request, axum::response::Response, Infallible>;
+pub(crate) type App =
+    BoxCloneSyncService<axum::extract::Request, axum::response::Response, Infallible>;
 
 /// The whole API: routes, their middleware and the framework's own answers in JSON.
-pub fn router(state: AppState) -> App {
+pub(crate) fn router(state: AppState) -> App {
     edge::metrics::prometheus();
     let (routes, document) = OpenApiRouter::with_openapi(edge::openapi::ApiDoc::openapi())
         .routes(routes!(edge::health::healthz))

@@ -32,7 +32,7 @@ pub struct EdgeOptions {
     /// Browser origins (dashboards) allowed to call the query endpoints; none by default.
     pub cors_origins: Vec<HeaderValue>,
     /// What a `/track` beacon may carry.
-    pub beacon_rules: BeaconRules,
+    pub(crate) beacon_rules: BeaconRules,
     /// Whether `/metrics` answers without a key.
     pub metrics_public: bool,
     /// Connections, and the time a request's head may take.
@@ -46,7 +46,7 @@ pub struct EdgeOptions {
     /// How long after its `t` an impression pixel still counts.
     pub tag_ttl: Duration,
     /// How long after the impression's `t` a click redirect still counts.
-    pub click_ttl: Duration,
+    pub(crate) click_ttl: Duration,
 }
 
 impl Default for EdgeOptions {
@@ -71,24 +71,24 @@ impl Default for EdgeOptions {
 }
 
 /// The services the handlers call, as the composition root built them.
-pub struct Handlers {
-    pub ingestor: Arc<Ingestor>,
-    pub beacons: Arc<BeaconIngestor>,
-    pub queries: Arc<Queries>,
-    pub delivery: Arc<DeliveryService>,
-    pub settings: Arc<Settings>,
-    pub access: Arc<Access>,
+pub(crate) struct Handlers {
+    pub(crate) ingestor: Arc<Ingestor>,
+    pub(crate) beacons: Arc<BeaconIngestor>,
+    pub(crate) queries: Arc<Queries>,
+    pub(crate) delivery: Arc<DeliveryService>,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) access: Arc<Access>,
     /// Tells general invalid traffic at write time.
-    pub classifier: Arc<Classifier>,
-    pub readiness: Arc<Readiness>,
-    pub freshness: Arc<Freshness>,
+    pub(crate) classifier: Arc<Classifier>,
+    pub(crate) readiness: Arc<Readiness>,
+    pub(crate) freshness: Arc<Freshness>,
 }
 
 /// What every handler may use. Cloned for every request (and by each layer that takes state),
 /// so it is one shared pointer: cloning the services one `Arc` at a time cost about 6 % of a
 /// `/track` beacon's CPU (perf, docs/BENCHMARKS.md).
 #[derive(Clone)]
-pub struct AppState(Arc<Services>);
+pub(crate) struct AppState(Arc<Services>);
 
 impl std::ops::Deref for AppState {
     type Target = Services;
@@ -99,24 +99,24 @@ impl std::ops::Deref for AppState {
 }
 
 /// The services behind [`AppState`], and the edge's own limiters.
-pub struct Services {
-    pub ingestor: Arc<Ingestor>,
-    pub beacons: Arc<BeaconIngestor>,
-    pub queries: Arc<Queries>,
-    pub delivery: Arc<DeliveryService>,
-    pub settings: Arc<Settings>,
-    pub access: Arc<Access>,
-    pub classifier: Arc<Classifier>,
-    pub readiness: Arc<Readiness>,
-    pub freshness: Arc<Freshness>,
-    pub limiters: Arc<Limiters>,
+pub(crate) struct Services {
+    pub(crate) ingestor: Arc<Ingestor>,
+    pub(crate) beacons: Arc<BeaconIngestor>,
+    pub(crate) queries: Arc<Queries>,
+    pub(crate) delivery: Arc<DeliveryService>,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) access: Arc<Access>,
+    pub(crate) classifier: Arc<Classifier>,
+    pub(crate) readiness: Arc<Readiness>,
+    pub(crate) freshness: Arc<Freshness>,
+    pub(crate) limiters: Arc<Limiters>,
     /// The connections the server holds (`/readyz` says when they are all taken).
-    pub connections: Arc<ConnectionSlots>,
-    pub options: Arc<EdgeOptions>,
+    pub(crate) connections: Arc<ConnectionSlots>,
+    pub(crate) options: Arc<EdgeOptions>,
 }
 
 impl AppState {
-    pub fn new(handlers: Handlers, options: EdgeOptions) -> Self {
+    pub(crate) fn new(handlers: Handlers, options: EdgeOptions) -> Self {
         let Handlers {
             ingestor,
             beacons,

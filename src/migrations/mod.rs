@@ -7,7 +7,7 @@ mod split;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 
-pub use split::split_statements;
+pub(crate) use split::split_statements;
 
 include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 
@@ -90,7 +90,9 @@ impl Migration {
 }
 
 /// Orders migrations by version and refuses two files claiming the same one.
-pub fn ordered(mut migrations: Vec<Migration>) -> Result<Vec<Migration>, MigrationFileError> {
+pub(crate) fn ordered(
+    mut migrations: Vec<Migration>,
+) -> Result<Vec<Migration>, MigrationFileError> {
     migrations.sort_by_key(Migration::version);
     for pair in migrations.windows(2) {
         if pair[0].version == pair[1].version {

@@ -6,7 +6,7 @@
 /// Understands what can hide a `;` or a comment marker in CQL: `'single-quoted'` strings (with
 /// `''` escapes), `"quoted identifiers"`, `$$dollar strings$$`, `--` and `//` line comments
 /// and `/* block comments */`.
-pub fn split_statements(text: &str) -> Vec<String> {
+pub(crate) fn split_statements(text: &str) -> Vec<String> {
     let mut statements = Vec::new();
     let mut current = String::new();
     let mut rest = text;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// events does not write and clear it over and over.
 const MARK_LINGER: Duration = Duration::from_secs(60);
 
-pub struct ProcessRegistry {
+pub(crate) struct ProcessRegistry {
     store: Arc<dyn ProcessStore>,
     id: ProcessId,
     started_at: DateTime<Utc>,
@@ -33,7 +33,7 @@ pub struct ProcessRegistry {
 }
 
 impl ProcessRegistry {
-    pub fn new(store: Arc<dyn ProcessStore>) -> Self {
+    pub(crate) fn new(store: Arc<dyn ProcessStore>) -> Self {
         Self {
             store,
             id: ProcessId::random(),
@@ -44,13 +44,13 @@ impl ProcessRegistry {
         }
     }
 
-    pub fn id(&self) -> ProcessId {
+    pub(crate) fn id(&self) -> ProcessId {
         self.id
     }
 
     /// Records durably that this process is about to count events of `owner`'s `day` in live
     /// state; a store write only for the first event of the owner-day since its last clear.
-    pub async fn mark(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
+    pub(crate) async fn mark(&self, owner: &Owner, day: Day) -> Result<(), StoreError> {
         let key = UnflushedDay {
             owner: owner.clone(),
             day,
@@ -70,7 +70,7 @@ impl ProcessRegistry {
 
     /// Says an event of `owner`'s `day` was just counted in live state (after [`mark`](Self::mark)):
     /// its mark stays until a flush that started after this stores it.
-    pub fn counted(&self, owner: &Owner, day: Day) {
+    pub(crate) fn counted(&self, owner: &Owner, day: Day) {
         let key = UnflushedDay {
             owner: owner.clone(),
             day,
@@ -82,7 +82,7 @@ impl ProcessRegistry {
 
     /// Says a flush that started at `started` stored every live state of `kind` counted
     /// before it.
-    pub fn saved_through(&self, kind: OwnerKind, started: Instant) {
+    pub(crate) fn saved_through(&self, kind: OwnerKind, started: Instant) {
         let mut saved = lock(&self.saved_through);
         let entry = saved.entry(kind).or_insert(started);
         *entry = (*entry).max(started);
@@ -125,7 +125,7 @@ impl ProcessRegistry {
     /// Reports this process every [`ProcessReport::PERIOD`] and clears saved marks, until the
     /// task is aborted. The first report is made before this returns, so the process is
     /// listed before it serves.
-    pub async fn start_reporting(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    pub(crate) async fn start_reporting(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         if let Err(error) = self.report().await {
             tracing::warn!(error = %error.chain(), "cannot report this process yet; retrying every second");
         }
@@ -167,7 +167,7 @@ impl ProcessRegistry {
     }
 
     /// Removes this process and its marks: its live state is stored (a clean stop).
-    pub async fn leave(&self) -> Result<(), StoreError> {
+    pub(crate) async fn leave(&self) -> Result<(), StoreError> {
         self.store.remove_process(self.id).await
     }
 }

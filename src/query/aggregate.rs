@@ -32,9 +32,9 @@ use std::time::Duration;
 pub struct BillableWindow(u32);
 
 impl BillableWindow {
-    pub const DEFAULT: Self = Self(40);
+    pub(crate) const DEFAULT: Self = Self(40);
 
-    pub fn new(window: Duration) -> Result<Self, String> {
+    pub(crate) fn new(window: Duration) -> Result<Self, String> {
         let seconds = window.as_secs();
         if window.subsec_nanos() != 0 || seconds == 0 || 86_400 % seconds != 0 {
             return Err(
@@ -45,18 +45,18 @@ impl BillableWindow {
     }
 
     /// The window holding `at`.
-    pub fn of(&self, at: EventTime) -> i64 {
+    pub(crate) fn of(&self, at: EventTime) -> i64 {
         at.epoch_millis().div_euclid(self.millis())
     }
 
     /// When window `window` (as [`of`](Self::of) numbers it) starts.
-    pub fn start_of(&self, window: i64) -> DateTime<Utc> {
+    pub(crate) fn start_of(&self, window: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(window.saturating_mul(self.millis()))
             .unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
 
     /// How long a window lasts.
-    pub fn length(&self) -> chrono::TimeDelta {
+    pub(crate) fn length(&self) -> chrono::TimeDelta {
         chrono::TimeDelta::seconds(i64::from(self.0))
     }
 
@@ -68,16 +68,16 @@ impl BillableWindow {
 /// Additive counts of one slice (or any sum of slices). `impressions`, `clicks` and
 /// `billable_impressions` count valid events only; invalid traffic is counted beside them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SliceCounts {
-    pub impressions: u64,
-    pub clicks: u64,
-    pub billable_impressions: u64,
-    pub invalid_impressions: u64,
-    pub invalid_clicks: u64,
+pub(crate) struct SliceCounts {
+    pub(crate) impressions: u64,
+    pub(crate) clicks: u64,
+    pub(crate) billable_impressions: u64,
+    pub(crate) invalid_impressions: u64,
+    pub(crate) invalid_clicks: u64,
 }
 
 impl SliceCounts {
-    pub fn add(&mut self, other: &SliceCounts) {
+    pub(crate) fn add(&mut self, other: &SliceCounts) {
         self.impressions += other.impressions;
         self.clicks += other.clicks;
         self.billable_impressions += other.billable_impressions;
@@ -89,17 +89,17 @@ impl SliceCounts {
 /// The users reached in one UTC day, at the levels it was read or aggregated with (`None`
 /// for the others; see [`ReachLevel`]).
 #[derive(Debug, Clone, Default)]
-pub struct Reach {
-    pub day: Option<UniqueSketch>,
-    pub ads: Option<HashMap<AdId, UniqueSketch>>,
+pub(crate) struct Reach {
+    pub(crate) day: Option<UniqueSketch>,
+    pub(crate) ads: Option<HashMap<AdId, UniqueSketch>>,
     /// By hour since the epoch.
-    pub hours: Option<BTreeMap<i64, UniqueSketch>>,
+    pub(crate) hours: Option<BTreeMap<i64, UniqueSketch>>,
     /// By (hour since the epoch, ad).
-    pub ad_hours: Option<BTreeMap<(i64, AdId), UniqueSketch>>,
+    pub(crate) ad_hours: Option<BTreeMap<(i64, AdId), UniqueSketch>>,
 }
 
 impl Reach {
-    pub fn with_levels(levels: &[ReachLevel]) -> Self {
+    pub(crate) fn with_levels(levels: &[ReachLevel]) -> Self {
         let has = |level| levels.contains(&level);
         Self {
             day: has(ReachLevel::CampaignDay).then(UniqueSketch::new),
@@ -127,16 +127,16 @@ impl Reach {
 
 /// One UTC day of a campaign.
 #[derive(Debug, Clone, Default)]
-pub struct DayAggregate {
+pub(crate) struct DayAggregate {
     /// By (15-minute slice since the epoch, ad).
-    pub slices: BTreeMap<(i64, AdId), SliceCounts>,
-    pub reach: Reach,
+    pub(crate) slices: BTreeMap<(i64, AdId), SliceCounts>,
+    pub(crate) reach: Reach,
 }
 
 impl DayAggregate {
     /// The day's billable impressions per 15-minute slice, every ad together: what delivery
     /// against caps keeps of a sealed or rebuilt day.
-    pub fn billable_slices(&self, day: Day) -> DaySlices {
+    pub(crate) fn billable_slices(&self, day: Day) -> DaySlices {
         let mut slices = DaySlices::default();
         for ((slice, _), counts) in &self.slices {
             let at = slice * SLICE_MILLIS;
@@ -147,7 +147,7 @@ impl DayAggregate {
 
     /// The rows a sealed day keeps. The campaign-day row and all 24 campaign-hour rows are
     /// always written, empty or not: their presence tells a complete rollup.
-    pub fn to_rollup(&self, day: Day) -> Rollup {
+    pub(crate) fn to_rollup(&self, day: Day) -> Rollup {
         let first_hour = day.first_hour();
         let row = |level, hour, ad_id, sketch: &UniqueSketch| RollupReach {
             level,
@@ -197,7 +197,7 @@ impl DayAggregate {
 
     /// A sealed day back from its rows, read at `levels`; `None` if a sketch does not decode
     /// or the rollup predates these levels (the caller then reads the raw partitions).
-    pub fn from_rollup(rollup: Rollup, levels: &[ReachLevel]) -> Option<Self> {
+    pub(crate) fn from_rollup(rollup: Rollup, levels: &[ReachLevel]) -> Option<Self> {
         let mut day = Self {
             slices: BTreeMap::new(),
             reach: Reach::with_levels(levels),
@@ -253,18 +253,18 @@ impl DayAggregate {
 
 /// What to read of one UTC day of a campaign.
 #[derive(Debug, Clone)]
-pub struct DayRead {
-    pub campaign: CampaignKey,
+pub(crate) struct DayRead {
+    pub(crate) campaign: CampaignKey,
     /// Every partition of the day: each bucket of each bucket count in force that day.
-    pub partitions: Vec<EventPartition>,
+    pub(crate) partitions: Vec<EventPartition>,
     /// The levels of users reached to count.
-    pub levels: Vec<ReachLevel>,
+    pub(crate) levels: Vec<ReachLevel>,
 }
 
 impl DayRead {
     /// Every partition of `campaign`'s UTC `day` under its settings `history` (widened by
     /// how stale a server's settings may be), with users reached at `levels`.
-    pub fn of_day(
+    pub(crate) fn of_day(
         campaign: CampaignKey,
         day: Day,
         history: &crate::domain::campaign::SettingsHistory,
@@ -317,7 +317,7 @@ async fn earliest_impressions(
 
 /// One UTC day's billable windows: each valid user's window (numbered as
 /// [`BillableWindow::of`] does) with the time of its earliest impression.
-pub async fn billable_windows_of_day(
+pub(crate) async fn billable_windows_of_day(
     store: &dyn EventStore,
     read: &DayRead,
     window: BillableWindow,
@@ -336,7 +336,7 @@ pub async fn billable_windows_of_day(
 
 /// Reads one UTC day's impression and click partitions and aggregates them, with users
 /// reached at the levels asked for; `concurrency` partition reads at a time.
-pub async fn aggregate_day(
+pub(crate) async fn aggregate_day(
     store: &dyn EventStore,
     read: &DayRead,
     window: BillableWindow,

@@ -20,13 +20,13 @@ pub enum QueryError {
 
 /// The most partitions one query may read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionBudget {
-    pub max: u64,
+pub(crate) struct PartitionBudget {
+    pub(crate) max: u64,
 }
 
 impl PartitionBudget {
     /// Refuses a query that would read `partitions`.
-    pub fn check(self, partitions: u64) -> Result<(), QueryError> {
+    pub(crate) fn check(self, partitions: u64) -> Result<(), QueryError> {
         if partitions > self.max {
             return Err(QueryError::TooWide {
                 partitions,
@@ -37,7 +37,7 @@ impl PartitionBudget {
     }
 
     /// The cost of days, each sealed (one read) or read raw (its partitions).
-    pub fn cost<'a>(days: impl IntoIterator<Item = (bool, usize)> + 'a) -> u64 {
+    pub(crate) fn cost<'a>(days: impl IntoIterator<Item = (bool, usize)> + 'a) -> u64 {
         days.into_iter()
             .map(|(sealed, partitions)| if sealed { 1 } else { partitions as u64 })
             .sum()

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 
 /// Impressions with at least one click stored in `partitions`, each with the UTC day of its
 /// earliest click there.
-pub async fn first_click_days_in(
+pub(crate) async fn first_click_days_in(
     store: &dyn EventStore,
     partitions: Vec<EventPartition>,
     fan_out: FanOut,
@@ -37,7 +37,7 @@ pub async fn first_click_days_in(
 /// The first click ever of each impression clicked in `partitions` (among the clicks there
 /// that `candidate` keeps): a stored click may be a repeat, and the impression's first click
 /// may lie in another day. One lookup per candidate impression, `concurrency` at a time.
-pub async fn first_clicks(
+pub(crate) async fn first_clicks(
     store: &dyn EventStore,
     campaign: CampaignKey,
     partitions: Vec<EventPartition>,
@@ -69,7 +69,7 @@ pub async fn first_clicks(
 /// copy), as the summary counts clicks:
 /// the clicks stored in `partitions` (the range's days) narrow it down, and each candidate's
 /// first click is looked up, since an earlier click may lie before the range.
-pub async fn first_clicked_between(
+pub(crate) async fn first_clicked_between(
     store: &dyn EventStore,
     campaign: CampaignKey,
     partitions: Vec<EventPartition>,

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// An export in progress.
-pub struct Export {
+pub(crate) struct Export {
     scan: ImpressionScan,
     /// The UTC day of each impression's earliest click in the days read.
     clicked: HashMap<ImpressionId, Day>,
@@ -31,7 +31,7 @@ pub struct Export {
 
 impl Export {
     /// Reads the clicked ids (errors here come before any byte of the answer).
-    pub async fn open(
+    pub(crate) async fn open(
         reader: &Reader,
         campaign: CampaignKey,
         range: &QueryRange,
@@ -83,7 +83,9 @@ impl Export {
     }
 
     /// The next page of (impression, clicked); `None` at the end. A page may be empty.
-    pub async fn next_page(&mut self) -> Result<Option<Vec<(Impression, bool)>>, StoreError> {
+    pub(crate) async fn next_page(
+        &mut self,
+    ) -> Result<Option<Vec<(Impression, bool)>>, StoreError> {
         Ok(self.scan.next_page().await?.map(|page| {
             page.into_iter()
                 .map(|impression| {

@@ -17,17 +17,17 @@ use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 
 /// Values answered per feature.
-pub const TOP_VALUES: usize = 50;
+pub(crate) const TOP_VALUES: usize = 50;
 /// Values the sealer keeps per feature and day: a range's top values come from each day's
 /// top values, and hostile pages cannot make a sealed day store values without bound.
-pub const SEALED_VALUES_PER_FEATURE: usize = 1000;
+pub(crate) const SEALED_VALUES_PER_FEATURE: usize = 1000;
 
 /// The most visited values of each feature, most visits first, then by value.
-pub type FeatureValues = BTreeMap<String, Vec<(String, u64)>>;
+pub(crate) type FeatureValues = BTreeMap<String, Vec<(String, u64)>>;
 
 /// What a sealed site-day keeps of its feature values: the valid visits of each single-feature
 /// combination, the most visited [`SEALED_VALUES_PER_FEATURE`] of each feature.
-pub fn sealed_feature_values(day: &SiteDay) -> Vec<FeatureVisits> {
+pub(crate) fn sealed_feature_values(day: &SiteDay) -> Vec<FeatureVisits> {
     let mut by_feature: HashMap<String, Vec<(String, u64)>> = HashMap::new();
     for (combination, counts) in &day.combinations {
         let Some(features) = Features::from_combination_key(combination) else {
@@ -66,7 +66,7 @@ fn top(mut values: Vec<(String, u64)>, limit: usize) -> Vec<(String, u64)> {
 }
 
 /// The [`TOP_VALUES`] most visited values of each feature of `site` over `range`.
-pub async fn site_features(
+pub(crate) async fn site_features(
     reader: &Reader,
     site: &SiteId,
     range: &QueryRange,

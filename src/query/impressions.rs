@@ -25,7 +25,7 @@ const PARTITIONS_IN_FLIGHT: usize = 4;
 type PageRead = BoxFuture<'static, (PartitionScan, Result<ImpressionPage, StoreError>)>;
 
 /// The impressions of a range, a page at a time, in no particular order.
-pub struct ImpressionScan {
+pub(crate) struct ImpressionScan {
     store: Arc<dyn Store>,
     start: DateTime<Utc>,
     end: DateTime<Utc>,
@@ -43,7 +43,7 @@ struct PartitionScan {
 
 impl ImpressionScan {
     /// `partitions`: every partition of every UTC day the range touches.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         range: &QueryRange,
         partitions: impl IntoIterator<Item = EventPartition>,
@@ -68,7 +68,7 @@ impl ImpressionScan {
 
     /// The next page's impressions inside the range, each id once per UTC day; `None` once
     /// every partition is read. A page may be empty.
-    pub async fn next_page(&mut self) -> Result<Option<Vec<Impression>>, StoreError> {
+    pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<Impression>>, StoreError> {
         while self.reads.len() < PARTITIONS_IN_FLIGHT
             && let Some(partition) = self.pending.pop_front()
         {

@@ -4,19 +4,19 @@
 //! [`Queries`] is the service the HTTP layer asks: it owns the store, the settings cache and
 //! the fan-out limits, so a handler only names what it wants to know.
 
-pub mod aggregate;
-pub mod budget;
-pub mod clicks;
-pub mod export;
-pub mod features;
-pub mod impressions;
-pub mod plan;
+pub(crate) mod aggregate;
+pub(crate) mod budget;
+pub(crate) mod clicks;
+pub(crate) mod export;
+pub(crate) mod features;
+pub(crate) mod impressions;
+pub(crate) mod plan;
 pub mod range;
-pub mod recent;
-pub mod report;
-pub mod site_day;
+pub(crate) mod recent;
+pub(crate) mod report;
+pub(crate) mod site_day;
 pub mod summary;
-pub mod uniques;
+pub(crate) mod uniques;
 
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
@@ -25,7 +25,7 @@ use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use aggregate::BillableWindow;
 use budget::PartitionBudget;
-pub use budget::QueryError;
+pub(crate) use budget::QueryError;
 use chrono::{DateTime, Utc};
 use range::QueryRange;
 use std::sync::Arc;
@@ -40,11 +40,11 @@ pub struct FanOut {
 /// What every read needs: where to read, how the owners are configured, how wide to fan out,
 /// how much one query may read.
 #[derive(Clone)]
-pub struct Reader {
-    pub store: Arc<dyn Store>,
-    pub settings: Arc<SettingsCache>,
-    pub fan_out: FanOut,
-    pub budget: PartitionBudget,
+pub(crate) struct Reader {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) settings: Arc<SettingsCache>,
+    pub(crate) fan_out: FanOut,
+    pub(crate) budget: PartitionBudget,
 }
 
 /// The query side's tunables.
@@ -106,7 +106,7 @@ impl Queries {
     }
 
     /// A campaign's impressions and clicks per value of `dimension`.
-    pub async fn report(
+    pub(crate) async fn report(
         &self,
         campaign: CampaignKey,
         range: &QueryRange,
@@ -117,7 +117,7 @@ impl Queries {
     }
 
     /// Opens a bulk export of a campaign's impressions over `range`.
-    pub async fn export(
+    pub(crate) async fn export(
         &self,
         campaign: CampaignKey,
         range: &QueryRange,
@@ -128,7 +128,7 @@ impl Queries {
     }
 
     /// A campaign's newest `limit` impressions as of `now`.
-    pub async fn recent(
+    pub(crate) async fn recent(
         &self,
         campaign: CampaignKey,
         limit: usize,
@@ -143,7 +143,7 @@ impl Queries {
     }
 
     /// A site's visits and unique visitors.
-    pub async fn uniques(
+    pub(crate) async fn uniques(
         &self,
         site: &SiteId,
         question: &uniques::UniquesQuery,
@@ -152,7 +152,7 @@ impl Queries {
     }
 
     /// The most visited values of each of a site's features over `range`.
-    pub async fn features(
+    pub(crate) async fn features(
         &self,
         site: &SiteId,
         range: &QueryRange,
@@ -162,7 +162,7 @@ impl Queries {
 
     /// The owners of a listing (an advertiser's campaigns, every site) with their first and
     /// last days, oldest first activity first.
-    pub async fn listing(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError> {
+    pub(crate) async fn listing(&self, listing: Listing) -> Result<Vec<OwnerDays>, StoreError> {
         let mut owners = self.reader.store.listed_owners(listing).await?;
         owners.sort_by_key(|listed| (listed.first_day, listed.owner.to_key()));
         Ok(owners)

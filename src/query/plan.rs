@@ -9,7 +9,7 @@ use crate::domain::time::Day;
 use chrono::Duration;
 
 /// The partitions of each UTC day, in day order.
-pub fn campaign_partitions(
+pub(crate) fn campaign_partitions(
     campaign: CampaignKey,
     days: impl Iterator<Item = Day>,
     history: &SettingsHistory,
@@ -31,7 +31,7 @@ pub fn campaign_partitions(
 }
 
 /// The beacon partitions of one site's UTC day.
-pub fn visit_partitions(
+pub(crate) fn visit_partitions(
     site: &SiteId,
     day: Day,
     history: &SettingsHistory,

@@ -6,7 +6,7 @@ use chrono::{DateTime, Duration, NaiveDate, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// The longest range a query may ask for.
-pub const MAX_DAYS: i64 = 366;
+pub(crate) const MAX_DAYS: i64 = 366;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueryRange {
@@ -44,46 +44,46 @@ impl QueryRange {
         })
     }
 
-    pub fn from(&self) -> NaiveDate {
+    pub(crate) fn from(&self) -> NaiveDate {
         self.from
     }
 
-    pub fn to(&self) -> NaiveDate {
+    pub(crate) fn to(&self) -> NaiveDate {
         self.to
     }
 
-    pub fn tz(&self) -> Tz {
+    pub(crate) fn tz(&self) -> Tz {
         self.tz
     }
 
     /// The first instant of the range.
-    pub fn start(&self) -> DateTime<Utc> {
+    pub(crate) fn start(&self) -> DateTime<Utc> {
         self.start
     }
 
     /// The first instant after the range.
-    pub fn end(&self) -> DateTime<Utc> {
+    pub(crate) fn end(&self) -> DateTime<Utc> {
         self.end
     }
 
     /// Whether `instant` falls inside the range's local days.
-    pub fn contains(&self, instant: DateTime<Utc>) -> bool {
+    pub(crate) fn contains(&self, instant: DateTime<Utc>) -> bool {
         self.start <= instant && instant < self.end
     }
 
     /// The local calendar day of `instant`.
-    pub fn local_day(&self, instant: DateTime<Utc>) -> NaiveDate {
+    pub(crate) fn local_day(&self, instant: DateTime<Utc>) -> NaiveDate {
         instant.with_timezone(&self.tz).date_naive()
     }
 
     /// Every local day of the range, oldest first.
-    pub fn local_days(&self) -> impl Iterator<Item = NaiveDate> {
+    pub(crate) fn local_days(&self) -> impl Iterator<Item = NaiveDate> {
         let to = self.to;
         self.from.iter_days().take_while(move |day| *day <= to)
     }
 
     /// The UTC days (storage partitions) that hold the range's events.
-    pub fn utc_days(&self) -> impl Iterator<Item = Day> {
+    pub(crate) fn utc_days(&self) -> impl Iterator<Item = Day> {
         let first = Day::new(self.start.date_naive());
         let last = Day::new((self.end - Duration::milliseconds(1)).date_naive());
         first.through(last)

@@ -16,20 +16,20 @@ use futures::{StreamExt, stream};
 use std::collections::HashSet;
 
 /// At most this many impressions per answer.
-pub const MAX_LIMIT: usize = 1_000;
+pub(crate) const MAX_LIMIT: usize = 1_000;
 
 /// How many of the newest impressions, as of when, looking how far back.
 #[derive(Debug, Clone, Copy)]
-pub struct RecentWindow {
-    pub limit: usize,
-    pub now: DateTime<Utc>,
+pub(crate) struct RecentWindow {
+    pub(crate) limit: usize,
+    pub(crate) now: DateTime<Utc>,
     /// UTC days before today's that may be read.
-    pub lookback_days: u32,
+    pub(crate) lookback_days: u32,
 }
 
 /// The newest `limit` impressions with a timestamp up to the end of tomorrow (UTC), newest
 /// first, looking back `lookback_days` UTC days before today.
-pub async fn newest_impressions(
+pub(crate) async fn newest_impressions(
     reader: &Reader,
     campaign: CampaignKey,
     window: &RecentWindow,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 /// What a report groups impressions by.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Dimension {
+pub(crate) enum Dimension {
     AdId,
     /// One key of the impressions' `user_data`.
     UserData(String),
@@ -60,32 +60,32 @@ impl Dimension {
 }
 
 /// Rows a report lists by default, and at most.
-pub const DEFAULT_LIMIT: usize = 1_000;
-pub const MAX_LIMIT: usize = 10_000;
+pub(crate) const DEFAULT_LIMIT: usize = 1_000;
+pub(crate) const MAX_LIMIT: usize = 10_000;
 
 /// One value's counts; `value` is `None` for impressions without the key, and for the row
 /// that sums every value past the limit (`other`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportRow {
-    pub value: Option<String>,
-    pub impressions: u64,
-    pub clicks: u64,
+pub(crate) struct ReportRow {
+    pub(crate) value: Option<String>,
+    pub(crate) impressions: u64,
+    pub(crate) clicks: u64,
     /// This row sums the values past the report's limit.
-    pub other: bool,
+    pub(crate) other: bool,
 }
 
 /// A report's rows: at most its limit of values, then, if more values had impressions, one
 /// row summing the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    pub rows: Vec<ReportRow>,
+pub(crate) struct Report {
+    pub(crate) rows: Vec<ReportRow>,
     /// How many distinct values the range had in all.
-    pub values: usize,
+    pub(crate) values: usize,
 }
 
 impl ReportRow {
     /// Clicks per impression; 0 when there are none.
-    pub fn ctr(&self) -> f64 {
+    pub(crate) fn ctr(&self) -> f64 {
         if self.impressions == 0 {
             0.0
         } else {
@@ -98,7 +98,7 @@ impl ReportRow {
 /// of them and a row summing the rest. Impressions count as in the summary (once per UTC day,
 /// at the earliest time); a row's clicks are those of its impressions whose first click falls
 /// in the range, each once. Reports read raw partitions, every day costing its bucket count.
-pub async fn campaign_report(
+pub(crate) async fn campaign_report(
     reader: &Reader,
     campaign: CampaignKey,
     range: &QueryRange,

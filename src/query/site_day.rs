@@ -16,24 +16,24 @@ use std::collections::{BTreeMap, HashMap};
 
 /// One feature combination of a site-day, from its stored beacons.
 #[derive(Debug, Default)]
-pub struct CombinationDay {
+pub(crate) struct CombinationDay {
     /// Visits by 15-minute slice since the epoch.
-    pub slices: BTreeMap<i64, SliceVisits>,
+    pub(crate) slices: BTreeMap<i64, SliceVisits>,
     /// Visitors by hour since the epoch (a busy hour's sketch takes its members in batches).
-    pub hours: BTreeMap<i64, BufferedSketch>,
+    pub(crate) hours: BTreeMap<i64, BufferedSketch>,
 }
 
 /// Every feature combination of a site-day.
 #[derive(Debug, Default)]
-pub struct SiteDay {
-    pub combinations: HashMap<String, CombinationDay>,
+pub(crate) struct SiteDay {
+    pub(crate) combinations: HashMap<String, CombinationDay>,
     /// Beacons read.
-    pub beacons: usize,
+    pub(crate) beacons: usize,
 }
 
 /// Reads every stored beacon of `site` for UTC `day` and adds it to every subset of its
 /// features.
-pub async fn aggregate_site_day(
+pub(crate) async fn aggregate_site_day(
     store: &dyn VisitStore,
     settings: &SettingsCache,
     site: &SiteId,

@@ -28,15 +28,15 @@ use std::collections::HashMap;
 pub struct Counts {
     pub impressions: u64,
     pub clicks: u64,
-    pub billable_impressions: u64,
-    pub unique_users: u64,
-    pub invalid_impressions: u64,
-    pub invalid_clicks: u64,
+    pub(crate) billable_impressions: u64,
+    pub(crate) unique_users: u64,
+    pub(crate) invalid_impressions: u64,
+    pub(crate) invalid_clicks: u64,
 }
 
 impl Counts {
     /// Clicks per impression; 0 when there are no impressions.
-    pub fn ctr(&self) -> f64 {
+    pub(crate) fn ctr(&self) -> f64 {
         if self.impressions == 0 {
             0.0
         } else {
@@ -51,12 +51,12 @@ pub struct Summary {
     pub totals: Counts,
     /// Every local day of the range, zeros included, oldest first. Rows carry users reached
     /// only for the grouping asked for.
-    pub by_day: Vec<(NaiveDate, Counts)>,
+    pub(crate) by_day: Vec<(NaiveDate, Counts)>,
     /// Every local clock hour of the range, zeros included, oldest first, labelled with its
     /// offset (a repeated DST hour appears twice).
-    pub by_hour: Vec<(String, Counts)>,
+    pub(crate) by_hour: Vec<(String, Counts)>,
     /// Every ad with an impression or a click in the range, most impressions first, then by id.
-    pub by_ad: Vec<(AdId, Counts)>,
+    pub(crate) by_ad: Vec<(AdId, Counts)>,
     /// UTC days answered from their rollup rather than their raw partitions.
     pub sealed_days: usize,
 }
@@ -276,7 +276,7 @@ const RAW_DAYS_IN_FLIGHT: usize = 4;
 /// Sealed days read at once: one small rollup partition each.
 const SEALED_DAYS_IN_FLIGHT: usize = 16;
 
-pub async fn campaign_summary(
+pub(crate) async fn campaign_summary(
     reader: &Reader,
     campaign: CampaignKey,
     range: &QueryRange,

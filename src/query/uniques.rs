@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 /// How a range is divided into rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Granularity {
+pub(crate) enum Granularity {
     Total,
     Month,
     Week,
@@ -48,19 +48,19 @@ impl Granularity {
 /// Visits and unique visitors of one period (or of the whole range): valid beacons only;
 /// invalid traffic is counted beside them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct VisitCounts {
-    pub visits: u64,
-    pub unique_visitors: u64,
-    pub invalid_visits: u64,
+pub(crate) struct VisitCounts {
+    pub(crate) visits: u64,
+    pub(crate) unique_visitors: u64,
+    pub(crate) invalid_visits: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SiteUniques {
-    pub total: VisitCounts,
+pub(crate) struct SiteUniques {
+    pub(crate) total: VisitCounts,
     /// Every period of the range, oldest first (none for [`Granularity::Total`]).
-    pub rows: Vec<(String, VisitCounts)>,
+    pub(crate) rows: Vec<(String, VisitCounts)>,
     /// UTC days answered from their rollup.
-    pub sealed_days: usize,
+    pub(crate) sealed_days: usize,
 }
 
 /// The periods of a range: labels oldest first, and which period each local day is in.
@@ -111,14 +111,14 @@ impl Tally {
 
 /// What a uniques query asks.
 #[derive(Debug, Clone)]
-pub struct UniquesQuery {
+pub(crate) struct UniquesQuery {
     /// The beacons counted: those with every feature of the filter (none: all of them).
-    pub filter: Features,
-    pub range: QueryRange,
-    pub granularity: Granularity,
+    pub(crate) filter: Features,
+    pub(crate) range: QueryRange,
+    pub(crate) granularity: Granularity,
 }
 
-pub async fn site_uniques(
+pub(crate) async fn site_uniques(
     reader: &Reader,
     site: &SiteId,
     question: &UniquesQuery,

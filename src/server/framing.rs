@@ -12,7 +12,7 @@
 
 /// What a parsed head says about the rest of its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Body {
+pub(crate) enum Body {
     /// No body: the next message starts with the next byte.
     Empty,
     /// `Content-Length` bytes.
@@ -26,7 +26,7 @@ pub enum Body {
 impl Body {
     /// Follows the body through `bytes`: how many of them belong to it, and whether it ended
     /// there. `None`: the chunked framing is broken (hyper refuses such a body and closes).
-    pub fn advance(&mut self, bytes: &[u8]) -> Option<(usize, bool)> {
+    pub(crate) fn advance(&mut self, bytes: &[u8]) -> Option<(usize, bool)> {
         match self {
             Self::Empty => Some((0, true)),
             Self::Length(left) => {
@@ -44,7 +44,7 @@ impl Body {
 
 /// Where a chunked body is: `size [; extensions] CRLF data CRLF … 0 CRLF [trailers] CRLF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunks {
+pub(crate) struct Chunks {
     state: ChunkState,
 }
 
@@ -138,7 +138,7 @@ impl Chunks {
 
 /// Finds the blank line that ends a head, across reads.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct HeadEnd {
+pub(crate) struct HeadEnd {
     /// 1 just after a line feed, 2 after a line feed and a carriage return.
     after_line_feed: u8,
 }
@@ -146,7 +146,7 @@ pub struct HeadEnd {
 impl HeadEnd {
     /// The index just past the blank line in `bytes`, if it is there. Like httparse, a bare
     /// line feed ends a line too.
-    pub fn find(&mut self, bytes: &[u8]) -> Option<usize> {
+    pub(crate) fn find(&mut self, bytes: &[u8]) -> Option<usize> {
         for (index, &byte) in bytes.iter().enumerate() {
             self.after_line_feed = match (byte, self.after_line_feed) {
                 (b'\n', 1 | 2) => {
@@ -164,7 +164,7 @@ impl HeadEnd {
 
 /// Why a request head cannot be served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unframed {
+pub(crate) enum Unframed {
     /// More header lines than the server reads.
     TooManyHeaders,
     /// Not an HTTP/1 request head, or a body framing hyper refuses.
@@ -173,17 +173,17 @@ pub enum Unframed {
 
 /// A request head as far as framing goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestHead {
+pub(crate) struct RequestHead {
     /// A `HEAD` request: its answer has no body whatever its `Content-Length` says.
-    pub is_head: bool,
-    pub body: Body,
+    pub(crate) is_head: bool,
+    pub(crate) body: Body,
 }
 
 /// Header lines hyper reads in a request by default; a head with more is refused (431).
 const MAX_HEADERS: usize = 100;
 
 /// Parses a complete request head (ending with its blank line).
-pub fn request_head(head: &[u8]) -> Result<RequestHead, Unframed> {
+pub(crate) fn request_head(head: &[u8]) -> Result<RequestHead, Unframed> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
@@ -208,7 +208,7 @@ pub fn request_head(head: &[u8]) -> Result<RequestHead, Unframed> {
 
 /// What a response head says: an interim answer, or the start of the final one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseHead {
+pub(crate) enum ResponseHead {
     /// `100 Continue` and its kind: the final answer is still to come.
     Interim,
     /// The final answer to the oldest unanswered request, with its body.
@@ -218,7 +218,7 @@ pub enum ResponseHead {
 /// Parses a complete response head written by the server; `to_head_request`: the request it
 /// answers is a `HEAD`. A head the guard cannot read is treated as running until the
 /// connection closes, which makes it wait rather than interleave.
-pub fn response_head(head: &[u8], to_head_request: bool) -> ResponseHead {
+pub(crate) fn response_head(head: &[u8], to_head_request: bool) -> ResponseHead {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
     if !matches!(response.parse(head), Ok(httparse::Status::Complete(_))) {

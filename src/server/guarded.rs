@@ -23,11 +23,11 @@ use tokio::time::{Instant, Sleep};
 
 /// Bounds on a request's head.
 #[derive(Debug, Clone, Copy)]
-pub struct HeadLimits {
+pub(crate) struct HeadLimits {
     /// From a request's first byte to the end of its head.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The request line and headers, in bytes.
-    pub max_bytes: usize,
+    pub(crate) max_bytes: usize,
 }
 
 /// Where one direction of the connection is.
@@ -86,7 +86,7 @@ enum Refusal {
 /// The longest answer head the guard follows; the server's own are a few hundred bytes.
 const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
-pub struct Guarded<IO> {
+pub(crate) struct Guarded<IO> {
     io: IO,
     limits: HeadLimits,
     requests: Direction,
@@ -104,7 +104,7 @@ pub struct Guarded<IO> {
 
 /// An answer written straight to the socket, in the API's error shape, before the connection
 /// is closed: the request never reached the router. `extra` adds header lines.
-pub fn raw_answer(status: &str, code: &str, message: &str, extra: &str) -> &'static [u8] {
+pub(crate) fn raw_answer(status: &str, code: &str, message: &str, extra: &str) -> &'static [u8] {
     let body = format!(r#"{{"error":{{"code":"{code}","message":"{message}"}}}}"#);
     let response = format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra}connection: close\r\n\r\n{body}",
@@ -151,7 +151,7 @@ fn head_malformed() -> &'static [u8] {
 }
 
 impl<IO> Guarded<IO> {
-    pub fn new(io: IO, limits: HeadLimits) -> Self {
+    pub(crate) fn new(io: IO, limits: HeadLimits) -> Self {
         Self {
             io,
             limits,

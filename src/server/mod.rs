@@ -6,7 +6,7 @@
 //! a keep-alive connection closed once idle, a body within its timeout (a layer of the router).
 
 mod framing;
-pub mod guarded;
+pub(crate) mod guarded;
 
 use crate::http::{App, AppState, ConnectionLimits, router};
 use axum::extract::ConnectInfo;
@@ -39,7 +39,7 @@ fn too_many_connections() -> &'static [u8] {
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting connections
 /// and returns once every in-flight request has been answered. The work beside the requests
 /// (flushers, reports) is the composition root's (`crate::app::App::serve`).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -189,7 +189,7 @@ async fn refuse_connection(mut stream: TcpStream) {
 
 /// Raises this process's open-files limit so `wanted` connections fit (plus the store's files
 /// and sockets); returns how many connections the limit it got allows.
-pub fn fit_open_files(wanted: usize) -> usize {
+pub(crate) fn fit_open_files(wanted: usize) -> usize {
     /// Files the process needs besides client connections: the store's files, its sockets.
     const RESERVED: u64 = 1024;
     let target = wanted as u64 + RESERVED;
@@ -215,7 +215,7 @@ pub fn fit_open_files(wanted: usize) -> usize {
 /// Turns a write past the process's file-size limit (`ulimit -f`) from a crash into a failed
 /// write: by default SIGXFSZ kills the process; with a handler the write returns an error
 /// instead, the store answers 503 and `/readyz` turns 503, and what was acknowledged stays.
-pub fn survive_file_size_limit() {
+pub(crate) fn survive_file_size_limit() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -240,7 +240,7 @@ pub fn survive_file_size_limit() {
 /// moment it is called: a signal that arrives before the returned future is first polled (a
 /// supervisor stopping a process that has only just said it listens) still stops it cleanly.
 /// The future completes on the first of them.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send {
+pub(crate) fn shutdown_signal() -> impl Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -40,20 +40,20 @@ impl SettingsCache {
     }
 
     /// How long a cached configuration may be used.
-    pub fn lifetime(&self) -> Duration {
+    pub(crate) fn lifetime(&self) -> Duration {
         self.lifetime
     }
 
     /// How far back readers widen a day's bucket coverage: as defence in depth, they also read
     /// what a change made closer than the write rules allow could have left behind (a stale
     /// cache, an event timestamped ahead of the clock).
-    pub fn read_staleness(&self) -> chrono::Duration {
+    pub(crate) fn read_staleness(&self) -> chrono::Duration {
         chrono::Duration::from_std(self.lifetime).unwrap_or_else(|_| chrono::Duration::zero())
             + MAX_FUTURE_SKEW
     }
 
     /// The owner's settings history, from the cache while it is fresh.
-    pub async fn history(&self, owner: &Owner) -> Result<Arc<SettingsHistory>, StoreError> {
+    pub(crate) async fn history(&self, owner: &Owner) -> Result<Arc<SettingsHistory>, StoreError> {
         if let Some(history) = self.cached(owner) {
             return Ok(history);
         }
@@ -73,7 +73,7 @@ impl SettingsCache {
     }
 
     /// Drops an entry, after this process changed those settings.
-    pub fn forget(&self, owner: &Owner) {
+    pub(crate) fn forget(&self, owner: &Owner) {
         self.lock().map.remove(owner);
     }
 

@@ -16,29 +16,29 @@ use chrono_tz::Tz;
 use std::sync::Arc;
 
 /// How far ahead a change may be scheduled.
-pub const MAX_SCHEDULE_DAYS: i64 = 366;
+pub(crate) const MAX_SCHEDULE_DAYS: i64 = 366;
 /// How many changes may wait to take effect at once (the history every event write reads
 /// stays small).
-pub const MAX_SCHEDULED: usize = 100;
+pub(crate) const MAX_SCHEDULED: usize = 100;
 
 /// A change as asked for, already parsed. Absent fields keep their value (a `PUT` merges).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SettingsChange {
+pub(crate) struct SettingsChange {
     /// A new bucket count; the same count as now schedules nothing.
-    pub buckets: Option<BucketCount>,
+    pub(crate) buckets: Option<BucketCount>,
     /// When a new bucket count takes effect; `None`: the earliest instant allowed.
-    pub effective_from: Option<DateTime<Utc>>,
+    pub(crate) effective_from: Option<DateTime<Utc>>,
     /// Campaigns only: `Some(None)` removes the cap. It takes effect at once.
-    pub daily_cap: Option<Option<u64>>,
+    pub(crate) daily_cap: Option<Option<u64>>,
     /// Campaigns only, like `daily_cap`: billable impressions over the campaign's life.
-    pub total_cap: Option<Option<u64>>,
+    pub(crate) total_cap: Option<Option<u64>>,
     /// Campaigns only: the zone of the campaign's day. It takes effect at once.
-    pub tz: Option<Tz>,
+    pub(crate) tz: Option<Tz>,
 }
 
 /// Why a change was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
+pub(crate) enum ChangeError {
     #[error("is in the past; a change can only apply to events still to come")]
     InThePast,
     #[error(
@@ -68,20 +68,20 @@ fn ordinal(n: usize) -> String {
 
 /// A configuration as it is now: the newest entry and the bucket count in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentSettings {
+pub(crate) struct CurrentSettings {
     /// The newest configuration, possibly scheduled for the future.
-    pub latest: CampaignSettings,
-    pub in_force: BucketCount,
+    pub(crate) latest: CampaignSettings,
+    pub(crate) in_force: BucketCount,
 }
 
 /// Reads and changes campaign and site settings.
-pub struct Settings {
+pub(crate) struct Settings {
     store: Arc<dyn SettingsStore>,
     cache: Arc<SettingsCache>,
 }
 
 impl Settings {
-    pub fn new(store: Arc<dyn SettingsStore>, cache: Arc<SettingsCache>) -> Self {
+    pub(crate) fn new(store: Arc<dyn SettingsStore>, cache: Arc<SettingsCache>) -> Self {
         Self { store, cache }
     }
 
@@ -92,7 +92,7 @@ impl Settings {
 
     /// When a change asked for at `now` takes effect: the instant given, or the earliest
     /// allowed.
-    pub fn effective_from(
+    pub(crate) fn effective_from(
         &self,
         asked: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
@@ -115,7 +115,7 @@ impl Settings {
     /// the settings now in store. A new bucket count is a new entry, scheduled at its
     /// `effective_from`; caps and zone alone replace the newest entry's (same instant, nothing
     /// scheduled), so they apply at once.
-    pub async fn change(
+    pub(crate) async fn change(
         &self,
         owner: &Owner,
         change: SettingsChange,
@@ -161,7 +161,7 @@ impl Settings {
 
     /// The owner's configuration as stored now (not from the cache: an operator checking a
     /// change sees it at once).
-    pub async fn current(
+    pub(crate) async fn current(
         &self,
         owner: &Owner,
         now: DateTime<Utc>,

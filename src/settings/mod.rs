@@ -1,8 +1,8 @@
 //! Campaign and site settings: the per-process cache every write and read goes through
 //! ([`cache`]), and the rules by which a change is accepted and scheduled ([`change`]).
 
-pub mod cache;
-pub mod change;
+pub(crate) mod cache;
+pub(crate) mod change;
 
 pub use cache::SettingsCache;
-pub use change::{ChangeError, CurrentSettings, Settings, SettingsChange};
+pub(crate) use change::{ChangeError, CurrentSettings, Settings, SettingsChange};

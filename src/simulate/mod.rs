@@ -2,6 +2,6 @@
 //! script tags send it ([`send`]), then the server's unique-visitor counts set beside the exact
 //! ones ([`report`]).
 
-pub mod report;
-pub mod send;
+pub(crate) mod report;
+pub(crate) mod send;
 pub mod traffic;

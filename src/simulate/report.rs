@@ -8,17 +8,17 @@ use std::fmt::Write;
 
 /// One combination: exact and served visits and unique visitors.
 #[derive(Debug, Clone)]
-pub struct ComparedRow {
-    pub filter: Filter,
-    pub exact_visits: u64,
-    pub exact_uniques: u64,
-    pub served_visits: u64,
-    pub served_uniques: u64,
+pub(crate) struct ComparedRow {
+    pub(crate) filter: Filter,
+    pub(crate) exact_visits: u64,
+    pub(crate) exact_uniques: u64,
+    pub(crate) served_visits: u64,
+    pub(crate) served_uniques: u64,
 }
 
 impl ComparedRow {
     /// Relative error of the unique count.
-    pub fn error(&self) -> f64 {
+    pub(crate) fn error(&self) -> f64 {
         if self.exact_uniques == 0 {
             return 0.0;
         }
@@ -29,7 +29,7 @@ impl ComparedRow {
 /// Why the server's counts could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("querying {url}: {reason}")]
-pub struct QueryError {
+pub(crate) struct QueryError {
     url: String,
     reason: String,
 }
@@ -81,7 +81,7 @@ async fn served_totals(
 
 /// How many visits the server already holds for `site` over `from..=to`: traffic of an
 /// earlier run that the comparison would otherwise take for this run's.
-pub async fn existing_visits(
+pub(crate) async fn existing_visits(
     client: &reqwest::Client,
     server: &str,
     site: &str,
@@ -94,7 +94,7 @@ pub async fn existing_visits(
 
 /// Asks the server for the total visits and unique visitors of each filter over the inclusive
 /// local (UTC) days `from..=to`.
-pub async fn compare(
+pub(crate) async fn compare(
     client: &reqwest::Client,
     server: &str,
     site: &str,
@@ -118,7 +118,7 @@ pub async fn compare(
 }
 
 /// The rows as an aligned text table, one line per combination ("*" where a feature is free).
-pub fn table(rows: &[ComparedRow], feature_names: &[&str]) -> String {
+pub(crate) fn table(rows: &[ComparedRow], feature_names: &[&str]) -> String {
     let mut header: Vec<String> = feature_names
         .iter()
         .map(|name| (*name).to_owned())

@@ -10,7 +10,7 @@ const ATTEMPTS: u32 = 5;
 
 /// Why sending stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     #[error("beacon {index} was refused ({status}): {body}")]
     Refused {
         index: usize,
@@ -22,7 +22,7 @@ pub enum SendError {
 }
 
 /// Sends every visit as a form-posted beacon; stops at the first one the server refuses.
-pub async fn send_all(
+pub(crate) async fn send_all(
     client: &reqwest::Client,
     server: &str,
     site: &str,

@@ -15,8 +15,8 @@ const HOURLY_WEIGHTS: [u32; 24] = [
 ];
 
 /// Feature names the simulated beacons carry, as in the field example.
-pub const REFERER_FEATURE: &str = "feature1";
-pub const PAGE_FEATURE: &str = "feature2";
+pub(crate) const REFERER_FEATURE: &str = "feature1";
+pub(crate) const PAGE_FEATURE: &str = "feature2";
 
 #[derive(Debug, Clone)]
 pub struct TrafficSpec {
@@ -109,11 +109,11 @@ pub fn generate(spec: &TrafficSpec) -> Result<Vec<SimulatedVisit>, SpecError> {
 }
 
 /// A feature filter: the features it fixes, by name.
-pub type Filter = BTreeMap<&'static str, String>;
+pub(crate) type Filter = BTreeMap<&'static str, String>;
 
 /// Exact visits and distinct guids of `visits` for every feature combination that occurs
 /// (the empty filter, each referrer, each page, each referrer and page), keyed by filter.
-pub fn exact_counts(visits: &[SimulatedVisit]) -> BTreeMap<Filter, (u64, u64)> {
+pub(crate) fn exact_counts(visits: &[SimulatedVisit]) -> BTreeMap<Filter, (u64, u64)> {
     let mut guids: HashMap<Filter, (u64, HashSet<&str>)> = HashMap::new();
     // A beacon is its guid, time and features: two identical ones are one visit (docs/API.md, "Beacons").
     let distinct: HashSet<&SimulatedVisit> = visits.iter().collect();

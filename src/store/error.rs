@@ -5,7 +5,7 @@ use std::error::Error;
 use std::sync::Arc;
 
 /// The underlying failure, shared so a [`StoreError`] stays cheap to clone.
-pub type Cause = Arc<dyn Error + Send + Sync>;
+pub(crate) type Cause = Arc<dyn Error + Send + Sync>;
 
 /// Why a store call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -38,7 +38,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// The store did not answer: `context` says what was being done.
-    pub fn unavailable(
+    pub(crate) fn unavailable(
         context: impl Into<String>,
         source: impl Error + Send + Sync + 'static,
     ) -> Self {
@@ -49,7 +49,10 @@ impl StoreError {
     }
 
     /// The schema is missing or older than this build.
-    pub fn schema(context: impl Into<String>, source: impl Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn schema(
+        context: impl Into<String>,
+        source: impl Error + Send + Sync + 'static,
+    ) -> Self {
         Self::SchemaNotCurrent {
             context: context.into(),
             source: Some(Arc::new(source)),
@@ -57,7 +60,7 @@ impl StoreError {
     }
 
     /// A failure a retry will not mend.
-    pub fn internal(
+    pub(crate) fn internal(
         context: impl Into<String>,
         source: impl Error + Send + Sync + 'static,
     ) -> Self {
@@ -68,7 +71,7 @@ impl StoreError {
     }
 
     /// A failure found by the store itself, with no underlying error to keep.
-    pub fn internal_message(context: impl Into<String>) -> Self {
+    pub(crate) fn internal_message(context: impl Into<String>) -> Self {
         Self::Internal {
             context: context.into(),
             source: None,
@@ -76,7 +79,7 @@ impl StoreError {
     }
 
     /// As [`internal_message`](Self::internal_message), for the schema.
-    pub fn schema_message(context: impl Into<String>) -> Self {
+    pub(crate) fn schema_message(context: impl Into<String>) -> Self {
         Self::SchemaNotCurrent {
             context: context.into(),
             source: None,
@@ -84,7 +87,7 @@ impl StoreError {
     }
 
     /// As [`internal_message`](Self::internal_message), for an unavailable store.
-    pub fn unavailable_message(context: impl Into<String>) -> Self {
+    pub(crate) fn unavailable_message(context: impl Into<String>) -> Self {
         Self::Unavailable {
             context: context.into(),
             source: None,
@@ -92,7 +95,7 @@ impl StoreError {
     }
 
     /// Whether a client should retry the request that met this error.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         matches!(
             self,
             Self::Unavailable { .. } | Self::SchemaNotCurrent { .. }
@@ -100,7 +103,7 @@ impl StoreError {
     }
 
     /// The error and every cause under it, `: `-separated, for the log.
-    pub fn chain(&self) -> String {
+    pub(crate) fn chain(&self) -> String {
         let mut text = self.to_string();
         let mut cause = self.source();
         while let Some(error) = cause {
@@ -115,7 +118,7 @@ impl StoreError {
 /// A message as a cause, for failures found while decoding (no error value to keep).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Message(pub String);
+pub(crate) struct Message(pub(crate) String);
 
 #[cfg(test)]
 mod tests {

@@ -26,12 +26,12 @@ use std::sync::Arc;
 use std::time::Instant;
 use uuid::Uuid;
 
-pub struct Instrumented {
+pub(crate) struct Instrumented {
     inner: Arc<dyn Store>,
 }
 
 impl Instrumented {
-    pub fn new(inner: Arc<dyn Store>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Store>) -> Self {
         Self { inner }
     }
 }

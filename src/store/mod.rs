@@ -18,12 +18,12 @@
 pub mod cassandra;
 pub mod embedded;
 mod error;
-pub mod instrumented;
+pub(crate) mod instrumented;
 mod rows;
 
-pub use crate::domain::sealing::SealState;
-pub use error::StoreError;
-pub use rows::{
+pub(crate) use crate::domain::sealing::SealState;
+pub(crate) use error::StoreError;
+pub(crate) use rows::{
     ClickRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow, PageCursor,
     ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch, SketchPartition,
     SketchRow, SliceVisits, VisitRow, WindowPublication,
@@ -172,8 +172,8 @@ pub trait DeliveryStore: Send + Sync {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SealedCounts {
     /// Changed by every seal; `None` before the first (or for seals of an older release).
-    pub version: Option<Uuid>,
-    pub days: Vec<(Day, DaySlices)>,
+    pub(crate) version: Option<Uuid>,
+    pub(crate) days: Vec<(Day, DaySlices)>,
 }
 
 /// Campaign and site configuration over time.

@@ -12,70 +12,70 @@ use uuid::Uuid;
 /// The thin copy of an impression that counting reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImpressionSummaryRow {
-    pub impression_id: ImpressionId,
-    pub ad_id: AdId,
-    pub user_id: UserId,
-    pub timestamp: EventTime,
+    pub(crate) impression_id: ImpressionId,
+    pub(crate) ad_id: AdId,
+    pub(crate) user_id: UserId,
+    pub(crate) timestamp: EventTime,
     /// `None`: this copy is valid (rows written before invalid traffic was classified too).
-    pub invalid: Option<InvalidReason>,
+    pub(crate) invalid: Option<InvalidReason>,
 }
 
 /// One stored click.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClickRow {
-    pub impression_id: ImpressionId,
-    pub ad_id: AdId,
-    pub timestamp: EventTime,
-    pub invalid: Option<InvalidReason>,
+    pub(crate) impression_id: ImpressionId,
+    pub(crate) ad_id: AdId,
+    pub(crate) timestamp: EventTime,
+    pub(crate) invalid: Option<InvalidReason>,
 }
 
 /// One stored beacon, without its partition's site and day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VisitRow {
-    pub timestamp: EventTime,
-    pub guid: Guid,
-    pub features: Features,
-    pub invalid: Option<InvalidReason>,
+    pub(crate) timestamp: EventTime,
+    pub(crate) guid: Guid,
+    pub(crate) features: Features,
+    pub(crate) invalid: Option<InvalidReason>,
 }
 
 /// Where the hourly sketches of one site, UTC day and feature combination are kept.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SketchPartition {
-    pub site: SiteId,
-    pub day: Day,
+    pub(crate) site: SiteId,
+    pub(crate) day: Day,
     /// [`Features::combination_key`] of the combination.
-    pub combination: String,
+    pub(crate) combination: String,
 }
 
 /// Sketch rows of one partition, written together with others'.
-pub type SketchBatch = (SketchPartition, Vec<SketchRow>);
+pub(crate) type SketchBatch = (SketchPartition, Vec<SketchRow>);
 
 /// One writer's absolute state of one hour's sketch: rewriting it is harmless, and writers
 /// never overwrite each other (each has its own `writer` id); readers merge them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SketchRow {
     /// The start of the UTC hour.
-    pub hour: DateTime<Utc>,
-    pub writer: Uuid,
+    pub(crate) hour: DateTime<Utc>,
+    pub(crate) writer: Uuid,
     /// [`crate::domain::sketch::UniqueSketch::to_bytes`].
-    pub sketch: Vec<u8>,
+    pub(crate) sketch: Vec<u8>,
     /// When this state was captured (microseconds since the epoch, increasing per writer): of
     /// two writes of one writer's row, the later capture wins, whatever order they land in
     /// (a retried or delayed write never rolls a sketch back).
-    pub captured_at: i64,
+    pub(crate) captured_at: i64,
 }
 
 /// One 15-minute slice of a sealed campaign-day, for one ad.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RollupSlice {
+pub(crate) struct RollupSlice {
     /// 15-minute slices since the epoch.
-    pub slice: i64,
-    pub ad_id: AdId,
-    pub impressions: u64,
-    pub clicks: u64,
-    pub billable_impressions: u64,
-    pub invalid_impressions: u64,
-    pub invalid_clicks: u64,
+    pub(crate) slice: i64,
+    pub(crate) ad_id: AdId,
+    pub(crate) impressions: u64,
+    pub(crate) clicks: u64,
+    pub(crate) billable_impressions: u64,
+    pub(crate) invalid_impressions: u64,
+    pub(crate) invalid_clicks: u64,
 }
 
 /// How much of a sealed campaign-day one users sketch covers. A summary reads only the
@@ -95,64 +95,60 @@ pub enum ReachLevel {
 }
 
 impl ReachLevel {
-    pub const ALL: [ReachLevel; 4] = [
+    pub(crate) const ALL: [ReachLevel; 4] = [
         ReachLevel::CampaignDay,
         ReachLevel::AdDay,
         ReachLevel::CampaignHour,
         ReachLevel::AdHour,
     ];
 
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         self as u8
     }
 
-    pub fn from_code(code: u8) -> Option<Self> {
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|level| level.code() == code)
     }
 
-    pub fn per_ad(self) -> bool {
+    pub(crate) fn per_ad(self) -> bool {
         matches!(self, ReachLevel::AdDay | ReachLevel::AdHour)
-    }
-
-    pub fn hourly(self) -> bool {
-        matches!(self, ReachLevel::CampaignHour | ReachLevel::AdHour)
     }
 }
 
 /// The users reached in one part of a sealed campaign-day.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RollupReach {
-    pub level: ReachLevel,
+pub(crate) struct RollupReach {
+    pub(crate) level: ReachLevel,
     /// Hours since the epoch: the hour for hourly levels, the day's first hour otherwise.
-    pub hour: i64,
+    pub(crate) hour: i64,
     /// The ad, for per-ad levels.
-    pub ad_id: Option<AdId>,
+    pub(crate) ad_id: Option<AdId>,
     /// [`crate::domain::sketch::UniqueSketch::to_bytes`].
-    pub sketch: Vec<u8>,
+    pub(crate) sketch: Vec<u8>,
 }
 
 /// A sealed campaign-day's rows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rollup {
-    pub slices: Vec<RollupSlice>,
+    pub(crate) slices: Vec<RollupSlice>,
     /// Only the levels asked for, when read.
-    pub reach: Vec<RollupReach>,
+    pub(crate) reach: Vec<RollupReach>,
 }
 
 /// One feature combination's part of a sealed site-day.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SiteRollup {
     /// (15-minute slice since the epoch, exact valid visits, exact invalid visits).
-    pub visits: Vec<(i64, SliceVisits)>,
+    pub(crate) visits: Vec<(i64, SliceVisits)>,
     /// (hour since the epoch, [`crate::domain::sketch::UniqueSketch::to_bytes`]).
-    pub reach: Vec<(i64, Vec<u8>)>,
+    pub(crate) reach: Vec<(i64, Vec<u8>)>,
 }
 
 /// A slice's visits: valid ones (the visits counted) and invalid traffic beside them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SliceVisits {
-    pub valid: u64,
-    pub invalid: u64,
+pub(crate) struct SliceVisits {
+    pub(crate) valid: u64,
+    pub(crate) invalid: u64,
 }
 
 /// Where a paged read resumes. Opaque above the store: a driver's paging state, or the last
@@ -173,18 +169,18 @@ impl PageCursor {
 /// One page of a partition's full impressions, oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct ImpressionPage {
-    pub impressions: Vec<crate::domain::event::Impression>,
+    pub(crate) impressions: Vec<crate::domain::event::Impression>,
     /// Where the next page starts; `None` after the last.
-    pub next: Option<PageCursor>,
+    pub(crate) next: Option<PageCursor>,
 }
 
 /// One writer's absolute count of one campaign's UTC day, per 15-minute slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveCountRow {
-    pub campaign: CampaignKey,
-    pub day: Day,
-    pub writer: ProcessId,
-    pub slices: DaySlices,
+    pub(crate) campaign: CampaignKey,
+    pub(crate) day: Day,
+    pub(crate) writer: ProcessId,
+    pub(crate) slices: DaySlices,
 }
 
 /// The users one writer counted in one billable window of a campaign since its previous
@@ -192,18 +188,18 @@ pub struct LiveCountRow {
 /// count the user's window once across processes (docs/DESIGN.md, "Delivery and freshness").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowPublication {
-    pub campaign: CampaignKey,
+    pub(crate) campaign: CampaignKey,
     /// The window's start (aligned on the billable window).
-    pub window_start: DateTime<Utc>,
+    pub(crate) window_start: DateTime<Utc>,
     /// When the writer published, to the millisecond: with the writer, orders publications.
-    pub published_at: DateTime<Utc>,
-    pub writer: ProcessId,
-    pub users: Vec<UserId>,
+    pub(crate) published_at: DateTime<Utc>,
+    pub(crate) writer: ProcessId,
+    pub(crate) users: Vec<UserId>,
 }
 
 impl WindowPublication {
     /// The users as stored: their 16-byte ids one after another.
-    pub fn packed_users(&self) -> Vec<u8> {
+    pub(crate) fn packed_users(&self) -> Vec<u8> {
         self.users
             .iter()
             .flat_map(|user| user.as_uuid().into_bytes())
@@ -211,7 +207,7 @@ impl WindowPublication {
     }
 
     /// Users stored by [`packed_users`](Self::packed_users); `None` when the bytes are not.
-    pub fn unpack_users(bytes: &[u8]) -> Option<Vec<UserId>> {
+    pub(crate) fn unpack_users(bytes: &[u8]) -> Option<Vec<UserId>> {
         if !bytes.len().is_multiple_of(16) {
             return None;
         }
@@ -225,7 +221,7 @@ impl WindowPublication {
 /// Valid visits of one feature value on one site-day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeatureVisits {
-    pub feature: String,
-    pub value: String,
-    pub visits: u64,
+    pub(crate) feature: String,
+    pub(crate) value: String,
+    pub(crate) visits: u64,
 }

@@ -30,35 +30,35 @@ const RECENT_MEMBER_BYTES: usize = 4;
 /// the sketch itself holds ([`BufferedSketch::heap_bytes`]) and its recent members: its table slot (at the table's worst
 /// load and growth, hence twice), its entry, its place in the flush queue, and the allocator's
 /// rounding of the entry and its two texts.
-pub const ENTRY_BASE_BYTES: u64 = (2 * std::mem::size_of::<Box<Entry>>()
+pub(crate) const ENTRY_BASE_BYTES: u64 = (2 * std::mem::size_of::<Box<Entry>>()
     + std::mem::size_of::<Entry>()
     + std::mem::size_of::<Queued>()
     + 48) as u64;
 
 /// A sketch's place, borrowed from a beacon.
 #[derive(Clone, Copy)]
-pub struct CellRef<'a> {
-    pub site: &'a SiteId,
+pub(crate) struct CellRef<'a> {
+    pub(crate) site: &'a SiteId,
     /// Hours since the epoch.
-    pub hour: i64,
-    pub combination: &'a str,
+    pub(crate) hour: i64,
+    pub(crate) combination: &'a str,
 }
 
 /// A sketch's place, owned by a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cell {
-    pub site: SiteId,
+pub(crate) struct Cell {
+    pub(crate) site: SiteId,
     /// Hours since the epoch.
-    pub hour: i64,
-    pub combination: String,
+    pub(crate) hour: i64,
+    pub(crate) combination: String,
 }
 
 impl Cell {
-    pub fn hour_start(&self) -> DateTime<Utc> {
+    pub(crate) fn hour_start(&self) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(self.hour * HOUR_MILLIS).unwrap_or_default()
     }
 
-    pub fn partition(&self) -> SketchPartition {
+    pub(crate) fn partition(&self) -> SketchPartition {
         SketchPartition {
             site: self.site.clone(),
             day: Day::new(self.hour_start().date_naive()),
@@ -67,7 +67,7 @@ impl Cell {
     }
 }
 
-pub struct Entry {
+pub(crate) struct Entry {
     /// The cell's hash: the table never hashes a key again, and the queue names the entry by it.
     hash: u64,
     site: SiteId,
@@ -89,15 +89,15 @@ pub struct Entry {
     /// Bumped by every insert; the state is stored once `flushed` catches up.
     version: u64,
     flushed: u64,
-    pub touched: Instant,
+    pub(crate) touched: Instant,
     /// What this entry is charged against the budget.
-    pub charged: u64,
+    pub(crate) charged: u64,
     /// In the shard's queue: changed since a flush last copied it out.
     queued: bool,
 }
 
 impl Entry {
-    pub fn is_dirty(&self) -> bool {
+    pub(crate) fn is_dirty(&self) -> bool {
         self.version != self.flushed
     }
 
@@ -182,26 +182,26 @@ enum Copied {
 
 /// A queued sketch, named by its hash and writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Queued {
+pub(crate) struct Queued {
     hash: u64,
     writer: Uuid,
 }
 
 /// One changed sketch, copied out for a flush.
-pub struct Snapshot {
-    pub cell: Cell,
+pub(crate) struct Snapshot {
+    pub(crate) cell: Cell,
     /// The writer id of the row the copy is stored as.
-    pub writer: Uuid,
+    pub(crate) writer: Uuid,
     /// The sketch copied.
     entry: Queued,
     version: u64,
     copied: Copied,
-    pub bytes: Vec<u8>,
-    pub captured_at: i64,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) captured_at: i64,
 }
 
 #[derive(Default)]
-pub struct Shard {
+pub(crate) struct Shard {
     /// Boxed: a new sketch's entry is written to fresh memory, not to a cold table slot three
     /// cache lines wide, and the table moves pointers when it grows.
     sketches: HashTable<Box<Entry>>,
@@ -212,7 +212,7 @@ pub struct Shard {
 impl Shard {
     /// Counts `members` in the sketch of `cell` (`hash` is its hash), making the sketch if it
     /// is new; returns by how much the shard's charge grew.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         hash: u64,
         cell: CellRef<'_>,
@@ -278,13 +278,13 @@ impl Shard {
     }
 
     /// How many sketches are queued.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.queue.len()
     }
 
     /// Takes up to `limit` sketches off the front of the queue and copies them out. One
     /// changed while its copy is written is queued again, for a later flush.
-    pub fn snapshot_next(&mut self, limit: usize, captured_at: i64) -> Vec<Snapshot> {
+    pub(crate) fn snapshot_next(&mut self, limit: usize, captured_at: i64) -> Vec<Snapshot> {
         let taken = self.queue.len().min(limit);
         let mut snapshots = Vec::with_capacity(taken);
         let Self { sketches, queue } = self;
@@ -312,7 +312,7 @@ impl Shard {
     }
 
     /// Records that the snapshots' states are stored.
-    pub fn mark_flushed(&mut self, snapshots: &[Snapshot]) {
+    pub(crate) fn mark_flushed(&mut self, snapshots: &[Snapshot]) {
         for snapshot in snapshots {
             if let Some(entry) = self.find_mut(snapshot.named()) {
                 entry.stored(snapshot);
@@ -321,7 +321,7 @@ impl Shard {
     }
 
     /// Queues again the sketches a flush took off the queue and could not store.
-    pub fn requeue(&mut self, names: &[Queued]) {
+    pub(crate) fn requeue(&mut self, names: &[Queued]) {
         for &named in names {
             if let Some(entry) = self.find_mut(named)
                 && entry.is_dirty()
@@ -334,7 +334,7 @@ impl Shard {
     }
 
     /// Drops the stored (not dirty) sketches `evict` picks; returns their charge.
-    pub fn evict(&mut self, mut evict: impl FnMut(&Entry) -> bool) -> u64 {
+    pub(crate) fn evict(&mut self, mut evict: impl FnMut(&Entry) -> bool) -> u64 {
         let mut released = 0;
         self.sketches.retain(|entry| {
             let drop = !entry.is_dirty() && evict(entry);
@@ -353,17 +353,18 @@ impl Shard {
         released
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.sketches.iter().map(|entry| &**entry)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.sketches.len()
     }
 
     /// The whole rows' bytes of every sketch held (tests).
     #[cfg(test)]
-    pub fn whole_bytes(&mut self) -> usize {
+    pub(crate) fn whole_bytes(&mut self) -> usize {
         self.sketches
             .iter_mut()
             .map(|entry| entry.sketch.settled().to_bytes().len())
@@ -372,7 +373,7 @@ impl Shard {
 
     /// Whether the sketch of `cell` is held (tests).
     #[cfg(test)]
-    pub fn holds(&self, hash: u64, cell: CellRef<'_>) -> bool {
+    pub(crate) fn holds(&self, hash: u64, cell: CellRef<'_>) -> bool {
         self.sketches
             .find(hash, |entry| entry.is(hash, cell))
             .is_some()
@@ -392,7 +393,7 @@ fn find_mut(sketches: &mut HashTable<Box<Entry>>, named: Queued) -> Option<&mut 
 }
 
 impl Snapshot {
-    pub fn named(&self) -> Queued {
+    pub(crate) fn named(&self) -> Queued {
         self.entry
     }
 }

@@ -20,16 +20,16 @@ const GROUP_BASE_BYTES: usize = std::mem::size_of::<Group>()
     + 64;
 
 /// The visitors of one whole cell waiting to be counted.
-pub struct Group {
+pub(crate) struct Group {
     hash: u64,
-    pub site: SiteId,
+    pub(crate) site: SiteId,
     /// Hours since the epoch.
-    pub hour: i64,
-    pub features: Features,
+    pub(crate) hour: i64,
+    pub(crate) features: Features,
     /// In arrival order; a returning visitor may be here twice (counting it twice is harmless).
-    pub members: Vec<MemberHash>,
+    pub(crate) members: Vec<MemberHash>,
     /// What this group is charged against the budget.
-    pub charged: u64,
+    pub(crate) charged: u64,
 }
 
 impl Group {
@@ -53,14 +53,14 @@ impl Group {
 
 /// One shard's waiting groups.
 #[derive(Default)]
-pub struct Waiting {
+pub(crate) struct Waiting {
     groups: HashTable<Box<Group>>,
 }
 
 impl Waiting {
     /// Adds `member` to the group of its whole cell (`hash` is the cell's hash), making the
     /// group if it is new; returns by how much the charge grew.
-    pub fn add(
+    pub(crate) fn add(
         &mut self,
         hash: u64,
         site: &SiteId,
@@ -95,7 +95,7 @@ impl Waiting {
     }
 
     /// Takes every group out, leaving an empty table that keeps no memory of a burst.
-    pub fn take(&mut self) -> Vec<Group> {
+    pub(crate) fn take(&mut self) -> Vec<Group> {
         std::mem::take(&mut self.groups)
             .into_iter()
             .map(|group| *group)
@@ -104,7 +104,7 @@ impl Waiting {
 
     /// Puts back groups taken and not counted (a flush dropped halfway, at shutdown), each
     /// merged with a group of the same cell made since; their charges stay as they were.
-    pub fn put_back(&mut self, groups: impl IntoIterator<Item = Group>) {
+    pub(crate) fn put_back(&mut self, groups: impl IntoIterator<Item = Group>) {
         for group in groups {
             let hash = group.hash;
             match self.groups.find_mut(hash, |made| {
@@ -124,7 +124,7 @@ impl Waiting {
 
     /// Members waiting (tests).
     #[cfg(test)]
-    pub fn members(&self) -> usize {
+    pub(crate) fn members(&self) -> usize {
         self.groups.iter().map(|group| group.members.len()).sum()
     }
 }

@@ -20,7 +20,7 @@ struct Pending {
 
 /// A [`UniqueSketch`] and the members not yet merged into it; together they are its state.
 #[derive(Debug, Default)]
-pub struct BufferedSketch {
+pub(crate) struct BufferedSketch {
     sketch: UniqueSketch,
     /// Only while the sketch is a long sparse list; boxed, so the many short sketches do not
     /// carry room for it.
@@ -28,13 +28,13 @@ pub struct BufferedSketch {
 }
 
 impl BufferedSketch {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Adds `member`; says whether the state may have changed: false only when the sketch
     /// already holds it (a waiting member inserted again is counted as a change).
-    pub fn insert(&mut self, member: MemberHash) -> bool {
+    pub(crate) fn insert(&mut self, member: MemberHash) -> bool {
         let long = self.pending.is_some()
             || self
                 .sketch
@@ -62,25 +62,25 @@ impl BufferedSketch {
     }
 
     /// About how many bytes the settled sketch encodes to.
-    pub fn encoded_len_estimate(&self) -> usize {
+    pub(crate) fn encoded_len_estimate(&self) -> usize {
         let pending = self.pending.as_ref().map_or(0, |pending| pending.len);
         self.sketch.encoded_len_estimate() + 3 * pending
     }
 
     /// The sketch with every member inserted so far.
-    pub fn settled(&mut self) -> &UniqueSketch {
+    pub(crate) fn settled(&mut self) -> &UniqueSketch {
         self.settle();
         &self.sketch
     }
 
     /// The sketch with every member inserted.
-    pub fn into_sketch(mut self) -> UniqueSketch {
+    pub(crate) fn into_sketch(mut self) -> UniqueSketch {
         self.settle();
         self.sketch
     }
 
     /// Bytes held on the heap: the sketch's and the buffer's.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         let pending = self
             .pending
             .as_ref()

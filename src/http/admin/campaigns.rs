@@ -33,7 +33,7 @@ use chrono::Utc;
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn put_settings(
+pub(crate) async fn put_settings(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     body: Body,
@@ -62,7 +62,7 @@ pub async fn put_settings(
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_settings(
+pub(crate) async fn get_settings(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
 ) -> Result<Json<CampaignSettingsAnswer>, ApiError> {

@@ -22,7 +22,7 @@ use utoipa::ToSchema;
 /// A key to create.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NewKey {
+pub(crate) struct NewKey {
     /// `admin`, `ingest`, `read` or `metrics`.
     scope: String,
     /// The owner of an `ingest` or `read` key of campaigns.
@@ -73,7 +73,7 @@ impl NewKey {
 
 /// The bodies `NewKey::grant` accepts, one shape per kind of key, for the document: a schema
 /// of `NewKey` alone would allow owners on admin keys and read keys without one.
-pub struct NewKeyShapes;
+pub(crate) struct NewKeyShapes;
 
 impl utoipa::PartialSchema for NewKeyShapes {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
@@ -122,19 +122,19 @@ impl utoipa::ToSchema for NewKeyShapes {}
 
 /// A key as listed: never its secret.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct KeyAnswer {
+pub(crate) struct KeyAnswer {
     #[schema(value_type = uuid::Uuid)]
-    pub id: String,
+    pub(crate) id: String,
     /// `admin`, `ingest`, `read` or `metrics`.
-    pub scope: &'static str,
+    pub(crate) scope: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<uuid::Uuid>)]
-    pub advertiser_id: Option<String>,
+    pub(crate) advertiser_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub site: Option<String>,
-    pub name: Option<String>,
+    pub(crate) site: Option<String>,
+    pub(crate) name: Option<String>,
     /// RFC 3339, UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
 }
 
 impl From<&ApiKey> for KeyAnswer {
@@ -152,24 +152,24 @@ impl From<&ApiKey> for KeyAnswer {
 
 /// A key just created: its secret, shown this once.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct NewKeyAnswer {
+pub(crate) struct NewKeyAnswer {
     #[schema(value_type = uuid::Uuid)]
-    pub id: String,
+    pub(crate) id: String,
     /// The secret, shown this once: send it as `Authorization: Bearer <key>`.
-    pub key: String,
-    pub scope: &'static str,
+    pub(crate) key: String,
+    pub(crate) scope: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<uuid::Uuid>)]
-    pub advertiser_id: Option<String>,
+    pub(crate) advertiser_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub site: Option<String>,
-    pub name: Option<String>,
-    pub created_at: String,
+    pub(crate) site: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) created_at: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct KeyList {
-    pub keys: Vec<KeyAnswer>,
+pub(crate) struct KeyList {
+    pub(crate) keys: Vec<KeyAnswer>,
 }
 
 #[utoipa::path(
@@ -192,7 +192,10 @@ pub struct KeyList {
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn create_key(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
+pub(crate) async fn create_key(
+    State(state): State<AppState>,
+    body: Body,
+) -> Result<Response, ApiError> {
     let body = small_body(body).await?;
     let new: NewKey = serde_json::from_slice(&body).map_err(|error| {
         ApiError::invalid("body", format!("is not a JSON object of a key: {error}"))
@@ -236,7 +239,7 @@ pub async fn create_key(State(state): State<AppState>, body: Body) -> Result<Res
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn list_keys(State(state): State<AppState>) -> Result<Json<KeyList>, ApiError> {
+pub(crate) async fn list_keys(State(state): State<AppState>) -> Result<Json<KeyList>, ApiError> {
     let keys = state.access.keys().await?;
     Ok(Json(KeyList {
         keys: keys.iter().map(KeyAnswer::from).collect(),
@@ -259,7 +262,7 @@ pub async fn list_keys(State(state): State<AppState>) -> Result<Json<KeyList>, A
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn delete_key(
+pub(crate) async fn delete_key(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
@@ -284,7 +287,7 @@ pub async fn delete_key(
         (status = 401, description = "No valid key", body = ErrorAnswer),
     )
 )]
-pub async fn key_self(
+pub(crate) async fn key_self(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> Result<Json<KeyAnswer>, ApiError> {

@@ -20,7 +20,7 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, 
 /// A campaign settings change (`PUT`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CampaignSettingsWire {
+pub(crate) struct CampaignSettingsWire {
     /// Partitions per day the events are spread over, 1 to 256; the same count as now
     /// schedules nothing.
     #[schema(value_type = Option<u16>, minimum = 1, maximum = 256)]
@@ -46,7 +46,7 @@ pub struct CampaignSettingsWire {
 /// A site settings change (`PUT`): also registers the site for beacons.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SiteSettingsWire {
+pub(crate) struct SiteSettingsWire {
     #[schema(value_type = Option<u16>, minimum = 1, maximum = 256)]
     buckets: Option<Value>,
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -131,12 +131,12 @@ fn parse_cap(field: &str, value: Option<Value>) -> Result<Option<Option<u64>>, A
 }
 
 impl CampaignSettingsWire {
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, ApiError> {
         parse_json(body)
     }
 
     /// The change asked for; `effective_from` is checked against the clock when it is made.
-    pub fn into_change(self) -> Result<SettingsChange, ApiError> {
+    pub(crate) fn into_change(self) -> Result<SettingsChange, ApiError> {
         let effective_from = parse_effective_from(self.effective_from)?;
         let tz = self
             .tz
@@ -157,18 +157,18 @@ impl CampaignSettingsWire {
 }
 
 /// What a site `PUT` asks for: a settings change and the site's registration.
-pub struct SiteChange {
-    pub settings: SettingsChange,
-    pub allowed_origins: Option<Vec<OriginPattern>>,
-    pub require_origin: Option<bool>,
+pub(crate) struct SiteChange {
+    pub(crate) settings: SettingsChange,
+    pub(crate) allowed_origins: Option<Vec<OriginPattern>>,
+    pub(crate) require_origin: Option<bool>,
 }
 
 impl SiteSettingsWire {
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, ApiError> {
         parse_json(body)
     }
 
-    pub fn into_change(self) -> Result<SiteChange, ApiError> {
+    pub(crate) fn into_change(self) -> Result<SiteChange, ApiError> {
         let allowed_origins = self
             .allowed_origins
             .map(|origins| {
@@ -211,17 +211,17 @@ fn rfc3339(instant: DateTime<Utc>) -> String {
 
 /// A campaign's settings as stored.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CampaignSettingsAnswer {
+pub(crate) struct CampaignSettingsAnswer {
     /// The newest bucket count (possibly scheduled for later).
-    pub buckets: u16,
+    pub(crate) buckets: u16,
     /// When `buckets` takes effect, RFC 3339, UTC, milliseconds.
-    pub effective_from: String,
-    pub daily_cap: Option<u64>,
-    pub total_cap: Option<u64>,
+    pub(crate) effective_from: String,
+    pub(crate) daily_cap: Option<u64>,
+    pub(crate) total_cap: Option<u64>,
     /// IANA zone of the campaign's day.
-    pub tz: String,
+    pub(crate) tz: String,
     /// The bucket count in force now.
-    pub in_force: u16,
+    pub(crate) in_force: u16,
 }
 
 impl From<&CurrentSettings> for CampaignSettingsAnswer {
@@ -239,18 +239,18 @@ impl From<&CurrentSettings> for CampaignSettingsAnswer {
 
 /// A site's settings and registration.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SiteSettingsAnswer {
-    pub buckets: u16,
-    pub effective_from: String,
-    pub in_force: u16,
+pub(crate) struct SiteSettingsAnswer {
+    pub(crate) buckets: u16,
+    pub(crate) effective_from: String,
+    pub(crate) in_force: u16,
     /// Whether the site takes beacons while keys are on (a `PUT` registers it).
-    pub registered: bool,
-    pub allowed_origins: Vec<String>,
-    pub require_origin: bool,
+    pub(crate) registered: bool,
+    pub(crate) allowed_origins: Vec<String>,
+    pub(crate) require_origin: bool,
 }
 
 impl SiteSettingsAnswer {
-    pub fn new(current: &CurrentSettings, profile: Option<&SiteProfile>) -> Self {
+    pub(crate) fn new(current: &CurrentSettings, profile: Option<&SiteProfile>) -> Self {
         Self {
             buckets: current.latest.buckets.get(),
             effective_from: rfc3339(current.latest.effective_from),

@@ -30,7 +30,7 @@ use chrono::Utc;
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn put_settings(
+pub(crate) async fn put_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
     body: Body,
@@ -71,7 +71,7 @@ pub async fn put_settings(
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_settings(
+pub(crate) async fn get_settings(
     State(state): State<AppState>,
     Path(site): Path<String>,
 ) -> Result<Json<SiteSettingsAnswer>, ApiError> {

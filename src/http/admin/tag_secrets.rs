@@ -18,30 +18,30 @@ use utoipa::ToSchema;
 
 /// A tag secret just created: `secret` is shown this once.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct NewTagSecret {
+pub(crate) struct NewTagSecret {
     /// The `k` parameter of URLs signed with it.
     #[schema(value_type = uuid::Uuid)]
-    pub id: String,
+    pub(crate) id: String,
     /// 32 random bytes, base64url without padding: the HMAC-SHA256 key.
-    pub secret: String,
+    pub(crate) secret: String,
     #[schema(value_type = uuid::Uuid)]
-    pub advertiser_id: String,
+    pub(crate) advertiser_id: String,
     /// RFC 3339, UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
 }
 
 /// A tag secret as listed: never the secret.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TagSecretAnswer {
+pub(crate) struct TagSecretAnswer {
     #[schema(value_type = uuid::Uuid)]
-    pub id: String,
+    pub(crate) id: String,
     /// RFC 3339, UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TagSecretList {
-    pub tag_secrets: Vec<TagSecretAnswer>,
+pub(crate) struct TagSecretList {
+    pub(crate) tag_secrets: Vec<TagSecretAnswer>,
 }
 
 fn created_at(secret: &TagSecret) -> String {
@@ -77,7 +77,7 @@ fn advertiser(text: &str) -> Result<AdvertiserId, ApiError> {
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn create_tag_secret(
+pub(crate) async fn create_tag_secret(
     State(state): State<AppState>,
     Path(advertiser_id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -111,7 +111,7 @@ pub async fn create_tag_secret(
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn list_tag_secrets(
+pub(crate) async fn list_tag_secrets(
     State(state): State<AppState>,
     Path(advertiser_id): Path<String>,
 ) -> Result<Json<TagSecretList>, ApiError> {
@@ -144,7 +144,7 @@ pub async fn list_tag_secrets(
         (status = 503, description = "The store is unavailable", body = ErrorAnswer),
     )
 )]
-pub async fn delete_tag_secret(
+pub(crate) async fn delete_tag_secret(
     State(state): State<AppState>,
     Path((advertiser_id, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {

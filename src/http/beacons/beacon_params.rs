@@ -10,9 +10,9 @@ use std::collections::btree_map::Entry;
 
 /// One problem with a beacon's parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BeaconError {
-    pub field: String,
-    pub message: String,
+pub(crate) struct BeaconError {
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 impl BeaconError {
@@ -28,7 +28,7 @@ impl BeaconError {
 /// busters (`cb`, `_*`) ignored, every other name a feature. `site_fallback` is the host the request
 /// came from (Origin, else Referer), used when no `site` is given; `now` is the receive time.
 /// Every problem is reported, not just the first.
-pub fn parse_beacon(
+pub(crate) fn parse_beacon(
     params: Vec<(String, String)>,
     site_fallback: Option<&str>,
     now: DateTime<Utc>,

@@ -24,7 +24,7 @@ use serde_json::Value;
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-pub struct BeaconQuery {
+pub(crate) struct BeaconQuery {
     /// The site; default: the host of `Origin`, else of `Referer`.
     #[param(value_type = Site, inline)]
     site: String,
@@ -38,7 +38,7 @@ pub struct BeaconQuery {
 }
 
 /// The form body of a beacon `POST`: the parameters of [`BeaconQuery`], as an object.
-pub struct BeaconForm;
+pub(crate) struct BeaconForm;
 
 impl utoipa::PartialSchema for BeaconForm {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
@@ -91,7 +91,7 @@ const PIXEL: &[u8] = &[
         (status = 503, description = "The store is unavailable or the server is at its in-flight cap; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn post_track(
+pub(crate) async fn post_track(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<StatusCode, ApiError> {
@@ -131,12 +131,12 @@ pub async fn post_track(
 
 /// `HEAD` answers like `GET` without recording a visit: link checkers and prefetchers send
 /// it, and a page view did not happen.
-pub async fn head_track() -> Response {
+pub(crate) async fn head_track() -> Response {
     pixel_response()
 }
 
 /// The 1×1 GIF answer of `/track` and `/i`, never cached (each load must reach the server).
-pub fn pixel_response() -> Response {
+pub(crate) fn pixel_response() -> Response {
     (
         [
             (header::CONTENT_TYPE, "image/gif"),
@@ -163,7 +163,10 @@ pub fn pixel_response() -> Response {
         (status = 503, description = "The store is unavailable or the server is at its in-flight cap; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_track(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
+pub(crate) async fn get_track(
+    State(state): State<AppState>,
+    parts: Parts,
+) -> Result<Response, ApiError> {
     admit_address(&state, &parts)?;
     let client_address = client_ip(&parts, &state.options.trusted_proxies);
     track(
@@ -184,7 +187,7 @@ pub async fn get_track(State(state): State<AppState>, parts: Parts) -> Result<Re
     summary = "CORS preflight: any origin may send beacons.",
     responses((status = 204, description = "Allowed methods"), (status = 200, description = "A CORS preflight's answer"))
 )]
-pub async fn options_track() -> Response {
+pub(crate) async fn options_track() -> Response {
     (
         StatusCode::NO_CONTENT,
         [(header::ALLOW, "GET, POST, OPTIONS")],

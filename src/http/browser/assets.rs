@@ -49,7 +49,7 @@ fn dashboard_asset(body: &'static str, content_type: &'static str) -> Response {
     summary = "The tracker script a page includes to send page-view beacons (at most 2 KB, 1 KB gzipped).",
     responses((status = 200, description = "The script", content_type = "text/javascript"))
 )]
-pub async fn tracker() -> Response {
+pub(crate) async fn tracker() -> Response {
     asset(
         TRACKER,
         "text/javascript; charset=utf-8",
@@ -65,15 +65,15 @@ pub async fn tracker() -> Response {
     summary = "The dashboard: paste a read key, pick a campaign or a site, a range and a zone.",
     responses((status = 200, description = "The page", content_type = "text/html"))
 )]
-pub async fn dashboard() -> Response {
+pub(crate) async fn dashboard() -> Response {
     dashboard_asset(DASHBOARD_PAGE, "text/html; charset=utf-8")
 }
 
-pub async fn dashboard_script() -> Response {
+pub(crate) async fn dashboard_script() -> Response {
     dashboard_asset(DASHBOARD_SCRIPT, "text/javascript; charset=utf-8")
 }
 
-pub async fn dashboard_style() -> Response {
+pub(crate) async fn dashboard_style() -> Response {
     dashboard_asset(DASHBOARD_STYLE, "text/css; charset=utf-8")
 }
 

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 
 /// What a route asks of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// Anyone: beacons, health, readiness, this document, CORS preflights.
     Public,
     /// Any valid key (`GET /v1/keys/self`, `GET /v1/freshness`).
@@ -40,7 +40,7 @@ const SITE: &str = "/v1/sites/{site}";
 
 /// The need of every route, by method and route template. A route not listed needs admin:
 /// an endpoint added later is closed until it is given its scope here.
-pub fn need(method: &Method, route: &str) -> Need {
+pub(crate) fn need(method: &Method, route: &str) -> Need {
     if method == Method::OPTIONS {
         return Need::Public;
     }
@@ -70,7 +70,7 @@ pub fn need(method: &Method, route: &str) -> Need {
 
 /// Authenticates and authorises every routed request; runs after routing (it needs the route
 /// template) and before any handler reads the body.
-pub async fn authorize(
+pub(crate) async fn authorize(
     State(state): State<AppState>,
     path_params: RawPathParams,
     mut request: Request,

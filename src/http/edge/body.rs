@@ -19,13 +19,13 @@ pub struct BodyLimits {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFormat {
+pub(crate) enum BodyFormat {
     Json,
     Ndjson,
 }
 
 /// The format named by `Content-Type`: none means JSON; anything but JSON or NDJSON is a 415.
-pub fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
+pub(crate) fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(BodyFormat::Json);
     };
@@ -51,7 +51,7 @@ pub fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
 }
 
 /// The body's bytes, gunzipped if `Content-Encoding: gzip`, at most `limits.max_bytes`.
-pub async fn read_body(
+pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limits: BodyLimits,
@@ -118,7 +118,7 @@ fn unreadable(error: axum::Error) -> ApiError {
 const MAX_SMALL_BODY_BYTES: usize = 64 * 1024;
 
 /// A small JSON body (settings, keys), read within the body timeout and size limit.
-pub async fn small_body(body: Body) -> Result<Bytes, ApiError> {
+pub(crate) async fn small_body(body: Body) -> Result<Bytes, ApiError> {
     let limits = BodyLimits {
         max_bytes: MAX_SMALL_BODY_BYTES,
         max_events: 1,
@@ -128,16 +128,16 @@ pub async fn small_body(body: Body) -> Result<Bytes, ApiError> {
 
 /// What a cheap scan of a body says before anything is allocated per item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// Events in the body (top-level array items, or non-blank NDJSON lines).
-    pub items: usize,
+    pub(crate) items: usize,
     /// Whether every item starts as a JSON object (as far as the scan can tell).
-    pub all_objects: bool,
+    pub(crate) all_objects: bool,
 }
 
 /// Counts a body's events in one pass over its bytes, so an oversized request is refused
 /// before per-item memory is spent on it (a 5 MiB body of `{}` is 1.7 million items).
-pub fn scan(bytes: &[u8], format: BodyFormat) -> Shape {
+pub(crate) fn scan(bytes: &[u8], format: BodyFormat) -> Shape {
     match format {
         BodyFormat::Ndjson => {
             let mut shape = Shape {
@@ -218,7 +218,7 @@ fn string_end(bytes: &[u8], mut from: usize) -> usize {
 }
 
 /// A 413 when `items` is over the limit.
-pub fn check_count(items: usize, max_events: usize) -> Result<(), ApiError> {
+pub(crate) fn check_count(items: usize, max_events: usize) -> Result<(), ApiError> {
     if items > max_events {
         return Err(ApiError::PayloadTooLarge(format!(
             "the request holds {items} events; at most {max_events} are accepted per request"
@@ -228,10 +228,10 @@ pub fn check_count(items: usize, max_events: usize) -> Result<(), ApiError> {
 }
 
 /// One event's raw JSON, or why its line could not be read (NDJSON).
-pub type RawItem<'a> = Result<&'a RawValue, String>;
+pub(crate) type RawItem<'a> = Result<&'a RawValue, String>;
 
 /// Splits a decoded body into one raw item per event; more than `max_events` is a 413.
-pub fn split_items(
+pub(crate) fn split_items(
     bytes: &[u8],
     format: BodyFormat,
     max_events: usize,

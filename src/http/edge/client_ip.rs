@@ -7,7 +7,7 @@ use axum::http::request::Parts;
 use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
 
-pub fn client_ip(parts: &Parts, trusted_proxies: &[IpNet]) -> Option<IpAddr> {
+pub(crate) fn client_ip(parts: &Parts, trusted_proxies: &[IpNet]) -> Option<IpAddr> {
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()

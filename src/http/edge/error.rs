@@ -25,16 +25,16 @@ const MAX_FIELD_CHARS: usize = 128;
 
 /// One problem with one item of a request (or with one parameter, without an index).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<usize>,
+    pub(crate) index: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    pub message: String,
+    pub(crate) field: Option<String>,
+    pub(crate) message: String,
 }
 
 impl FieldError {
-    pub fn item(index: usize, field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn item(index: usize, field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             index: Some(index),
             field: Some(field.into()),
@@ -42,7 +42,7 @@ impl FieldError {
         }
     }
 
-    pub fn whole_item(index: usize, message: impl Into<String>) -> Self {
+    pub(crate) fn whole_item(index: usize, message: impl Into<String>) -> Self {
         Self {
             index: Some(index),
             field: None,
@@ -53,7 +53,7 @@ impl FieldError {
 
 /// Everything a handler can fail with.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 400: the request is malformed or fails validation; nothing was stored.
     #[error("{message}")]
     InvalidRequest {
@@ -105,7 +105,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// A 400 about one query parameter or body field.
-    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
+    pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
         Self::InvalidRequest {
             message: format!("{field} {message}"),
             errors: vec![FieldError {
@@ -119,22 +119,22 @@ impl ApiError {
 
 /// Every error answer: `{"error": {"code", "message", "errors"?}}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorAnswer {
-    pub error: ErrorDetail,
+pub(crate) struct ErrorAnswer {
+    pub(crate) error: ErrorDetail,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
+pub(crate) struct ErrorDetail {
     /// `invalid_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
     /// `request_timeout`, `payload_too_large`, `unsupported_media_type`,
     /// `headers_too_large`, `rate_limited`, `internal`, `storage_unavailable`, `overloaded`.
     #[schema(example = "invalid_request")]
-    pub code: &'static str,
+    pub(crate) code: &'static str,
     /// A human sentence.
-    pub message: String,
+    pub(crate) message: String,
     /// Per-item (or per-parameter) problems, when there are any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub errors: Option<Vec<FieldError>>,
+    pub(crate) errors: Option<Vec<FieldError>>,
 }
 
 impl From<ChangeError> for ApiError {
@@ -310,12 +310,12 @@ impl IntoResponse for ApiError {
 }
 
 /// Answers requests no route matched.
-pub async fn not_found(request: Request) -> ApiError {
+pub(crate) async fn not_found(request: Request) -> ApiError {
     ApiError::NotFound(request.uri().path().to_owned())
 }
 
 /// Logs the hidden cause of every 5xx answer, once, inside the request span.
-pub async fn log_server_errors(request: Request, next: Next) -> Response {
+pub(crate) async fn log_server_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     if let Some(ServerErrorDetail(detail)) = response.extensions().get::<ServerErrorDetail>() {
         if response.status() == StatusCode::SERVICE_UNAVAILABLE {

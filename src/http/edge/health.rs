@@ -8,14 +8,14 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Status {
+pub(crate) struct Status {
     /// `ok` (liveness) or `ready` (readiness).
-    pub status: &'static str,
+    pub(crate) status: &'static str,
     /// Readiness only: `full` when the server holds as many connections as it may (new
     /// clients are refused with 503 until some close), else `available`. A full server stays
     /// ready: taking every saturated instance out of a load balancer at once helps nobody.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub connections: Option<&'static str>,
+    pub(crate) connections: Option<&'static str>,
 }
 
 /// 200 while the process runs: a supervisor restarts the process only if this stops answering.
@@ -26,7 +26,7 @@ pub struct Status {
     summary = "Liveness: 200 while the process runs.",
     responses((status = 200, description = "OK", body = Status))
 )]
-pub async fn healthz() -> Json<Status> {
+pub(crate) async fn healthz() -> Json<Status> {
     Json(Status {
         status: "ok",
         connections: None,
@@ -45,7 +45,7 @@ pub async fn healthz() -> Json<Status> {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
     if state.readiness.is_repairing() {
         return Err(ApiError::Repairing);
     }

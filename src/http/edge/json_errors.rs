@@ -11,7 +11,7 @@ use serde_json::json;
 /// Plain-text rejection bodies are short; anything longer is not read.
 const MAX_REJECTION_BYTES: usize = 16 * 1024;
 
-pub async fn json_errors(request: Request, next: Next) -> Response {
+pub(crate) async fn json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
     let is_json = response

@@ -54,13 +54,13 @@ const PROBE_CONNECTIONS: usize = 16;
 /// health probes may take, so a saturated server still answers its supervisor and its load
 /// balancer.
 #[derive(Debug)]
-pub struct ConnectionSlots {
+pub(crate) struct ConnectionSlots {
     regular: Arc<Semaphore>,
     probes: Arc<Semaphore>,
 }
 
 impl ConnectionSlots {
-    pub fn new(max_connections: usize) -> Self {
+    pub(crate) fn new(max_connections: usize) -> Self {
         Self {
             regular: Arc::new(Semaphore::new(max_connections.max(1))),
             probes: Arc::new(Semaphore::new(PROBE_CONNECTIONS)),
@@ -68,17 +68,17 @@ impl ConnectionSlots {
     }
 
     /// A slot under the cap.
-    pub fn try_regular(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) fn try_regular(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.regular).try_acquire_owned().ok()
     }
 
     /// A slot past the cap, for a health probe.
-    pub fn try_probe(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) fn try_probe(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.probes).try_acquire_owned().ok()
     }
 
     /// Whether every slot under the cap is taken.
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.regular.available_permits() == 0
     }
 }
@@ -130,13 +130,13 @@ const SHARDS: usize = 16;
 
 /// A rate limiter's state per key, in a bounded table: a key not seen for long enough to be
 /// dropped is as good as a fresh one, so forgetting the least recently seen is safe.
-pub struct BoundedStore<K> {
+pub(crate) struct BoundedStore<K> {
     shards: Vec<Mutex<LruCache<K, Nanos>>>,
     hasher: std::collections::hash_map::RandomState,
 }
 
 impl<K: Hash + Eq + Clone> BoundedStore<K> {
-    pub fn new(capacity: NonZeroUsize) -> Self {
+    pub(crate) fn new(capacity: NonZeroUsize) -> Self {
         let per_shard = NonZeroUsize::new(capacity.get().div_ceil(SHARDS)).unwrap_or(capacity);
         Self {
             shards: (0..SHARDS)
@@ -170,7 +170,7 @@ type Limiter<K> = RateLimiter<K, BoundedStore<K>, DefaultClock, NoOpMiddleware>;
 /// The key of a client address: an IPv4 address, or an IPv6 address's /64 (one subscriber's
 /// network: rotating within it buys nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AddressKey {
+pub(crate) enum AddressKey {
     V4(u32),
     V6Prefix(u64),
 }
@@ -188,7 +188,7 @@ impl From<IpAddr> for AddressKey {
 }
 
 /// The limiters of one server process.
-pub struct Limiters {
+pub(crate) struct Limiters {
     ingest: Option<Limiter<crate::domain::access::KeyId>>,
     beacons: Option<Limiter<AddressKey>>,
     writes: Arc<Semaphore>,
@@ -204,7 +204,7 @@ fn retry_after(wait: Duration) -> u64 {
 impl Limiters {
     /// `max_events` is the most events one request may hold: an ingest key's bucket holds at
     /// least that many, so any accepted request size can pass once the bucket is full.
-    pub fn new(rates: RateLimits, in_flight: InFlight, max_events: usize) -> Self {
+    pub(crate) fn new(rates: RateLimits, in_flight: InFlight, max_events: usize) -> Self {
         let clock = DefaultClock::default();
         let ingest = rates.ingest_events_per_second.map(|rate| {
             let burst = u32::try_from(max_events)
@@ -234,7 +234,7 @@ impl Limiters {
     }
 
     /// Takes `events` from the ingest key's bucket, or says how long to wait.
-    pub fn admit_events(
+    pub(crate) fn admit_events(
         &self,
         key: crate::domain::access::KeyId,
         events: usize,
@@ -259,11 +259,11 @@ impl Limiters {
     /// A place among the in-flight writes, if one is free: the ad tags take it by hand, since
     /// past the cap they still answer (the pixel its GIF, the redirect its `Location`) and only
     /// leave the event uncounted.
-    pub fn try_write_slot(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) fn try_write_slot(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.writes).try_acquire_owned().ok()
     }
 
-    pub fn admit_beacon(&self, address: Option<IpAddr>) -> Result<(), ApiError> {
+    pub(crate) fn admit_beacon(&self, address: Option<IpAddr>) -> Result<(), ApiError> {
         let (Some(limiter), Some(address)) = (&self.beacons, address) else {
             return Ok(());
         };
@@ -305,7 +305,7 @@ fn kind(method: &Method, route: &str) -> Option<Kind> {
 /// Sheds load: a write or a query past its cap is answered 503 `overloaded` at once. The
 /// permit lives as long as the answer's body, so a streamed export holds its place until its
 /// last byte.
-pub async fn shed(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn shed(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()

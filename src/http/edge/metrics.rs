@@ -17,7 +17,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 /// The process-wide recorder, installed on first use (several servers in one test process
 /// share it).
-pub fn prometheus() -> PrometheusHandle {
+pub(crate) fn prometheus() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -61,7 +61,7 @@ fn status_class(status: StatusCode) -> &'static str {
 
 /// Counts every request and times it, labelled from fixed sets: the route template (never a
 /// raw path, which would make one series per campaign), the method and the status class.
-pub async fn track_requests(request: Request, next: Next) -> Response {
+pub(crate) async fn track_requests(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -85,7 +85,7 @@ pub async fn track_requests(request: Request, next: Next) -> Response {
     summary = "Prometheus metrics: requests by route and status, events accepted, requests rejected, store call latencies.",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
 )]
-pub async fn get_metrics() -> impl IntoResponse {
+pub(crate) async fn get_metrics() -> impl IntoResponse {
     let handle = prometheus();
     handle.run_upkeep();
     (

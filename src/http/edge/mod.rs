@@ -10,7 +10,7 @@ pub(super) mod error;
 pub(super) mod health;
 pub(super) mod json_errors;
 pub(super) mod limits;
-pub mod metrics;
+pub(crate) mod metrics;
 pub(super) mod openapi;
 pub(super) mod params;
 pub(super) mod request_id;

@@ -31,7 +31,7 @@ use utoipa::{Modify, OpenApi};
         (name = "operations", description = "Health, readiness, metrics and this document."),
     )
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// Declares the bearer scheme, and gives every operation that needs a key its 401 and 403
 /// answers (each operation's `security` names the scopes that may call it).
@@ -97,7 +97,7 @@ static DOCUMENT: OnceLock<String> = OnceLock::new();
 
 /// Completes the document the router built from its handlers and keeps it (every router of a
 /// process builds the same one).
-pub fn publish(mut document: utoipa::openapi::OpenApi) {
+pub(crate) fn publish(mut document: utoipa::openapi::OpenApi) {
     KeysEverywhere.modify(&mut document);
     DOCUMENT.get_or_init(|| document.to_pretty_json().unwrap_or_default());
 }
@@ -109,7 +109,7 @@ pub fn publish(mut document: utoipa::openapi::OpenApi) {
     summary = "This document.",
     responses((status = 200, description = "OpenAPI 3", content_type = "application/json"))
 )]
-pub async fn get_openapi() -> impl IntoResponse {
+pub(crate) async fn get_openapi() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         DOCUMENT.get().cloned().unwrap_or_default(),
@@ -119,7 +119,7 @@ pub async fn get_openapi() -> impl IntoResponse {
 /// The schemas of the texts the server reads by rules of its own: each states the rule that
 /// the parsing code enforces, so a client (or a fuzzer) generating from the document sends
 /// what the server accepts and nothing else. Inlined where used (`inline(...)`).
-pub mod texts {
+pub(crate) mod texts {
     use crate::domain::beacon::{MAX_GUID_CHARS, MAX_SITE_CHARS};
     use crate::domain::user_data::{MAX_ENTRIES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
     use utoipa::openapi::schema::{
@@ -129,14 +129,14 @@ pub mod texts {
     use utoipa::{PartialSchema, ToSchema};
 
     /// Text without a control character (what `char::is_control` refuses: C0, DEL and C1).
-    pub const NO_CONTROL: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+    pub(crate) const NO_CONTROL: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
 
     fn string() -> ObjectBuilder {
         ObjectBuilder::new().schema_type(Type::String)
     }
 
     /// An id: `ids::parse_uuid`'s two forms, never the nil UUID.
-    pub struct Id;
+    pub(crate) struct Id;
 
     impl PartialSchema for Id {
         fn schema() -> RefOr<Schema> {
@@ -155,7 +155,7 @@ pub mod texts {
     impl ToSchema for Id {}
 
     /// A site id: `SiteId::parse`.
-    pub struct Site;
+    pub(crate) struct Site;
 
     impl PartialSchema for Site {
         fn schema() -> RefOr<Schema> {
@@ -169,7 +169,7 @@ pub mod texts {
     impl ToSchema for Site {}
 
     /// A beacon's visitor id: `Guid::parse`.
-    pub struct Guid;
+    pub(crate) struct Guid;
 
     impl PartialSchema for Guid {
         fn schema() -> RefOr<Schema> {
@@ -183,7 +183,7 @@ pub mod texts {
     impl ToSchema for Guid {}
 
     /// An IANA time zone name: every name the server knows (chrono-tz), and no other.
-    pub struct TimeZone;
+    pub(crate) struct TimeZone;
 
     impl PartialSchema for TimeZone {
         fn schema() -> RefOr<Schema> {
@@ -195,7 +195,7 @@ pub mod texts {
     impl ToSchema for TimeZone {}
 
     /// A query's calendar day: `YYYY-MM-DD` from 2000-01-01 to 9998-12-31 (`Params::range`).
-    pub struct LocalDay;
+    pub(crate) struct LocalDay;
 
     impl PartialSchema for LocalDay {
         fn schema() -> RefOr<Schema> {
@@ -212,7 +212,7 @@ pub mod texts {
 
     /// An event's `timestamp`: RFC 3339 or epoch milliseconds, from 2000-01-01 (and at most 10
     /// minutes ahead of the server's clock, which a schema cannot state).
-    pub struct Timestamp;
+    pub(crate) struct Timestamp;
 
     impl PartialSchema for Timestamp {
         fn schema() -> RefOr<Schema> {
@@ -238,7 +238,7 @@ pub mod texts {
     impl ToSchema for Timestamp {}
 
     /// An impression's `user_ip`.
-    pub struct IpAddress;
+    pub(crate) struct IpAddress;
 
     impl PartialSchema for IpAddress {
         fn schema() -> RefOr<Schema> {
@@ -254,7 +254,7 @@ pub mod texts {
 
     /// `UserData::new`: at most 64 entries, keys 1–64 and values at most 1024 (bytes, which a
     /// schema can only state as characters), no control characters.
-    pub struct UserData;
+    pub(crate) struct UserData;
 
     impl PartialSchema for UserData {
         fn schema() -> RefOr<Schema> {
@@ -287,10 +287,10 @@ pub mod texts {
     /// `A-Z a-z 0-9 -`, none starting `xn--`, the last starting with a letter) or an IPv4
     /// address without leading zeros, and an optional port up to 65535. The server checks the
     /// same grammar ([`is_origin_text`]) before parsing, so the document is exact.
-    pub struct OriginText;
+    pub(crate) struct OriginText;
 
     /// [`OriginText`]'s grammar as a JSON Schema pattern.
-    pub const ORIGIN_PATTERN: &str = "^https?://(?:\\*\\.)?(?:(?:(?![Xx][Nn]--)[A-Za-z0-9-]+\\.)*(?![Xx][Nn]--)[A-Za-z][A-Za-z0-9-]*|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]))(?::(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
+    pub(crate) const ORIGIN_PATTERN: &str = "^https?://(?:\\*\\.)?(?:(?:(?![Xx][Nn]--)[A-Za-z0-9-]+\\.)*(?![Xx][Nn]--)[A-Za-z][A-Za-z0-9-]*|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]))(?::(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
 
     impl PartialSchema for OriginText {
         fn schema() -> RefOr<Schema> {
@@ -300,7 +300,7 @@ pub mod texts {
     impl ToSchema for OriginText {}
 
     /// Whether `text` follows [`OriginText`]'s grammar.
-    pub fn is_origin_text(text: &str) -> bool {
+    pub(crate) fn is_origin_text(text: &str) -> bool {
         let Some(rest) = text
             .strip_prefix("https://")
             .or_else(|| text.strip_prefix("http://"))

@@ -13,14 +13,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use utoipa::IntoParams;
 
-pub struct Params(HashMap<String, String>);
+pub(crate) struct Params(HashMap<String, String>);
 
 /// `from`, `to` and `tz`, as every query over a range of days reads them ([`Params::range`]).
 /// A documentation type: the handlers read their raw query strictly with [`Params`].
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-pub struct RangeQuery {
+pub(crate) struct RangeQuery {
     /// First local day, `YYYY-MM-DD`, from 2000-01-01 to 9998-12-31.
     #[param(value_type = LocalDay, inline)]
     from: String,
@@ -34,13 +34,13 @@ pub struct RangeQuery {
 
 impl Params {
     /// Parses `raw` and refuses any name outside `known`.
-    pub fn parse(raw: Option<&str>, known: &[&str]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(raw: Option<&str>, known: &[&str]) -> Result<Self, ApiError> {
         Self::from_pairs(pairs(raw)?, known)
     }
 
     /// Like [`parse`](Self::parse), and also takes `feature.<name>=<value>` parameters: the
     /// feature filter of a unique-visitors query.
-    pub fn parse_with_features(
+    pub(crate) fn parse_with_features(
         raw: Option<&str>,
         known: &[&str],
     ) -> Result<(Self, Features), ApiError> {
@@ -81,18 +81,18 @@ impl Params {
         Ok(Self(params))
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str)
     }
 
-    pub fn required(&self, name: &str) -> Result<&str, ApiError> {
+    pub(crate) fn required(&self, name: &str) -> Result<&str, ApiError> {
         self.get(name)
             .ok_or_else(|| ApiError::invalid(name, "is required"))
     }
 
     /// `from`, `to` (inclusive `YYYY-MM-DD`) and `tz` (IANA, default UTC).
     /// `limit`: `default` when absent, else a whole number from 1 to `max`.
-    pub fn limit(&self, default: usize, max: usize) -> Result<usize, ApiError> {
+    pub(crate) fn limit(&self, default: usize, max: usize) -> Result<usize, ApiError> {
         match self.get("limit") {
             None => Ok(default),
             Some(text) => text
@@ -105,7 +105,7 @@ impl Params {
         }
     }
 
-    pub fn range(&self) -> Result<QueryRange, ApiError> {
+    pub(crate) fn range(&self) -> Result<QueryRange, ApiError> {
         let date = |name: &str| {
             let text = self.required(name)?;
             // Exactly YYYY-MM-DD within the years events can have: chrono alone would also take
@@ -145,18 +145,21 @@ fn pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
 }
 
 /// The `{site}` of a path.
-pub fn site_id(site: &str) -> Result<SiteId, ApiError> {
+pub(crate) fn site_id(site: &str) -> Result<SiteId, ApiError> {
     SiteId::parse(site).map_err(|message| ApiError::invalid("site", message))
 }
 
 /// An id of a path or a body: the hyphenated or the 32-hex-digit form, never the nil UUID.
-pub fn id<T: FromStr<Err = IdError>>(field: &str, text: &str) -> Result<T, ApiError> {
+pub(crate) fn id<T: FromStr<Err = IdError>>(field: &str, text: &str) -> Result<T, ApiError> {
     text.parse()
         .map_err(|error| ApiError::invalid(field, error))
 }
 
 /// The `{advertiser_id}/{campaign_id}` of a path.
-pub fn campaign_key(advertiser_id: &str, campaign_id: &str) -> Result<CampaignKey, ApiError> {
+pub(crate) fn campaign_key(
+    advertiser_id: &str,
+    campaign_id: &str,
+) -> Result<CampaignKey, ApiError> {
     Ok(CampaignKey {
         advertiser_id: id("advertiser_id", advertiser_id)?,
         campaign_id: id("campaign_id", campaign_id)?,

@@ -8,7 +8,10 @@ use axum::http::{HeaderName, Request};
 const MAX_REQUEST_ID: usize = 128;
 
 /// Removes a request id that is too long or not printable ASCII; one is then made.
-pub fn drop_unquotable_request_id<B>(mut request: Request<B>, name: &HeaderName) -> Request<B> {
+pub(crate) fn drop_unquotable_request_id<B>(
+    mut request: Request<B>,
+    name: &HeaderName,
+) -> Request<B> {
     let quotable = request.headers().get(name).is_none_or(|id| {
         id.len() <= MAX_REQUEST_ID
             && id

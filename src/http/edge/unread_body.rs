@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 
 /// Marks the answer `Connection: close` when the request declared a body that was not read
 /// to its end.
-pub async fn close_after_unread_body(request: Request, next: Next) -> Response {
+pub(crate) async fn close_after_unread_body(request: Request, next: Next) -> Response {
     if !declares_body(&request) {
         return next.run(request).await;
     }

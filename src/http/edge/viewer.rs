@@ -6,14 +6,14 @@ use crate::ivt::Signals;
 use axum::http::{HeaderMap, header};
 use std::net::IpAddr;
 
-pub struct Viewer {
-    pub user_agent: Option<UserAgent>,
-    pub prefetch: bool,
-    pub address: Option<IpAddr>,
+pub(crate) struct Viewer {
+    pub(crate) user_agent: Option<UserAgent>,
+    pub(crate) prefetch: bool,
+    pub(crate) address: Option<IpAddr>,
 }
 
 impl Viewer {
-    pub fn of(headers: &HeaderMap, address: Option<IpAddr>) -> Self {
+    pub(crate) fn of(headers: &HeaderMap, address: Option<IpAddr>) -> Self {
         let user_agent = headers
             .get(header::USER_AGENT)
             .and_then(|value| value.to_str().ok())
@@ -25,7 +25,7 @@ impl Viewer {
         }
     }
 
-    pub fn signals(&self) -> Signals<'_> {
+    pub(crate) fn signals(&self) -> Signals<'_> {
         Signals {
             user_agent: self.user_agent.as_ref(),
             prefetch: self.prefetch,

@@ -16,8 +16,8 @@ use utoipa::ToSchema;
 
 /// How many events the request held (re-sent ones included); every one is durable.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Accepted {
-    pub accepted: usize,
+pub(crate) struct Accepted {
+    pub(crate) accepted: usize,
 }
 
 #[utoipa::path(
@@ -40,7 +40,7 @@ pub struct Accepted {
         (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn post_impressions(
+pub(crate) async fn post_impressions(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Accepted>, ApiError> {
@@ -73,7 +73,7 @@ pub async fn post_impressions(
         (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn post_clicks(
+pub(crate) async fn post_clicks(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Accepted>, ApiError> {

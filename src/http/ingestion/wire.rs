@@ -26,7 +26,7 @@ use uuid::Uuid;
 /// An event timestamp as sent: RFC 3339 text or epoch milliseconds. Deserialized by hand
 /// rather than as an untagged enum, which would buffer every value first.
 #[derive(Debug)]
-pub enum WireTimestamp<'a> {
+pub(crate) enum WireTimestamp<'a> {
     Millis(i64),
     Text(Cow<'a, str>),
     Other,
@@ -81,7 +81,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for WireTimestamp<'a> {
 /// unescaping: no allocation per field. Unknown fields are ignored.
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(as = Impression)]
-pub struct ImpressionWire<'a> {
+pub(crate) struct ImpressionWire<'a> {
     /// Chosen by the ad server; it also goes into the click URL.
     #[serde(borrow)]
     #[schema(value_type = Id, inline)]
@@ -118,7 +118,7 @@ pub struct ImpressionWire<'a> {
 /// A click as an ad server sends it: the impression clicked and when.
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(as = Click)]
-pub struct ClickWire<'a> {
+pub(crate) struct ClickWire<'a> {
     #[serde(borrow)]
     #[schema(value_type = Id, inline)]
     impression_id: Option<Cow<'a, str>>,
@@ -141,15 +141,15 @@ pub struct ClickWire<'a> {
 }
 
 /// What conversion needs besides the item itself.
-pub struct Context {
-    pub now: DateTime<Utc>,
+pub(crate) struct Context {
+    pub(crate) now: DateTime<Utc>,
     /// The client's address, used when an impression names no `user_ip`.
-    pub client_ip: Option<IpAddr>,
+    pub(crate) client_ip: Option<IpAddr>,
     /// The only advertiser whose events the caller may send (an `ingest` key's); `None`: any.
-    pub advertiser: Option<AdvertiserId>,
+    pub(crate) advertiser: Option<AdvertiserId>,
     /// Tells invalid traffic from the event's own `user_agent` and explicit `user_ip` (the
     /// request itself comes from the ad server, not the viewer).
-    pub classifier: std::sync::Arc<Classifier>,
+    pub(crate) classifier: std::sync::Arc<Classifier>,
 }
 
 /// Collects one item's field problems while converting it.
@@ -230,7 +230,7 @@ fn looks_like_seconds(millis: &Option<i64>) -> bool {
 }
 
 /// Conversion of one wire item into its domain event.
-pub trait IntoEvent<'de>: Deserialize<'de> {
+pub(crate) trait IntoEvent<'de>: Deserialize<'de> {
     type Event: Clone + PartialEq;
     fn into_event(self, item: &mut ItemContext<'_>) -> Option<Self::Event>;
     fn identity(event: &Self::Event) -> ImpressionId;
@@ -238,7 +238,7 @@ pub trait IntoEvent<'de>: Deserialize<'de> {
 }
 
 /// Opaque to implementors outside this module: the item being converted and its context.
-pub struct ItemContext<'a> {
+pub(crate) struct ItemContext<'a> {
     item: Item<'a>,
     context: &'a Context,
 }
@@ -341,7 +341,7 @@ impl<'de> IntoEvent<'de> for ClickWire<'de> {
 /// is well-formed (the common case), and an item-by-item pass only to say exactly what is
 /// wrong with a malformed one. Any problem is a 400 listing every problem; more events than
 /// `max_events` is a 413.
-pub fn parse_body<'de, W: IntoEvent<'de>>(
+pub(crate) fn parse_body<'de, W: IntoEvent<'de>>(
     bytes: &'de [u8],
     format: BodyFormat,
     max_events: usize,

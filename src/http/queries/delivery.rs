@@ -17,40 +17,40 @@ fn rfc3339(instant: DateTime<Utc>) -> String {
 
 /// The campaign's current day, in its zone.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TodayAnswer {
+pub(crate) struct TodayAnswer {
     /// `YYYY-MM-DD` in the campaign's `tz`.
-    pub day: String,
+    pub(crate) day: String,
     /// The campaign's `tz`: the zone in which its day, and `daily_cap`, run.
-    pub tz: String,
-    pub billable_impressions: u64,
-    pub daily_cap: Option<u64>,
+    pub(crate) tz: String,
+    pub(crate) billable_impressions: u64,
+    pub(crate) daily_cap: Option<u64>,
     /// `daily_cap` − billable impressions, never below 0; null without a cap.
-    pub remaining: Option<u64>,
+    pub(crate) remaining: Option<u64>,
     /// Billable impressions ÷ (daily cap × the fraction of the day elapsed); null without a cap.
-    pub pace: Option<f64>,
+    pub(crate) pace: Option<f64>,
 }
 
 /// The campaign's whole life.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct LifetimeAnswer {
-    pub billable_impressions: u64,
-    pub total_cap: Option<u64>,
-    pub remaining: Option<u64>,
+pub(crate) struct LifetimeAnswer {
+    pub(crate) billable_impressions: u64,
+    pub(crate) total_cap: Option<u64>,
+    pub(crate) remaining: Option<u64>,
 }
 
 /// A campaign's delivery against its caps.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DeliveryAnswer {
+pub(crate) struct DeliveryAnswer {
     /// Every impression acknowledged by any server process at least 1 s before this instant
     /// is counted.
-    pub as_of: String,
+    pub(crate) as_of: String,
     /// False while a server process that took impressions for the campaign's current day has
     /// been silent for 10 s without its counts being rebuilt.
-    pub complete: bool,
-    pub today: TodayAnswer,
-    pub lifetime: LifetimeAnswer,
+    pub(crate) complete: bool,
+    pub(crate) today: TodayAnswer,
+    pub(crate) lifetime: LifetimeAnswer,
     /// Either cap reached: stop serving the campaign.
-    pub stop: bool,
+    pub(crate) stop: bool,
 }
 
 #[utoipa::path(
@@ -71,7 +71,7 @@ pub struct DeliveryAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_delivery(
+pub(crate) async fn get_delivery(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
@@ -102,24 +102,24 @@ pub async fn get_delivery(
 
 /// A server process sharing the store.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ProcessAnswer {
-    pub id: String,
-    pub started_at: String,
-    pub last_report_at: String,
+pub(crate) struct ProcessAnswer {
+    pub(crate) id: String,
+    pub(crate) started_at: String,
+    pub(crate) last_report_at: String,
 }
 
 /// Whether numbers may still change.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct FreshnessAnswer {
-    pub as_of: String,
+pub(crate) struct FreshnessAnswer {
+    pub(crate) as_of: String,
     /// Every server process that reported and has not stopped cleanly (a silent one stays
     /// until a starting process repairs its counts).
-    pub processes: Vec<ProcessAnswer>,
+    pub(crate) processes: Vec<ProcessAnswer>,
     /// The newest UTC day such that every closed day up to it is sealed: its numbers are
     /// final (until a late event marks a day again).
-    pub sealed_through: Option<String>,
+    pub(crate) sealed_through: Option<String>,
     /// Campaign- and site-days a late event marked, waiting for their next seal.
-    pub late_days: usize,
+    pub(crate) late_days: usize,
 }
 
 #[utoipa::path(
@@ -135,7 +135,7 @@ pub struct FreshnessAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_freshness(
+pub(crate) async fn get_freshness(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<FreshnessAnswer>, ApiError> {

@@ -35,7 +35,7 @@ enum Format {
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
 #[allow(dead_code)]
-pub enum ExportFormat {
+pub(crate) enum ExportFormat {
     Ndjson,
     Csv,
 }
@@ -56,7 +56,7 @@ const CSV_COLUMNS: [&str; 11] = [
 
 /// An impression as exports and `recent` show it: every stored field.
 #[derive(Serialize, ToSchema)]
-pub struct ImpressionRecord<'a> {
+pub(crate) struct ImpressionRecord<'a> {
     impression_id: String,
     advertiser_id: String,
     campaign_id: String,
@@ -182,7 +182,7 @@ fn csv_header() -> Bytes {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_impressions(
+pub(crate) async fn get_impressions(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
@@ -278,8 +278,8 @@ async fn produce(
 
 /// The newest impressions, newest first.
 #[derive(Serialize, ToSchema)]
-pub struct RecentAnswer<'a> {
-    pub impressions: Vec<ImpressionRecord<'a>>,
+pub(crate) struct RecentAnswer<'a> {
+    pub(crate) impressions: Vec<ImpressionRecord<'a>>,
 }
 
 #[utoipa::path(
@@ -301,7 +301,7 @@ pub struct RecentAnswer<'a> {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_recent_impressions(
+pub(crate) async fn get_recent_impressions(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,

@@ -20,15 +20,15 @@ fn date(day: Day) -> String {
 
 /// A campaign with events, and its first and last UTC days with events.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ListedCampaign {
-    pub campaign_id: String,
-    pub first_day: String,
-    pub last_day: String,
+pub(crate) struct ListedCampaign {
+    pub(crate) campaign_id: String,
+    pub(crate) first_day: String,
+    pub(crate) last_day: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CampaignsAnswer {
-    pub campaigns: Vec<ListedCampaign>,
+pub(crate) struct CampaignsAnswer {
+    pub(crate) campaigns: Vec<ListedCampaign>,
 }
 
 #[utoipa::path(
@@ -44,7 +44,7 @@ pub struct CampaignsAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn list_campaigns(
+pub(crate) async fn list_campaigns(
     State(state): State<AppState>,
     Path(advertiser_id): Path<String>,
     RawQuery(query): RawQuery,
@@ -71,15 +71,15 @@ pub async fn list_campaigns(
 
 /// A site with beacons, and its first and last UTC days with beacons.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ListedSite {
-    pub site: String,
-    pub first_day: String,
-    pub last_day: String,
+pub(crate) struct ListedSite {
+    pub(crate) site: String,
+    pub(crate) first_day: String,
+    pub(crate) last_day: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SitesAnswer {
-    pub sites: Vec<ListedSite>,
+pub(crate) struct SitesAnswer {
+    pub(crate) sites: Vec<ListedSite>,
 }
 
 #[utoipa::path(
@@ -94,7 +94,7 @@ pub struct SitesAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn list_sites(
+pub(crate) async fn list_sites(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<SitesAnswer>, ApiError> {
@@ -116,15 +116,15 @@ pub async fn list_sites(
 
 /// One value of a feature and its valid visits in the range.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ValueVisits {
-    pub value: String,
-    pub visits: u64,
+pub(crate) struct ValueVisits {
+    pub(crate) value: String,
+    pub(crate) visits: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct FeaturesAnswer {
+pub(crate) struct FeaturesAnswer {
     /// By feature name: its 50 most visited values, most visits first, then by value.
-    pub features: BTreeMap<String, Vec<ValueVisits>>,
+    pub(crate) features: BTreeMap<String, Vec<ValueVisits>>,
 }
 
 #[utoipa::path(
@@ -143,7 +143,7 @@ pub struct FeaturesAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_features(
+pub(crate) async fn get_features(
     State(state): State<AppState>,
     Path(site): Path<String>,
     RawQuery(query): RawQuery,

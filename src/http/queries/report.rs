@@ -12,32 +12,32 @@ use utoipa::ToSchema;
 
 /// One value's counts.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ReportRowAnswer {
+pub(crate) struct ReportRowAnswer {
     /// The value; null for impressions without the `user_data` key, and for the row that sums
     /// the values past `limit`.
-    pub value: Option<String>,
-    pub impressions: u64,
-    pub clicks: u64,
-    pub ctr: f64,
+    pub(crate) value: Option<String>,
+    pub(crate) impressions: u64,
+    pub(crate) clicks: u64,
+    pub(crate) ctr: f64,
     /// Present and true on the one row summing every value past `limit`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub other: bool,
+    pub(crate) other: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ReportAnswer {
-    pub advertiser_id: String,
-    pub campaign_id: String,
-    pub from: String,
-    pub to: String,
-    pub tz: String,
+pub(crate) struct ReportAnswer {
+    pub(crate) advertiser_id: String,
+    pub(crate) campaign_id: String,
+    pub(crate) from: String,
+    pub(crate) to: String,
+    pub(crate) tz: String,
     /// `ad_id` or `user_data.<key>`.
-    pub dimension: String,
+    pub(crate) dimension: String,
     /// Most impressions first, then by value; null last; past `limit`, one row with
     /// `"other": true` sums the rest.
-    pub rows: Vec<ReportRowAnswer>,
+    pub(crate) rows: Vec<ReportRowAnswer>,
     /// How many distinct values the range had, listed or summed.
-    pub values: usize,
+    pub(crate) values: usize,
 }
 
 #[utoipa::path(
@@ -61,7 +61,7 @@ pub struct ReportAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_report(
+pub(crate) async fn get_report(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,

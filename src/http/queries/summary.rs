@@ -13,24 +13,24 @@ use utoipa::ToSchema;
 
 /// The counts of one row, or of the totals.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct CountsAnswer {
+pub(crate) struct CountsAnswer {
     /// Distinct valid impressions (each id once per UTC day, at its earliest timestamp; valid
     /// if any copy is).
-    pub impressions: u64,
+    pub(crate) impressions: u64,
     /// Valid impressions first clicked in the period (valid if any click copy is).
-    pub clicks: u64,
+    pub(crate) clicks: u64,
     /// clicks ÷ impressions (0 without impressions).
-    pub ctr: f64,
+    pub(crate) ctr: f64,
     /// Distinct users of valid impressions (HyperLogLog++: exact or ±1 below 1,000, within
     /// 2 % above).
-    pub unique_users: u64,
+    pub(crate) unique_users: u64,
     /// Valid impressions once per user and billable window.
-    pub billable_impressions: u64,
+    pub(crate) billable_impressions: u64,
     /// Impressions every copy of which is invalid traffic (a bot, a prefetch, a denied
     /// address): kept, never counted above.
-    pub invalid_impressions: u64,
+    pub(crate) invalid_impressions: u64,
     /// First clicks every copy of which is invalid traffic.
-    pub invalid_clicks: u64,
+    pub(crate) invalid_clicks: u64,
 }
 
 impl From<&Counts> for CountsAnswer {
@@ -49,39 +49,39 @@ impl From<&Counts> for CountsAnswer {
 
 /// One row: a local day, a local clock hour or an ad, with its counts.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SummaryRow {
+pub(crate) struct SummaryRow {
     /// `YYYY-MM-DD` (`group_by=day`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub day: Option<String>,
+    pub(crate) day: Option<String>,
     /// `2026-11-01T13:00:00+01:00` (`group_by=hour`; a repeated DST hour appears twice).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hour: Option<String>,
+    pub(crate) hour: Option<String>,
     /// `group_by=ad`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ad_id: Option<String>,
+    pub(crate) ad_id: Option<String>,
     #[serde(flatten)]
-    pub counts: CountsAnswer,
+    pub(crate) counts: CountsAnswer,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SummaryAnswer {
-    pub advertiser_id: String,
-    pub campaign_id: String,
-    pub from: String,
-    pub to: String,
-    pub tz: String,
-    pub group_by: &'static str,
-    pub totals: CountsAnswer,
+pub(crate) struct SummaryAnswer {
+    pub(crate) advertiser_id: String,
+    pub(crate) campaign_id: String,
+    pub(crate) from: String,
+    pub(crate) to: String,
+    pub(crate) tz: String,
+    pub(crate) group_by: &'static str,
+    pub(crate) totals: CountsAnswer,
     /// How many UTC days were answered from their rollup (the rest from raw events).
-    pub sealed_days: usize,
-    pub rows: Vec<SummaryRow>,
+    pub(crate) sealed_days: usize,
+    pub(crate) rows: Vec<SummaryRow>,
 }
 
 /// The values of `group_by`, for the document.
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
 #[allow(dead_code)]
-pub enum GroupBy {
+pub(crate) enum GroupBy {
     Day,
     Hour,
     Ad,
@@ -115,7 +115,7 @@ fn row(counts: &Counts) -> SummaryRow {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_summary(
+pub(crate) async fn get_summary(
     State(state): State<AppState>,
     Path((advertiser_id, campaign_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,

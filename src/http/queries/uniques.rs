@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
 #[allow(dead_code)]
-pub enum GranularityName {
+pub(crate) enum GranularityName {
     Total,
     Month,
     Week,
@@ -26,13 +26,13 @@ pub enum GranularityName {
 
 /// Visits (exact) and unique visitors (HyperLogLog++) of a period or of the whole range.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct VisitCountsAnswer {
+pub(crate) struct VisitCountsAnswer {
     /// Valid beacons.
-    pub visits: u64,
+    pub(crate) visits: u64,
     /// Distinct guids of valid beacons.
-    pub unique_visitors: u64,
+    pub(crate) unique_visitors: u64,
     /// Beacons from bots, prefetches or denied addresses: kept, never counted above.
-    pub invalid_visits: u64,
+    pub(crate) invalid_visits: u64,
 }
 
 impl From<&VisitCounts> for VisitCountsAnswer {
@@ -47,27 +47,27 @@ impl From<&VisitCounts> for VisitCountsAnswer {
 
 /// One period's row.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PeriodRow {
+pub(crate) struct PeriodRow {
     /// `YYYY-MM-DD`, `YYYY-Www` (ISO week) or `YYYY-MM`.
-    pub period: String,
+    pub(crate) period: String,
     #[serde(flatten)]
-    pub counts: VisitCountsAnswer,
+    pub(crate) counts: VisitCountsAnswer,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UniquesAnswer {
-    pub site: String,
-    pub from: String,
-    pub to: String,
-    pub tz: String,
-    pub granularity: String,
+pub(crate) struct UniquesAnswer {
+    pub(crate) site: String,
+    pub(crate) from: String,
+    pub(crate) to: String,
+    pub(crate) tz: String,
+    pub(crate) granularity: String,
     /// The feature filter: every beacon counted has these features.
-    pub filter: BTreeMap<String, String>,
-    pub total: VisitCountsAnswer,
+    pub(crate) filter: BTreeMap<String, String>,
+    pub(crate) total: VisitCountsAnswer,
     /// How many UTC days were answered from their rollup (the rest from stored beacons).
-    pub sealed_days: usize,
+    pub(crate) sealed_days: usize,
     /// Every period of the range, oldest first, zeros included; none for `total`.
-    pub rows: Vec<PeriodRow>,
+    pub(crate) rows: Vec<PeriodRow>,
 }
 
 #[utoipa::path(
@@ -89,7 +89,7 @@ pub struct UniquesAnswer {
         (status = 503, description = "The store is unavailable; retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
-pub async fn get_uniques(
+pub(crate) async fn get_uniques(
     State(state): State<AppState>,
     Path(site): Path<String>,
     RawQuery(query): RawQuery,

@@ -73,13 +73,13 @@ fn count(tag: &'static str, outcome: &'static str) {
         `--tag-ttl` after `t` (or up to 10 minutes before it). `Authorization` is ignored.",
     responses((status = 200, description = "A 1×1 transparent GIF, `Cache-Control: no-store`, whatever the outcome", content_type = "image/gif"))
 )]
-pub async fn get_pixel(State(state): State<AppState>, parts: Parts) -> Response {
+pub(crate) async fn get_pixel(State(state): State<AppState>, parts: Parts) -> Response {
     count("pixel", pixel(&state, &parts).await);
     pixel_response()
 }
 
 /// `HEAD /i`: the GIF's head, counting nothing (link checkers, prefetchers).
-pub async fn head_pixel() -> Response {
+pub(crate) async fn head_pixel() -> Response {
     pixel_response()
 }
 
@@ -148,7 +148,7 @@ async fn signed_impression(
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-pub struct ClickLink {
+pub(crate) struct ClickLink {
     /// The advertiser.
     #[param(value_type = Id, inline)]
     a: String,
@@ -188,12 +188,12 @@ pub struct ClickLink {
         (status = 403, description = "A missing or bad signature, an expired link, a malformed query or a URL that is not http(s): no `Location`", body = ErrorAnswer),
     )
 )]
-pub async fn get_click(State(state): State<AppState>, parts: Parts) -> Response {
+pub(crate) async fn get_click(State(state): State<AppState>, parts: Parts) -> Response {
     click(&state, &parts, true).await
 }
 
 /// `HEAD /c`: the same answer as `GET`, counting nothing (link checkers, unfurlers).
-pub async fn head_click(State(state): State<AppState>, parts: Parts) -> Response {
+pub(crate) async fn head_click(State(state): State<AppState>, parts: Parts) -> Response {
     click(&state, &parts, false).await
 }
 

@@ -7,34 +7,34 @@
 use std::collections::HashMap;
 
 /// The parameters one endpoint accepts.
-pub struct TagShape {
-    pub required: &'static [&'static str],
-    pub optional: &'static [&'static str],
+pub(crate) struct TagShape {
+    pub(crate) required: &'static [&'static str],
+    pub(crate) optional: &'static [&'static str],
 }
 
 /// `GET /i`: the impression pixel (`d`, the `user_data`, optional).
-pub const PIXEL: TagShape = TagShape {
+pub(crate) const PIXEL: TagShape = TagShape {
     required: &["a", "c", "ad", "imp", "u", "t", "k"],
     optional: &["d"],
 };
 
 /// `GET /c`: the click redirect.
-pub const CLICK: TagShape = TagShape {
+pub(crate) const CLICK: TagShape = TagShape {
     required: &["a", "c", "ad", "imp", "t", "url", "k"],
     optional: &[],
 };
 
 /// A tag's query as signed: the bytes the signature covers, the signature, the parameters.
 #[derive(Debug)]
-pub struct SignedQuery<'a> {
-    pub signed: &'a [u8],
-    pub signature: &'a str,
+pub(crate) struct SignedQuery<'a> {
+    pub(crate) signed: &'a [u8],
+    pub(crate) signature: &'a str,
     params: HashMap<&'static str, String>,
 }
 
 impl SignedQuery<'_> {
     /// A parameter of the shape (required ones are always present).
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.params.get(name).map(String::as_str)
     }
 }
@@ -42,7 +42,7 @@ impl SignedQuery<'_> {
 /// Why a tag's query is not one this endpoint reads. The messages name the parameter, never
 /// echo a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryRefusal {
+pub(crate) enum QueryRefusal {
     #[error("the signature s is missing or is not the last parameter")]
     Unsigned,
     #[error("the parameter {0} is repeated")]
@@ -58,7 +58,7 @@ pub enum QueryRefusal {
 }
 
 /// Reads `query` (the raw bytes after `?`) in `shape`.
-pub fn parse<'a>(query: &'a str, shape: &TagShape) -> Result<SignedQuery<'a>, QueryRefusal> {
+pub(crate) fn parse<'a>(query: &'a str, shape: &TagShape) -> Result<SignedQuery<'a>, QueryRefusal> {
     let (signed, signature) = split_signature(query)?;
     let mut params = HashMap::new();
     for pair in signed.split('&') {

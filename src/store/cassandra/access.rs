@@ -24,7 +24,7 @@ use uuid::Uuid;
 const SHARD: i32 = 0;
 const BOOTSTRAP_MARKER: &str = "admin_bootstrapped";
 
-pub struct AccessStatements {
+pub(crate) struct AccessStatements {
     select_keys: PreparedStatement,
     insert_key: PreparedStatement,
     delete_key: PreparedStatement,
@@ -38,7 +38,10 @@ pub struct AccessStatements {
 }
 
 impl AccessStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [
             select_keys,
             insert_key,
@@ -190,7 +193,7 @@ impl StoredTagSecret {
 
 /// Registers `site` with no origin rule unless it is registered already: what migration 0006
 /// does for every site that already received beacons or settings.
-pub async fn register_stored_site(
+pub(crate) async fn register_stored_site(
     session: &Session,
     keyspace: &KeyspaceName,
     site: &SiteId,

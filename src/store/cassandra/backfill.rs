@@ -13,7 +13,7 @@ use scylla::client::session::Session;
 use std::collections::BTreeSet;
 
 /// Runs the data step of migration `version`, if it has one.
-pub async fn after_migration(
+pub(crate) async fn after_migration(
     session: &Session,
     keyspace: &KeyspaceName,
     version: u32,

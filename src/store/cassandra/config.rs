@@ -38,8 +38,8 @@ pub enum WriteMode {
 
 #[derive(Clone)]
 pub struct Credentials {
-    pub username: String,
-    pub password: String,
+    pub(crate) username: String,
+    pub(crate) password: String,
 }
 
 impl fmt::Debug for Credentials {
@@ -97,7 +97,7 @@ pub enum Replication {
 
 impl Replication {
     /// The CQL map literal for `WITH replication = …`.
-    pub fn to_cql(&self) -> String {
+    pub(crate) fn to_cql(&self) -> String {
         match self {
             Self::Simple(factor) => {
                 format!("{{'class': 'SimpleStrategy', 'replication_factor': {factor}}}")

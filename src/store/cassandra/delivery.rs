@@ -25,7 +25,7 @@ use uuid::Uuid;
 /// Live rows written at once: a flush carries one row per campaign-day that changed.
 const LIVE_ROWS_IN_FLIGHT: usize = 64;
 
-pub struct DeliveryStatements {
+pub(crate) struct DeliveryStatements {
     insert_live: PreparedStatement,
     select_live: PreparedStatement,
     delete_live_day: PreparedStatement,
@@ -37,7 +37,10 @@ pub struct DeliveryStatements {
 }
 
 impl DeliveryStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [
             insert_live,
             select_live,

@@ -31,7 +31,7 @@ impl Kind {
 
 /// Whether a node's "invalid request" message says the schema is older than this build: a
 /// table, keyspace or column that migrations create is missing.
-pub fn names_missing_schema(message: &str) -> bool {
+pub(crate) fn names_missing_schema(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
     message.contains("unconfigured table")
         || message.contains("does not exist")
@@ -75,7 +75,7 @@ fn request_kind(error: &RequestError) -> Kind {
 }
 
 /// Classifies a failed request; `context` says what was being done.
-pub fn execution_error(context: &str, error: ExecutionError) -> StoreError {
+pub(crate) fn execution_error(context: &str, error: ExecutionError) -> StoreError {
     let kind = match &error {
         ExecutionError::LastAttemptError(attempt) => attempt_kind(attempt),
         ExecutionError::BadQuery(_) | ExecutionError::PrepareError(_) => Kind::Internal,
@@ -87,7 +87,7 @@ pub fn execution_error(context: &str, error: ExecutionError) -> StoreError {
 
 /// Classifies a failed paged read: request failures as above (a node that went away or timed
 /// out mid-partition may be retried; a refused statement may not).
-pub fn pager_error(context: &str, error: PagerExecutionError) -> StoreError {
+pub(crate) fn pager_error(context: &str, error: PagerExecutionError) -> StoreError {
     let kind = match &error {
         PagerExecutionError::NextPageError(NextPageError::RequestFailure(request)) => {
             request_kind(request)
@@ -101,7 +101,7 @@ pub fn pager_error(context: &str, error: PagerExecutionError) -> StoreError {
 }
 
 /// A page that failed while being streamed: the connection or the node, retryable.
-pub fn stream_error(
+pub(crate) fn stream_error(
     context: &str,
     error: impl std::error::Error + Send + Sync + 'static,
 ) -> StoreError {
@@ -110,7 +110,7 @@ pub fn stream_error(
 
 /// A row the driver could not decode into the expected types: the schema and the build
 /// disagree, which a retry will not mend.
-pub fn decode_error(
+pub(crate) fn decode_error(
     context: &str,
     error: impl std::error::Error + Send + Sync + 'static,
 ) -> StoreError {

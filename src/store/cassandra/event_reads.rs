@@ -25,7 +25,7 @@ use uuid::Uuid;
 /// when a valid copy wrote `valid`, or when no copy wrote `invalid` (rows from before
 /// invalid traffic was classified too). An unknown reason (a newer release's) reads as the
 /// bot rule, never as valid.
-pub fn validity(valid: Option<bool>, invalid: Option<&str>) -> Option<InvalidReason> {
+pub(crate) fn validity(valid: Option<bool>, invalid: Option<&str>) -> Option<InvalidReason> {
     match (valid, invalid) {
         (Some(true), _) | (_, None) => None,
         (_, Some(reason)) => {
@@ -68,7 +68,7 @@ impl From<StoredClick> for ClickRow {
 
 /// A full row of `impression`, without its partition key.
 #[derive(DeserializeRow)]
-pub struct FullImpressionRow {
+pub(crate) struct FullImpressionRow {
     timestamp: DateTime<Utc>,
     impression_id: Uuid,
     ad_id: Uuid,
@@ -96,7 +96,7 @@ impl FullImpressionRow {
     }
 }
 
-pub async fn impression_summaries(
+pub(crate) async fn impression_summaries(
     session: &Session,
     statements: &EventStatements,
     partition: &EventPartition,
@@ -120,7 +120,7 @@ pub async fn impression_summaries(
         .collect())
 }
 
-pub async fn clicks(
+pub(crate) async fn clicks(
     session: &Session,
     statements: &EventStatements,
     partition: &EventPartition,
@@ -135,7 +135,7 @@ pub async fn clicks(
     Ok(rows.into_iter().map(ClickRow::from).collect())
 }
 
-pub async fn first_click(
+pub(crate) async fn first_click(
     session: &Session,
     statements: &EventStatements,
     campaign: CampaignKey,
@@ -178,7 +178,7 @@ fn decode_impressions(
         .collect()
 }
 
-pub async fn impression_page(
+pub(crate) async fn impression_page(
     session: &Session,
     statements: &EventStatements,
     partition: &EventPartition,
@@ -203,7 +203,7 @@ pub async fn impression_page(
     Ok(ImpressionPage { impressions, next })
 }
 
-pub async fn newest_impressions(
+pub(crate) async fn newest_impressions(
     session: &Session,
     statements: &EventStatements,
     partition: &EventPartition,

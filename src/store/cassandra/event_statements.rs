@@ -19,22 +19,25 @@ const MAX_CLICKS_READ: usize = 100;
 const FULL_COLUMNS: &str =
     "timestamp, impression_id, ad_id, user_id, user_ip, user_data, user_agent, valid, invalid";
 
-pub struct EventStatements {
-    pub insert_impression: PreparedStatement,
-    pub insert_impression_summary: PreparedStatement,
-    pub insert_click: PreparedStatement,
-    pub insert_click_index: PreparedStatement,
-    pub select_impression_summaries: PreparedStatement,
-    pub select_clicks: PreparedStatement,
-    pub select_first_click: PreparedStatement,
+pub(crate) struct EventStatements {
+    pub(crate) insert_impression: PreparedStatement,
+    pub(crate) insert_impression_summary: PreparedStatement,
+    pub(crate) insert_click: PreparedStatement,
+    pub(crate) insert_click_index: PreparedStatement,
+    pub(crate) select_impression_summaries: PreparedStatement,
+    pub(crate) select_clicks: PreparedStatement,
+    pub(crate) select_first_click: PreparedStatement,
     /// A partition's full impressions, oldest first, a page at a time.
-    pub select_page: PreparedStatement,
+    pub(crate) select_page: PreparedStatement,
     /// A partition's newest full impressions, `LIMIT ?`.
-    pub select_newest: PreparedStatement,
+    pub(crate) select_newest: PreparedStatement,
 }
 
 impl EventStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [
             insert_impression,
             insert_impression_summary,

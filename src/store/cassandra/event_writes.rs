@@ -30,12 +30,12 @@ const USER_DATA_BYTES_PER_BATCH: usize = 1 << 20;
 const ROWS_IN_FLIGHT: usize = 128;
 
 /// What a write of one partition's events needs: where, with which statements, how.
-pub struct EventWriter<'a> {
-    pub session: &'a Session,
-    pub statements: &'a EventStatements,
-    pub mode: WriteMode,
+pub(crate) struct EventWriter<'a> {
+    pub(crate) session: &'a Session,
+    pub(crate) statements: &'a EventStatements,
+    pub(crate) mode: WriteMode,
     /// Seconds for `USING TTL` (0: never expire).
-    pub ttl: i32,
+    pub(crate) ttl: i32,
 }
 
 /// Runs `insert` for every item, [`ROWS_IN_FLIGHT`] at a time, stopping at the first failure.
@@ -54,13 +54,13 @@ where
 /// their order (migrations/0008_invalid_traffic.cql).
 #[derive(SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
-pub struct Validity {
+pub(crate) struct Validity {
     valid: MaybeUnset<bool>,
     invalid: MaybeUnset<&'static str>,
 }
 
 impl Validity {
-    pub fn of(invalid: Option<InvalidReason>) -> Self {
+    pub(crate) fn of(invalid: Option<InvalidReason>) -> Self {
         match invalid {
             None => Self {
                 valid: MaybeUnset::Set(true),
@@ -75,7 +75,7 @@ impl Validity {
 }
 
 /// A user agent as a bound value: unset when there is none (no tombstone).
-pub fn user_agent(agent: Option<&UserAgent>) -> MaybeUnset<&str> {
+pub(crate) fn user_agent(agent: Option<&UserAgent>) -> MaybeUnset<&str> {
     agent.map_or(MaybeUnset::Unset, |agent| MaybeUnset::Set(agent.as_str()))
 }
 
@@ -234,7 +234,7 @@ fn impression_chunks(impressions: &[Impression]) -> Vec<&[Impression]> {
     chunks
 }
 
-pub async fn write_impressions(
+pub(crate) async fn write_impressions(
     writer: &EventWriter<'_>,
     partition: &EventPartition,
     impressions: &[Impression],
@@ -289,7 +289,7 @@ pub async fn write_impressions(
     Ok(())
 }
 
-pub async fn write_clicks(
+pub(crate) async fn write_clicks(
     writer: &EventWriter<'_>,
     partition: &EventPartition,
     clicks: &[Click],

@@ -20,7 +20,7 @@ use scylla::statement::prepared::PreparedStatement;
 const FIRST_DAY_TIMESTAMPS: i64 = 1 << 50;
 const FEATURE_ROWS_IN_FLIGHT: usize = 64;
 
-pub struct ListingStatements {
+pub(crate) struct ListingStatements {
     write_first_day: PreparedStatement,
     write_last_day: PreparedStatement,
     select_listing: PreparedStatement,
@@ -29,7 +29,10 @@ pub struct ListingStatements {
 }
 
 impl ListingStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [
             write_first_day,
             write_last_day,

@@ -65,14 +65,14 @@ pub struct MigrationReport {
 /// A migration as recorded in `schema_migrations`.
 #[derive(Debug, Clone)]
 pub struct AppliedMigration {
-    pub file_name: String,
+    pub(crate) file_name: String,
     pub checksum: String,
 }
 
 /// Creates the keyspace if needed and applies every pending migration in order.
 ///
 /// A no-op that writes nothing when everything is applied already.
-pub async fn migrate(
+pub(crate) async fn migrate(
     session: &Session,
     keyspace: &KeyspaceName,
     replication: &Replication,

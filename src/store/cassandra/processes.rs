@@ -21,7 +21,7 @@ use uuid::Uuid;
 /// Every process's report lives in this partition.
 const SHARD: i32 = 0;
 
-pub struct ProcessStatements {
+pub(crate) struct ProcessStatements {
     insert_report: PreparedStatement,
     select_reports: PreparedStatement,
     delete_report: PreparedStatement,
@@ -32,7 +32,10 @@ pub struct ProcessStatements {
 }
 
 impl ProcessStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [
             insert_report,
             select_reports,

@@ -21,7 +21,7 @@ const BYTES_PER_BATCH: usize = 4 * 1024;
 /// [`BYTES_PER_BATCH`] together. `owner` gives a row's first replica; `None` (the driver does
 /// not know the table yet) groups the row with the other unknowns, which is still correct,
 /// only less local.
-pub fn by_replica<T>(
+pub(crate) fn by_replica<T>(
     rows: Vec<T>,
     owner: impl Fn(&T) -> Option<Uuid>,
     bytes: impl Fn(&T) -> usize,
@@ -54,7 +54,7 @@ pub fn by_replica<T>(
 
 /// The host id of the first replica of `partition_key` in `keyspace.table`, as the driver's
 /// view of the ring has it.
-pub fn first_replica(
+pub(crate) fn first_replica(
     session: &Session,
     keyspace: &str,
     table: &str,

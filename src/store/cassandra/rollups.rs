@@ -34,7 +34,7 @@ const ROWS_IN_FLIGHT: usize = 64;
 const CAMPAIGN_DAY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
 const SITE_COMBINATION: &str = "site = ? AND day = ? AND combination = ?";
 
-pub struct RollupStatements {
+pub(crate) struct RollupStatements {
     insert_slice: PreparedStatement,
     insert_reach: PreparedStatement,
     select_slices: PreparedStatement,
@@ -48,7 +48,10 @@ pub struct RollupStatements {
 }
 
 impl RollupStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [
             insert_slice,
             insert_reach,

@@ -46,7 +46,7 @@ impl SealTable {
     }
 }
 
-pub struct SealStatements {
+pub(crate) struct SealStatements {
     campaign_seals: SealTable,
     site_seals: SealTable,
     insert_late_index: PreparedStatement,
@@ -58,7 +58,10 @@ pub struct SealStatements {
 }
 
 impl SealStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let (campaign_seals, site_seals, day_index) = futures::try_join!(
             SealTable::prepare(
                 session,
@@ -159,7 +162,7 @@ struct StoredCampaignDay {
 /// Marks an owner-day sealed from `read_started`, written `USING TIMESTAMP` of that instant
 /// so that of two seals the one whose read started later wins. Called once a rollup's rows
 /// are all written.
-pub async fn mark_sealed(
+pub(crate) async fn mark_sealed(
     store: &CassandraStore,
     owner: &Owner,
     day: Day,

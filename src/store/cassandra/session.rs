@@ -10,7 +10,7 @@ use scylla::policies::load_balancing::DefaultPolicy;
 use scylla::statement::Consistency;
 
 /// Connects to the cluster. The keyspace may not exist yet: statements name it explicitly.
-pub async fn connect(config: &CassandraConfig) -> Result<Session, StoreError> {
+pub(crate) async fn connect(config: &CassandraConfig) -> Result<Session, StoreError> {
     let mut policy = DefaultPolicy::builder().token_aware(true);
     if let Some(datacenter) = &config.local_datacenter {
         // Stay in the local datacenter: LOCAL_QUORUM means nothing if the coordinator is remote.

@@ -17,7 +17,7 @@ use scylla::DeserializeRow;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
-pub struct SettingsStatements {
+pub(crate) struct SettingsStatements {
     select_campaign: PreparedStatement,
     insert_campaign: PreparedStatement,
     select_site: PreparedStatement,
@@ -25,7 +25,10 @@ pub struct SettingsStatements {
 }
 
 impl SettingsStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [select_campaign, insert_campaign, select_site, insert_site] = prepare_all(
             session,
             [

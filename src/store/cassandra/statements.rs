@@ -15,7 +15,7 @@ use scylla::statement::prepared::PreparedStatement;
 use uuid::Uuid;
 
 /// The partition key of every event table, as bound in its statements.
-pub const EVENT_PARTITION: &str =
+pub(crate) const EVENT_PARTITION: &str =
     "advertiser_id = ? AND campaign_id = ? AND day = ? AND bucket_id = ?";
 
 /// Prepares one statement. Every statement of this store writes absolute values or reads, so
@@ -35,7 +35,7 @@ async fn prepare_one(session: &Session, cql: String) -> Result<PreparedStatement
 }
 
 /// Prepares several statements at once, in the order given.
-pub async fn prepare_all<const N: usize>(
+pub(crate) async fn prepare_all<const N: usize>(
     session: &Session,
     cql: [String; N],
 ) -> Result<[PreparedStatement; N], StoreError> {
@@ -47,9 +47,9 @@ pub async fn prepare_all<const N: usize>(
 }
 
 /// The partition key columns of an event table, bound first in every event statement.
-pub type PartitionValues = (Uuid, Uuid, NaiveDate, i16);
+pub(crate) type PartitionValues = (Uuid, Uuid, NaiveDate, i16);
 
-pub fn partition_values(partition: &EventPartition) -> PartitionValues {
+pub(crate) fn partition_values(partition: &EventPartition) -> PartitionValues {
     (
         partition.campaign.advertiser_id.as_uuid(),
         partition.campaign.campaign_id.as_uuid(),
@@ -60,7 +60,7 @@ pub fn partition_values(partition: &EventPartition) -> PartitionValues {
 }
 
 /// Every row a paged statement returns, fetched page by page.
-pub async fn read_all<R>(
+pub(crate) async fn read_all<R>(
     session: &Session,
     statement: &PreparedStatement,
     values: impl scylla::serialize::row::SerializeRow,
@@ -84,7 +84,7 @@ where
 }
 
 /// The first row of an unpaged statement's answer, if any.
-pub async fn read_one<R>(
+pub(crate) async fn read_one<R>(
     session: &Session,
     statement: &PreparedStatement,
     values: impl scylla::serialize::row::SerializeRow,
@@ -105,7 +105,7 @@ where
 
 /// Runs `statement` once per item, with the values `values` makes of it, `in_flight` at a
 /// time, stopping at the first failure.
-pub async fn execute_each<'a, T, V>(
+pub(crate) async fn execute_each<'a, T, V>(
     session: &Session,
     statement: &PreparedStatement,
     items: &'a [T],
@@ -129,7 +129,7 @@ where
 }
 
 /// Runs one statement once, for its effect.
-pub async fn execute(
+pub(crate) async fn execute(
     session: &Session,
     statement: &PreparedStatement,
     values: impl scylla::serialize::row::SerializeRow,
@@ -143,7 +143,7 @@ pub async fn execute(
 }
 
 /// Sorts a failed execution of a prepared statement.
-pub fn failed(context: &str) -> impl Fn(scylla::errors::ExecutionError) -> StoreError + '_ {
+pub(crate) fn failed(context: &str) -> impl Fn(scylla::errors::ExecutionError) -> StoreError + '_ {
     move |error| execution_error(context, error)
 }
 

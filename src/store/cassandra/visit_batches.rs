@@ -29,17 +29,17 @@ use tokio::sync::oneshot;
 /// Beacons per unlogged single-partition batch. Single-partition batches are exempt from
 /// Cassandra's batch-size warnings (CASSANDRA-10876); a beacon is at most a few KiB, so a batch
 /// stays far below the mutation limit.
-pub const VISITS_PER_BATCH: usize = 100;
+pub(crate) const VISITS_PER_BATCH: usize = 100;
 
 /// Beacons waiting for a write at once, over all partitions: while the store is slow, callers
 /// that hang up could otherwise queue beacons faster than they are written. Past it a beacon
 /// is refused as "store unavailable" (503, retry later), never queued.
-pub const MAX_WAITING_BEACONS: usize = 16_384;
+pub(crate) const MAX_WAITING_BEACONS: usize = 16_384;
 
 /// The bound values of a `visit` insert.
 #[derive(SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
-pub struct VisitValues<'a> {
+pub(crate) struct VisitValues<'a> {
     site: &'a str,
     day: NaiveDate,
     bucket_id: i16,
@@ -53,7 +53,7 @@ pub struct VisitValues<'a> {
 }
 
 impl<'a> VisitValues<'a> {
-    pub fn new(partition: &'a VisitPartition, visit: &'a Beacon, ttl: i32) -> Self {
+    pub(crate) fn new(partition: &'a VisitPartition, visit: &'a Beacon, ttl: i32) -> Self {
         let (site, day, bucket_id) = visit_partition_values(partition);
         Self {
             site,
@@ -72,16 +72,16 @@ impl<'a> VisitValues<'a> {
 /// What writing a partition's beacons needs; owned, so a write outlives the request that
 /// started it (a client that hangs up does not strand the beacons waiting behind it).
 #[derive(Clone)]
-pub struct VisitWriter {
-    pub session: Arc<Session>,
-    pub insert_visit: PreparedStatement,
+pub(crate) struct VisitWriter {
+    pub(crate) session: Arc<Session>,
+    pub(crate) insert_visit: PreparedStatement,
     /// Seconds for `USING TTL` (0: never expire).
-    pub ttl: i32,
+    pub(crate) ttl: i32,
 }
 
 impl VisitWriter {
     /// Writes one partition's beacons: alone as one statement, together in batches.
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         partition: &VisitPartition,
         visits: &[Beacon],
@@ -135,7 +135,7 @@ struct Waiting {
 
 /// The partitions with a write in flight, each with the beacons waiting for the next one.
 #[derive(Default)]
-pub struct VisitBatches {
+pub(crate) struct VisitBatches {
     queues: Mutex<Queues>,
 }
 
@@ -198,7 +198,7 @@ impl Queues {
 
 impl VisitBatches {
     /// Stores `visit` in `partition`, together with whatever else waits for that partition.
-    pub async fn write(
+    pub(crate) async fn write(
         self: &Arc<Self>,
         writer: &VisitWriter,
         partition: &VisitPartition,

@@ -24,7 +24,7 @@ use uuid::Uuid;
 /// Requests of sketch rows (one row, or a batch of rows on one node) in flight at once.
 const SKETCHES_IN_FLIGHT: usize = 64;
 
-pub struct VisitStatements {
+pub(crate) struct VisitStatements {
     insert_visit: PreparedStatement,
     select_visits: PreparedStatement,
     insert_sketch: PreparedStatement,
@@ -32,7 +32,10 @@ pub struct VisitStatements {
 }
 
 impl VisitStatements {
-    pub async fn prepare(session: &Session, keyspace: &KeyspaceName) -> Result<Self, StoreError> {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
         let [insert_visit, select_visits, insert_sketch, select_sketches] = prepare_all(
             session,
             [

@@ -69,7 +69,7 @@ fn decode_key(id: &[u8], value: &[u8]) -> Option<ApiKey> {
 }
 
 /// A site profile as stored (also written by the format upgrade that registers old sites).
-pub fn site_value(profile: &SiteProfile) -> Vec<u8> {
+pub(crate) fn site_value(profile: &SiteProfile) -> Vec<u8> {
     let stored = StoredSite {
         allowed_origins: profile
             .allowed_origins

@@ -12,26 +12,26 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// Keys (table, key) one write call removes; never also among its rows.
-pub type Removals = Vec<(Table, Vec<u8>)>;
+pub(crate) type Removals = Vec<(Table, Vec<u8>)>;
 
 /// A row written only if its key holds no value that `keeps` (an invalid copy of an event,
 /// which must not replace a valid copy: an event is valid if any copy is). The check and the
 /// write happen in the commit thread, in order, so no other write slips between them.
-pub struct Guarded {
-    pub table: Table,
-    pub key: Vec<u8>,
-    pub value: Vec<u8>,
-    pub keeps: fn(&[u8]) -> bool,
+pub(crate) struct Guarded {
+    pub(crate) table: Table,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+    pub(crate) keeps: fn(&[u8]) -> bool,
 }
 
 /// A record for the log under `prefix` in `table`. The commit thread stores the records of every
 /// call in its group that share a prefix as one row: the prefix, then the commit's number
 /// ([`log_key`]), holding the records in the order they arrived ([`log_records`] reads them
 /// back). Readers see every record ever appended, duplicates included.
-pub struct Appended {
-    pub table: Table,
-    pub prefix: Vec<u8>,
-    pub record: Vec<u8>,
+pub(crate) struct Appended {
+    pub(crate) table: Table,
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) record: Vec<u8>,
 }
 
 /// Where the number of the next commit with log records is kept, in the meta table. It is
@@ -53,7 +53,7 @@ struct Pending {
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-pub struct Committer {
+pub(crate) struct Committer {
     queue: mpsc::SyncSender<Pending>,
     thread: std::thread::JoinHandle<()>,
     /// Why the latest commit failed; `None` once one succeeds.
@@ -62,7 +62,7 @@ pub struct Committer {
 
 impl Committer {
     /// Starts the commit thread; it ends when the last handle to the store is dropped.
-    pub fn start(tables: Arc<Tables>) -> Result<Self, StoreError> {
+    pub(crate) fn start(tables: Arc<Tables>) -> Result<Self, StoreError> {
         let (queue, pending) = mpsc::sync_channel(MAX_WAITING_CALLS);
         let failing = Arc::new(Mutex::new(None));
         let outcomes = Arc::clone(&failing);
@@ -79,12 +79,12 @@ impl Committer {
     }
 
     /// Whether writes can still commit (for readiness).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         !self.thread.is_finished()
     }
 
     /// Why the latest commit failed (a journal write or fsync), until one succeeds again.
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         self.failing
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -92,12 +92,12 @@ impl Committer {
     }
 
     /// Applies `rows` atomically; returns once they are durable.
-    pub async fn commit(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
+    pub(crate) async fn commit(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
         self.commit_replacing(context, Vec::new(), rows).await
     }
 
     /// Removes `removals` and applies `rows` atomically; returns once they are durable.
-    pub async fn commit_replacing(
+    pub(crate) async fn commit_replacing(
         &self,
         context: &'static str,
         removals: Removals,
@@ -109,7 +109,7 @@ impl Committer {
 
     /// Applies `rows`, and each of `guarded` unless its key holds a value it keeps,
     /// atomically; returns once they are durable.
-    pub async fn commit_guarded(
+    pub(crate) async fn commit_guarded(
         &self,
         context: &'static str,
         rows: Rows,
@@ -120,7 +120,7 @@ impl Committer {
     }
 
     /// Appends `records` to their logs atomically; returns once they are durable.
-    pub async fn commit_appended(
+    pub(crate) async fn commit_appended(
         &self,
         context: &'static str,
         records: Vec<Appended>,
@@ -188,7 +188,7 @@ fn kept_guarded(tables: &Tables, rows: &[Rows], guarded: Vec<Guarded>) -> Rows {
 }
 
 /// The key of a log row: its prefix, then the number of the commit that wrote it.
-pub fn log_key(prefix: &[u8], number: u64) -> Vec<u8> {
+pub(crate) fn log_key(prefix: &[u8], number: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + 8);
     key.extend_from_slice(prefix);
     key.extend_from_slice(&number.to_be_bytes());
@@ -197,7 +197,7 @@ pub fn log_key(prefix: &[u8], number: u64) -> Vec<u8> {
 
 /// The records of one log row, in the order they were appended; `None` in place of a record
 /// whose length runs past the row (a damaged row).
-pub fn log_records(row: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
+pub(crate) fn log_records(row: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
     let mut rest = Some(row);
     std::iter::from_fn(move || {
         let bytes = rest?;

@@ -10,52 +10,52 @@ use std::sync::Arc;
 /// Engine calls (reads, mostly) run at once. A query's fan-out of 64 partition reads would
 /// otherwise start 64 blocking threads, each keeping its own allocator pages: hundreds of MB
 /// of memory for no speed on a few cores (the engine reads from the page cache, CPU-bound).
-pub const ENGINE_CALLS_IN_FLIGHT: usize = 8;
+pub(crate) const ENGINE_CALLS_IN_FLIGHT: usize = 8;
 
 /// One fjall keyspace per table of the Cassandra schema.
-pub struct Tables {
-    pub db: Database,
-    pub impression: Keyspace,
-    pub impression_summary: Keyspace,
-    pub click: Keyspace,
-    pub click_by_impression: Keyspace,
-    pub campaign_config: Keyspace,
+pub(crate) struct Tables {
+    pub(crate) db: Database,
+    pub(crate) impression: Keyspace,
+    pub(crate) impression_summary: Keyspace,
+    pub(crate) click: Keyspace,
+    pub(crate) click_by_impression: Keyspace,
+    pub(crate) campaign_config: Keyspace,
     /// Beacons of format 3 folders, one row each; read, no longer written.
-    pub visit: Keyspace,
+    pub(crate) visit: Keyspace,
     /// Beacons, one row per partition and commit ([`super::committer::Appended`]).
-    pub visit_log: Keyspace,
-    pub site_config: Keyspace,
-    pub visit_sketch: Keyspace,
-    pub site_day: Keyspace,
-    pub campaign_day: Keyspace,
-    pub campaign_rollup: Keyspace,
-    pub campaign_reach: Keyspace,
-    pub campaign_seal: Keyspace,
-    pub site_visits: Keyspace,
-    pub site_reach: Keyspace,
-    pub site_seal: Keyspace,
-    pub api_key: Keyspace,
-    pub tag_secret: Keyspace,
-    pub site_registry: Keyspace,
-    pub late_day: Keyspace,
-    pub process: Keyspace,
-    pub process_mark: Keyspace,
-    pub delivery_live: Keyspace,
-    pub delivery_sealed: Keyspace,
-    pub delivery_windows: Keyspace,
-    pub owner_listing: Keyspace,
-    pub site_features: Keyspace,
+    pub(crate) visit_log: Keyspace,
+    pub(crate) site_config: Keyspace,
+    pub(crate) visit_sketch: Keyspace,
+    pub(crate) site_day: Keyspace,
+    pub(crate) campaign_day: Keyspace,
+    pub(crate) campaign_rollup: Keyspace,
+    pub(crate) campaign_reach: Keyspace,
+    pub(crate) campaign_seal: Keyspace,
+    pub(crate) site_visits: Keyspace,
+    pub(crate) site_reach: Keyspace,
+    pub(crate) site_seal: Keyspace,
+    pub(crate) api_key: Keyspace,
+    pub(crate) tag_secret: Keyspace,
+    pub(crate) site_registry: Keyspace,
+    pub(crate) late_day: Keyspace,
+    pub(crate) process: Keyspace,
+    pub(crate) process_mark: Keyspace,
+    pub(crate) delivery_live: Keyspace,
+    pub(crate) delivery_sealed: Keyspace,
+    pub(crate) delivery_windows: Keyspace,
+    pub(crate) owner_listing: Keyspace,
+    pub(crate) site_features: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
-    pub meta: Keyspace,
-    pub persist: PersistMode,
+    pub(crate) meta: Keyspace,
+    pub(crate) persist: PersistMode,
 }
 
 /// Rows (table, key, value) one write call applies.
-pub type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
+pub(crate) type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
 
 /// A table, named for the write batches that list their rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Table {
+pub(crate) enum Table {
     Impression,
     ImpressionSummary,
     Click,
@@ -88,7 +88,7 @@ pub enum Table {
 }
 
 impl Tables {
-    pub fn get(&self, table: Table) -> &Keyspace {
+    pub(crate) fn get(&self, table: Table) -> &Keyspace {
         match table {
             Table::Impression => &self.impression,
             Table::ImpressionSummary => &self.impression_summary,
@@ -125,7 +125,7 @@ impl Tables {
 
 /// Sorts an engine failure: a folder that failed a write earlier stays failed until restart
 /// (not worth a retry); anything else (I/O pressure) may pass.
-pub fn engine_failure(context: &str, error: Arc<fjall::Error>) -> StoreError {
+pub(crate) fn engine_failure(context: &str, error: Arc<fjall::Error>) -> StoreError {
     match error.as_ref() {
         fjall::Error::Poisoned | fjall::Error::Unrecoverable => StoreError::Internal {
             context: format!(
@@ -140,17 +140,17 @@ pub fn engine_failure(context: &str, error: Arc<fjall::Error>) -> StoreError {
     }
 }
 
-pub fn engine_error(context: &str, error: fjall::Error) -> StoreError {
+pub(crate) fn engine_error(context: &str, error: fjall::Error) -> StoreError {
     engine_failure(context, Arc::new(error))
 }
 
 /// A stored row that does not decode: a bug or a damaged folder, never worth a retry.
-pub fn corrupt(context: &str) -> StoreError {
+pub(crate) fn corrupt(context: &str) -> StoreError {
     StoreError::internal(context, Message("a stored row does not decode".into()))
 }
 
 /// Every (key, value) a scan returns, in key order.
-pub type KeyValues = Vec<(fjall::Slice, fjall::Slice)>;
+pub(crate) type KeyValues = Vec<(fjall::Slice, fjall::Slice)>;
 
 impl EmbeddedStore {
     /// Runs engine work off the async threads, at most [`ENGINE_CALLS_IN_FLIGHT`] at once.

@@ -9,9 +9,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
 /// Campaign (32 bytes) + UTC day (4) + bucket (2).
-pub const PARTITION_LEN: usize = 38;
+pub(crate) const PARTITION_LEN: usize = 38;
 /// An event key: partition, then time (8), then impression id (16).
-pub const EVENT_KEY_LEN: usize = PARTITION_LEN + 8 + 16;
+pub(crate) const EVENT_KEY_LEN: usize = PARTITION_LEN + 8 + 16;
 
 fn campaign_bytes(key: &mut Vec<u8>, campaign: CampaignKey) {
     key.extend_from_slice(campaign.advertiser_id.as_uuid().as_bytes());
@@ -19,11 +19,11 @@ fn campaign_bytes(key: &mut Vec<u8>, campaign: CampaignKey) {
 }
 
 /// Signed integers with the sign bit flipped sort like the numbers they encode.
-pub fn ordered_i64(value: i64) -> [u8; 8] {
+pub(crate) fn ordered_i64(value: i64) -> [u8; 8] {
     ((value as u64) ^ (1 << 63)).to_be_bytes()
 }
 
-pub fn decode_ordered_i64(bytes: &[u8]) -> Option<i64> {
+pub(crate) fn decode_ordered_i64(bytes: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 63)) as i64)
 }
 
@@ -36,12 +36,12 @@ fn days_since_epoch(day: NaiveDate) -> i32 {
 }
 
 /// A UTC day in key order.
-pub fn day_bytes(day: Day) -> [u8; 4] {
+pub(crate) fn day_bytes(day: Day) -> [u8; 4] {
     ordered_i32(days_since_epoch(day.date()))
 }
 
 /// A UTC day back from [`day_bytes`].
-pub fn decode_day(bytes: &[u8]) -> Option<Day> {
+pub(crate) fn decode_day(bytes: &[u8]) -> Option<Day> {
     let days = (u32::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 31)) as i32;
     NaiveDate::default()
         .checked_add_signed(chrono::TimeDelta::days(i64::from(days)))
@@ -49,7 +49,7 @@ pub fn decode_day(bytes: &[u8]) -> Option<Day> {
 }
 
 /// The key prefix every row of `partition` starts with.
-pub fn partition_prefix(partition: &EventPartition) -> Vec<u8> {
+pub(crate) fn partition_prefix(partition: &EventPartition) -> Vec<u8> {
     let mut key = Vec::with_capacity(EVENT_KEY_LEN);
     campaign_bytes(&mut key, partition.campaign);
     key.extend_from_slice(&day_bytes(partition.day));
@@ -58,7 +58,11 @@ pub fn partition_prefix(partition: &EventPartition) -> Vec<u8> {
 }
 
 /// An event row: newest first within the partition, then by impression id.
-pub fn event_key(partition: &EventPartition, at: DateTime<Utc>, id: ImpressionId) -> Vec<u8> {
+pub(crate) fn event_key(
+    partition: &EventPartition,
+    at: DateTime<Utc>,
+    id: ImpressionId,
+) -> Vec<u8> {
     let mut key = partition_prefix(partition);
     key.extend_from_slice(&ordered_i64(!at.timestamp_millis()));
     key.extend_from_slice(id.as_uuid().as_bytes());
@@ -66,7 +70,7 @@ pub fn event_key(partition: &EventPartition, at: DateTime<Utc>, id: ImpressionId
 }
 
 /// Time and impression id back from an event key.
-pub fn decode_event_key(key: &[u8]) -> Option<(DateTime<Utc>, ImpressionId)> {
+pub(crate) fn decode_event_key(key: &[u8]) -> Option<(DateTime<Utc>, ImpressionId)> {
     let time: [u8; 8] = key.get(PARTITION_LEN..PARTITION_LEN + 8)?.try_into().ok()?;
     let id = Uuid::from_slice(key.get(PARTITION_LEN + 8..EVENT_KEY_LEN)?).ok()?;
     let millis = !((u64::from_be_bytes(time) ^ (1 << 63)) as i64);
@@ -77,7 +81,7 @@ pub fn decode_event_key(key: &[u8]) -> Option<(DateTime<Utc>, ImpressionId)> {
 }
 
 /// The prefix of one impression's click-index rows.
-pub fn click_index_prefix(campaign: CampaignKey, id: ImpressionId) -> Vec<u8> {
+pub(crate) fn click_index_prefix(campaign: CampaignKey, id: ImpressionId) -> Vec<u8> {
     let mut key = Vec::with_capacity(56);
     campaign_bytes(&mut key, campaign);
     key.extend_from_slice(id.as_uuid().as_bytes());
@@ -85,31 +89,35 @@ pub fn click_index_prefix(campaign: CampaignKey, id: ImpressionId) -> Vec<u8> {
 }
 
 /// A click-index row: oldest click first, so the first row is the first click.
-pub fn click_index_key(campaign: CampaignKey, id: ImpressionId, at: DateTime<Utc>) -> Vec<u8> {
+pub(crate) fn click_index_key(
+    campaign: CampaignKey,
+    id: ImpressionId,
+    at: DateTime<Utc>,
+) -> Vec<u8> {
     let mut key = click_index_prefix(campaign, id);
     key.extend_from_slice(&ordered_i64(at.timestamp_millis()));
     key
 }
 
-pub fn decode_click_index_time(key: &[u8]) -> Option<DateTime<Utc>> {
+pub(crate) fn decode_click_index_time(key: &[u8]) -> Option<DateTime<Utc>> {
     let time: [u8; 8] = key.get(48..56)?.try_into().ok()?;
     DateTime::from_timestamp_millis((u64::from_be_bytes(time) ^ (1 << 63)) as i64)
 }
 
-pub fn campaign_prefix(campaign: CampaignKey) -> Vec<u8> {
+pub(crate) fn campaign_prefix(campaign: CampaignKey) -> Vec<u8> {
     let mut key = Vec::with_capacity(40);
     campaign_bytes(&mut key, campaign);
     key
 }
 
 /// A campaign-settings row, ordered by the instant it takes effect.
-pub fn settings_key(campaign: CampaignKey, effective_from: DateTime<Utc>) -> Vec<u8> {
+pub(crate) fn settings_key(campaign: CampaignKey, effective_from: DateTime<Utc>) -> Vec<u8> {
     let mut key = campaign_prefix(campaign);
     key.extend_from_slice(&ordered_i64(effective_from.timestamp_millis()));
     key
 }
 
-pub fn decode_settings_time(key: &[u8]) -> Option<DateTime<Utc>> {
+pub(crate) fn decode_settings_time(key: &[u8]) -> Option<DateTime<Utc>> {
     let time: [u8; 8] = key.get(32..40)?.try_into().ok()?;
     DateTime::from_timestamp_millis((u64::from_be_bytes(time) ^ (1 << 63)) as i64)
 }

@@ -58,17 +58,17 @@ pub struct EmbeddedConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineMemory {
     /// The most one table keeps in memory before it writes a segment to disk.
-    pub memtable_bytes: u64,
+    pub(crate) memtable_bytes: u64,
     /// Decoded blocks of segments kept for reads.
-    pub cache_bytes: u64,
+    pub(crate) cache_bytes: u64,
     /// The journals' total size on disk; past it the engine writes the oldest memtables out,
     /// so it also bounds how much unwritten data all the tables hold in memory together.
-    pub journal_bytes: u64,
+    pub(crate) journal_bytes: u64,
 }
 
 impl EngineMemory {
     /// The smallest journal the engine accepts.
-    pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+    pub(crate) const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 }
 
 impl Default for EngineMemory {

@@ -15,7 +15,7 @@ const FORMAT_VERSION: u32 = 4;
 
 /// Opens (or creates) the tables in `config.data_dir`, refusing a folder another process
 /// holds, and brings an older layout up to [`FORMAT_VERSION`].
-pub fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
+pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError> {
     let folder = config.data_dir.display();
     std::fs::create_dir_all(&config.data_dir).map_err(|error| {
         StoreError::internal(format!("cannot create the data folder {folder}"), error)

@@ -11,14 +11,14 @@ use uuid::Uuid;
 const DAY_PREFIX_LEN: usize = 36;
 
 /// Every row of one campaign-day in a rollup table starts with this.
-pub fn campaign_day_prefix(campaign: CampaignKey, day: Day) -> Vec<u8> {
+pub(crate) fn campaign_day_prefix(campaign: CampaignKey, day: Day) -> Vec<u8> {
     let mut key = campaign_prefix(campaign);
     key.extend_from_slice(&day_bytes(day));
     key
 }
 
 /// A slice or reach row: its time unit (slice or hour since the epoch), then the ad.
-pub fn rollup_key(campaign: CampaignKey, day: Day, unit: i64, ad: AdId) -> Vec<u8> {
+pub(crate) fn rollup_key(campaign: CampaignKey, day: Day, unit: i64, ad: AdId) -> Vec<u8> {
     let mut key = campaign_day_prefix(campaign, day);
     key.extend_from_slice(&ordered_i64(unit));
     key.extend_from_slice(ad.as_uuid().as_bytes());
@@ -27,7 +27,7 @@ pub fn rollup_key(campaign: CampaignKey, day: Day, unit: i64, ad: AdId) -> Vec<u
 
 /// A reach row: its level, hour (since the epoch) and ad (nil for campaign levels), so one
 /// level of a day is one prefix.
-pub fn reach_key(campaign: CampaignKey, day: Day, row: &RollupReach) -> Vec<u8> {
+pub(crate) fn reach_key(campaign: CampaignKey, day: Day, row: &RollupReach) -> Vec<u8> {
     let mut key = reach_level_prefix(campaign, day, row.level);
     key.extend_from_slice(&ordered_i64(row.hour));
     let ad = row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default();
@@ -35,13 +35,13 @@ pub fn reach_key(campaign: CampaignKey, day: Day, row: &RollupReach) -> Vec<u8> 
     key
 }
 
-pub fn reach_level_prefix(campaign: CampaignKey, day: Day, level: ReachLevel) -> Vec<u8> {
+pub(crate) fn reach_level_prefix(campaign: CampaignKey, day: Day, level: ReachLevel) -> Vec<u8> {
     let mut key = campaign_day_prefix(campaign, day);
     key.push(level.code());
     key
 }
 
-pub fn decode_reach_row(key: &[u8], sketch: &[u8]) -> Option<RollupReach> {
+pub(crate) fn decode_reach_row(key: &[u8], sketch: &[u8]) -> Option<RollupReach> {
     let level = ReachLevel::from_code(*key.get(DAY_PREFIX_LEN)?)?;
     let hour = decode_ordered_i64(key.get(DAY_PREFIX_LEN + 1..DAY_PREFIX_LEN + 9)?)?;
     let ad = Uuid::from_slice(key.get(DAY_PREFIX_LEN + 9..DAY_PREFIX_LEN + 25)?).ok()?;
@@ -53,36 +53,36 @@ pub fn decode_reach_row(key: &[u8], sketch: &[u8]) -> Option<RollupReach> {
     })
 }
 
-pub fn decode_rollup_key(key: &[u8]) -> Option<(i64, AdId)> {
+pub(crate) fn decode_rollup_key(key: &[u8]) -> Option<(i64, AdId)> {
     let unit = decode_ordered_i64(key.get(DAY_PREFIX_LEN..DAY_PREFIX_LEN + 8)?)?;
     let ad = Uuid::from_slice(key.get(DAY_PREFIX_LEN + 8..DAY_PREFIX_LEN + 24)?).ok()?;
     Some((unit, AdId::new(ad)))
 }
 
 /// The seal state's two cells, each with one writer: `sealed_from` and `late_at`.
-pub fn seal_key(campaign: CampaignKey, day: Day, cell: SealCell) -> Vec<u8> {
+pub(crate) fn seal_key(campaign: CampaignKey, day: Day, cell: SealCell) -> Vec<u8> {
     let mut key = campaign_day_prefix(campaign, day);
     key.push(cell as u8);
     key
 }
 
 #[derive(Debug, Clone, Copy)]
-pub enum SealCell {
+pub(crate) enum SealCell {
     SealedFrom = b'S' as isize,
     LateAt = b'L' as isize,
 }
 
-pub fn day_index_prefix(day: Day) -> Vec<u8> {
+pub(crate) fn day_index_prefix(day: Day) -> Vec<u8> {
     day_bytes(day).to_vec()
 }
 
-pub fn day_index_key(day: Day, campaign: CampaignKey) -> Vec<u8> {
+pub(crate) fn day_index_key(day: Day, campaign: CampaignKey) -> Vec<u8> {
     let mut key = day_index_prefix(day);
     key.extend_from_slice(&campaign_prefix(campaign));
     key
 }
 
-pub fn decode_day_index_key(key: &[u8]) -> Option<CampaignKey> {
+pub(crate) fn decode_day_index_key(key: &[u8]) -> Option<CampaignKey> {
     Some(CampaignKey {
         advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(4..20)?).ok()?),
         campaign_id: CampaignId::new(Uuid::from_slice(key.get(20..36)?).ok()?),
@@ -91,7 +91,7 @@ pub fn decode_day_index_key(key: &[u8]) -> Option<CampaignKey> {
 
 /// Counts, 8 bytes each: impressions, clicks, billable impressions, invalid impressions,
 /// invalid clicks (a site slice: valid and invalid visits).
-pub fn counts_value(counts: &[u64]) -> Vec<u8> {
+pub(crate) fn counts_value(counts: &[u64]) -> Vec<u8> {
     counts
         .iter()
         .flat_map(|count| count.to_be_bytes())
@@ -100,7 +100,10 @@ pub fn counts_value(counts: &[u64]) -> Vec<u8> {
 
 /// [`counts_value`] back, `N` counts: those an older row lacks (written before invalid
 /// traffic was counted) are 0; fewer than `required` is a damaged row.
-pub fn decode_counts_value<const N: usize>(value: &[u8], required: usize) -> Option<[u64; N]> {
+pub(crate) fn decode_counts_value<const N: usize>(
+    value: &[u8],
+    required: usize,
+) -> Option<[u64; N]> {
     if !value.len().is_multiple_of(8) || value.len() < required * 8 {
         return None;
     }

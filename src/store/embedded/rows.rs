@@ -18,7 +18,10 @@ use uuid::Uuid;
 const TRAFFIC_MARK: u8 = 0xFE;
 
 /// The traffic part of a row: the copy's reason code, then its user agent (the rest).
-pub fn traffic_suffix(invalid: Option<InvalidReason>, user_agent: Option<&UserAgent>) -> Vec<u8> {
+pub(crate) fn traffic_suffix(
+    invalid: Option<InvalidReason>,
+    user_agent: Option<&UserAgent>,
+) -> Vec<u8> {
     let mut bytes = vec![invalid.map_or(0, InvalidReason::code)];
     if let Some(agent) = user_agent {
         bytes.extend_from_slice(agent.as_str().as_bytes());
@@ -27,7 +30,9 @@ pub fn traffic_suffix(invalid: Option<InvalidReason>, user_agent: Option<&UserAg
 }
 
 /// [`traffic_suffix`] back; an empty part (an older row) is valid with no user agent.
-pub fn decode_traffic_suffix(bytes: &[u8]) -> Option<(Option<InvalidReason>, Option<UserAgent>)> {
+pub(crate) fn decode_traffic_suffix(
+    bytes: &[u8],
+) -> Option<(Option<InvalidReason>, Option<UserAgent>)> {
     let Some((code, agent)) = bytes.split_first() else {
         return Some((None, None));
     };
@@ -42,25 +47,25 @@ fn valid_from(value: &[u8], at: usize) -> bool {
     value.get(at).is_none_or(|code| *code == 0)
 }
 
-pub fn summary_is_valid(value: &[u8]) -> bool {
+pub(crate) fn summary_is_valid(value: &[u8]) -> bool {
     valid_from(value, 32)
 }
 
-pub fn click_is_valid(value: &[u8]) -> bool {
+pub(crate) fn click_is_valid(value: &[u8]) -> bool {
     valid_from(value, 16)
 }
 
-pub fn visit_is_valid(value: &[u8]) -> bool {
+pub(crate) fn visit_is_valid(value: &[u8]) -> bool {
     valid_from(value, 0)
 }
 
-pub fn impression_is_valid(value: &[u8]) -> bool {
+pub(crate) fn impression_is_valid(value: &[u8]) -> bool {
     decode_impression_value(value).is_some_and(|row| row.invalid.is_none())
 }
 
 /// The full impression row: ad, user, ip (tag 0, 4 or 6, then the address), the traffic part
 /// (its mark, reason code, user agent length and bytes), user_data (JSON).
-pub fn impression_value(event: &Impression) -> Vec<u8> {
+pub(crate) fn impression_value(event: &Impression) -> Vec<u8> {
     let mut value = Vec::with_capacity(64);
     value.extend_from_slice(event.ad_id.as_uuid().as_bytes());
     value.extend_from_slice(event.user_id.as_uuid().as_bytes());
@@ -89,17 +94,17 @@ pub fn impression_value(event: &Impression) -> Vec<u8> {
 }
 
 /// The full row's fields besides its key.
-pub struct FullRow {
-    pub ad_id: AdId,
-    pub user_id: UserId,
-    pub user_ip: Option<IpAddr>,
-    pub user_data: BTreeMap<String, String>,
-    pub user_agent: Option<UserAgent>,
-    pub invalid: Option<InvalidReason>,
+pub(crate) struct FullRow {
+    pub(crate) ad_id: AdId,
+    pub(crate) user_id: UserId,
+    pub(crate) user_ip: Option<IpAddr>,
+    pub(crate) user_data: BTreeMap<String, String>,
+    pub(crate) user_agent: Option<UserAgent>,
+    pub(crate) invalid: Option<InvalidReason>,
 }
 
 /// Decodes [`impression_value`].
-pub fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
+pub(crate) fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
     let (ad, user) = decode_two_ids(value)?;
     let rest = value.get(32..)?;
     let (ip, rest) = match rest.first()? {
@@ -139,7 +144,7 @@ pub fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
 }
 
 /// The thin row: ad, user and the copy's reason code.
-pub fn summary_value(event: &Impression) -> Vec<u8> {
+pub(crate) fn summary_value(event: &Impression) -> Vec<u8> {
     let mut value = Vec::with_capacity(33);
     value.extend_from_slice(event.ad_id.as_uuid().as_bytes());
     value.extend_from_slice(event.user_id.as_uuid().as_bytes());
@@ -148,21 +153,21 @@ pub fn summary_value(event: &Impression) -> Vec<u8> {
 }
 
 /// The thin row's reason (none in an older row).
-pub fn decode_summary_invalid(value: &[u8]) -> Option<Option<InvalidReason>> {
+pub(crate) fn decode_summary_invalid(value: &[u8]) -> Option<Option<InvalidReason>> {
     match value.get(32) {
         None => Some(None),
         Some(code) => InvalidReason::from_code(*code).ok(),
     }
 }
 
-pub fn decode_two_ids(value: &[u8]) -> Option<(Uuid, Uuid)> {
+pub(crate) fn decode_two_ids(value: &[u8]) -> Option<(Uuid, Uuid)> {
     Some((
         Uuid::from_slice(value.get(0..16)?).ok()?,
         Uuid::from_slice(value.get(16..32)?).ok()?,
     ))
 }
 
-pub fn decode_one_id(value: &[u8]) -> Option<Uuid> {
+pub(crate) fn decode_one_id(value: &[u8]) -> Option<Uuid> {
     Uuid::from_slice(value.get(0..16)?).ok()
 }
 
@@ -173,7 +178,7 @@ const SETTINGS_WITH_CAPS: u8 = 2;
 
 /// A settings row's value: buckets, then (campaigns) the marker, both caps (a presence byte
 /// and 8 bytes each) and the zone's name.
-pub fn settings_value(buckets: u16, caps: Option<&Caps>) -> Vec<u8> {
+pub(crate) fn settings_value(buckets: u16, caps: Option<&Caps>) -> Vec<u8> {
     let mut value = buckets.to_be_bytes().to_vec();
     if let Some(caps) = caps {
         value.push(SETTINGS_WITH_CAPS);
@@ -186,7 +191,7 @@ pub fn settings_value(buckets: u16, caps: Option<&Caps>) -> Vec<u8> {
     value
 }
 
-pub fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps)> {
+pub(crate) fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps)> {
     let buckets = u16::from_be_bytes(value.get(0..2)?.try_into().ok()?);
     let mut caps = Caps {
         daily_cap: None,

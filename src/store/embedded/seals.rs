@@ -25,7 +25,7 @@ fn seal_table(owner: &Owner) -> Table {
 }
 
 /// The key of one cell of an owner-day's seal state (also written by the rollup writes).
-pub fn seal_cell(owner: &Owner, day: Day, cell: SealCell) -> (Table, Vec<u8>) {
+pub(crate) fn seal_cell(owner: &Owner, day: Day, cell: SealCell) -> (Table, Vec<u8>) {
     let key = match owner {
         Owner::Campaign(campaign) => rollup_keys::seal_key(*campaign, day, cell),
         Owner::Site(site) => site_keys::site_seal_key(site, day, cell as u8),
@@ -41,7 +41,7 @@ fn seal_prefix(owner: &Owner, day: Day) -> Vec<u8> {
 }
 
 /// An instant as a cell value.
-pub fn millis_value(at: DateTime<Utc>) -> Vec<u8> {
+pub(crate) fn millis_value(at: DateTime<Utc>) -> Vec<u8> {
     at.timestamp_millis().to_be_bytes().to_vec()
 }
 

@@ -24,19 +24,19 @@ fn read_text(bytes: &[u8]) -> Option<(&str, &[u8])> {
     Some((value, bytes.get(2 + len..)?))
 }
 
-pub fn site_prefix(site: &SiteId) -> Vec<u8> {
+pub(crate) fn site_prefix(site: &SiteId) -> Vec<u8> {
     let mut key = Vec::with_capacity(64);
     text(&mut key, site.as_str());
     key
 }
 
 /// The site a site-settings (or any site-prefixed) key starts with.
-pub fn decode_site_prefix(key: &[u8]) -> Option<&str> {
+pub(crate) fn decode_site_prefix(key: &[u8]) -> Option<&str> {
     read_text(key).map(|(site, _)| site)
 }
 
 /// The key prefix every beacon of `partition` starts with.
-pub fn visit_prefix(partition: &VisitPartition) -> Vec<u8> {
+pub(crate) fn visit_prefix(partition: &VisitPartition) -> Vec<u8> {
     let mut key = site_prefix(&partition.site);
     key.extend_from_slice(&day_bytes(partition.day));
     key.extend_from_slice(&partition.bucket.get().to_be_bytes());
@@ -45,7 +45,7 @@ pub fn visit_prefix(partition: &VisitPartition) -> Vec<u8> {
 
 /// What tells one beacon of a partition from another: its time (oldest first), guid and
 /// features' canonical text. A format 3 beacon row's key is its partition's prefix and this.
-pub fn visit_identity(at: DateTime<Utc>, guid: &str, features: &str) -> Vec<u8> {
+pub(crate) fn visit_identity(at: DateTime<Utc>, guid: &str, features: &str) -> Vec<u8> {
     let mut identity = Vec::with_capacity(8 + 2 + guid.len() + features.len());
     identity.extend_from_slice(&ordered_i64(at.timestamp_millis()));
     text(&mut identity, guid);
@@ -55,7 +55,7 @@ pub fn visit_identity(at: DateTime<Utc>, guid: &str, features: &str) -> Vec<u8> 
 
 /// A format 3 beacon row's key.
 #[cfg(test)]
-pub fn visit_key(
+pub(crate) fn visit_key(
     partition: &VisitPartition,
     at: DateTime<Utc>,
     guid: &str,
@@ -68,7 +68,10 @@ pub fn visit_key(
 
 /// Time, guid and features back from a beacon key whose partition prefix is `prefix_len` long
 /// (0 for an identity alone).
-pub fn decode_visit_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>, &str, &str)> {
+pub(crate) fn decode_visit_key(
+    key: &[u8],
+    prefix_len: usize,
+) -> Option<(DateTime<Utc>, &str, &str)> {
     let at =
         DateTime::from_timestamp_millis(decode_ordered_i64(key.get(prefix_len..prefix_len + 8)?)?)?;
     let (guid, rest) = read_text(key.get(prefix_len + 8..)?)?;
@@ -76,17 +79,17 @@ pub fn decode_visit_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>,
 }
 
 /// A site-settings row, ordered by the instant it takes effect.
-pub fn site_settings_key(site: &SiteId, effective_from: DateTime<Utc>) -> Vec<u8> {
+pub(crate) fn site_settings_key(site: &SiteId, effective_from: DateTime<Utc>) -> Vec<u8> {
     let mut key = site_prefix(site);
     key.extend_from_slice(&ordered_i64(effective_from.timestamp_millis()));
     key
 }
 
-pub fn decode_site_settings_time(key: &[u8], prefix_len: usize) -> Option<DateTime<Utc>> {
+pub(crate) fn decode_site_settings_time(key: &[u8], prefix_len: usize) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(decode_ordered_i64(key.get(prefix_len..prefix_len + 8)?)?)
 }
 
-pub fn sketch_prefix(partition: &SketchPartition) -> Vec<u8> {
+pub(crate) fn sketch_prefix(partition: &SketchPartition) -> Vec<u8> {
     let mut key = site_prefix(&partition.site);
     key.extend_from_slice(&day_bytes(partition.day));
     text(&mut key, &partition.combination);
@@ -94,14 +97,18 @@ pub fn sketch_prefix(partition: &SketchPartition) -> Vec<u8> {
 }
 
 /// One writer's sketch of one hour: by hour, then writer.
-pub fn sketch_key(partition: &SketchPartition, hour: DateTime<Utc>, writer: Uuid) -> Vec<u8> {
+pub(crate) fn sketch_key(
+    partition: &SketchPartition,
+    hour: DateTime<Utc>,
+    writer: Uuid,
+) -> Vec<u8> {
     let mut key = sketch_prefix(partition);
     key.extend_from_slice(&ordered_i64(hour.timestamp_millis()));
     key.extend_from_slice(writer.as_bytes());
     key
 }
 
-pub fn decode_sketch_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>, Uuid)> {
+pub(crate) fn decode_sketch_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>, Uuid)> {
     let hour =
         DateTime::from_timestamp_millis(decode_ordered_i64(key.get(prefix_len..prefix_len + 8)?)?)?;
     let writer = Uuid::from_slice(key.get(prefix_len + 8..prefix_len + 24)?).ok()?;
@@ -109,40 +116,40 @@ pub fn decode_sketch_key(key: &[u8], prefix_len: usize) -> Option<(DateTime<Utc>
 }
 
 /// The seal state of a site-day: one key per cell (`S`: sealed_from, `L`: late_at).
-pub fn site_seal_prefix(site: &SiteId, day: Day) -> Vec<u8> {
+pub(crate) fn site_seal_prefix(site: &SiteId, day: Day) -> Vec<u8> {
     let mut key = site_prefix(site);
     key.extend_from_slice(&day_bytes(day));
     key
 }
 
-pub fn site_seal_key(site: &SiteId, day: Day, cell: u8) -> Vec<u8> {
+pub(crate) fn site_seal_key(site: &SiteId, day: Day, cell: u8) -> Vec<u8> {
     let mut key = site_seal_prefix(site, day);
     key.push(cell);
     key
 }
 
 /// A sealed site-day's row of one combination: its slice or hour since the epoch.
-pub fn rollup_unit_key(partition: &SketchPartition, unit: i64) -> Vec<u8> {
+pub(crate) fn rollup_unit_key(partition: &SketchPartition, unit: i64) -> Vec<u8> {
     let mut key = sketch_prefix(partition);
     key.extend_from_slice(&ordered_i64(unit));
     key
 }
 
-pub fn decode_rollup_unit(key: &[u8], prefix_len: usize) -> Option<i64> {
+pub(crate) fn decode_rollup_unit(key: &[u8], prefix_len: usize) -> Option<i64> {
     decode_ordered_i64(key.get(prefix_len..prefix_len + 8)?)
 }
 
-pub fn site_day_prefix(day: Day) -> Vec<u8> {
+pub(crate) fn site_day_prefix(day: Day) -> Vec<u8> {
     day_bytes(day).to_vec()
 }
 
-pub fn site_day_key(day: Day, site: &SiteId) -> Vec<u8> {
+pub(crate) fn site_day_key(day: Day, site: &SiteId) -> Vec<u8> {
     let mut key = site_day_prefix(day);
     key.extend_from_slice(site.as_str().as_bytes());
     key
 }
 
-pub fn decode_site_day_key(key: &[u8]) -> Option<&str> {
+pub(crate) fn decode_site_day_key(key: &[u8]) -> Option<&str> {
     std::str::from_utf8(key.get(4..)?).ok()
 }
 
