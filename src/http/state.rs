@@ -98,51 +98,33 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// The services behind [`AppState`], and the edge's own limiters.
+/// The services behind [`AppState`], and the edge's own limiters; a handler reaches the
+/// services through it as if they were its fields (`state.ingestor`).
 pub(crate) struct Services {
-    pub(crate) ingestor: Arc<Ingestor>,
-    pub(crate) beacons: Arc<BeaconIngestor>,
-    pub(crate) queries: Arc<Queries>,
-    pub(crate) delivery: Arc<DeliveryService>,
-    pub(crate) settings: Arc<Settings>,
-    pub(crate) access: Arc<Access>,
-    pub(crate) classifier: Arc<Classifier>,
-    pub(crate) readiness: Arc<Readiness>,
-    pub(crate) freshness: Arc<Freshness>,
+    handlers: Handlers,
     pub(crate) limiters: Arc<Limiters>,
     /// The connections the server holds (`/readyz` says when they are all taken).
     pub(crate) connections: Arc<ConnectionSlots>,
     pub(crate) options: Arc<EdgeOptions>,
 }
 
+impl std::ops::Deref for Services {
+    type Target = Handlers;
+
+    fn deref(&self) -> &Handlers {
+        &self.handlers
+    }
+}
+
 impl AppState {
     pub(crate) fn new(handlers: Handlers, options: EdgeOptions) -> Self {
-        let Handlers {
-            ingestor,
-            beacons,
-            queries,
-            delivery,
-            settings,
-            access,
-            classifier,
-            readiness,
-            freshness,
-        } = handlers;
         let limiters = Arc::new(Limiters::new(
             options.rate_limits,
             options.in_flight,
             options.body_limits.max_events,
         ));
         Self(Arc::new(Services {
-            ingestor,
-            beacons,
-            queries,
-            delivery,
-            settings,
-            access,
-            classifier,
-            readiness,
-            freshness,
+            handlers,
             limiters,
             connections: Arc::new(ConnectionSlots::new(options.connections.max_connections)),
             options: Arc::new(options),
