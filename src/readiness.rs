@@ -6,6 +6,16 @@ use crate::store::{Store, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Why this process is not ready.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotReady {
+    /// A start-up repair runs: expected, and nothing is wrong.
+    #[error("repairing the counts of a server process that stopped without saving them")]
+    Repairing,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Readiness, owned by the composition root and read by `/readyz`.
 pub(crate) struct Readiness {
     store: Arc<dyn Store>,
@@ -25,7 +35,7 @@ impl Readiness {
 
     /// Whether a start-up repair of a gone process's counts is running: the process is not
     /// ready, and nothing is wrong.
-    pub(crate) fn is_repairing(&self) -> bool {
+    fn is_repairing(&self) -> bool {
         self.repairing.load(Ordering::Acquire)
     }
 
@@ -34,12 +44,11 @@ impl Readiness {
         self.repairing.store(repairing, Ordering::Release);
     }
 
-    /// Whether the store answers, its schema is current and the keys are loaded.
-    pub(crate) async fn check(&self) -> Result<(), StoreError> {
+    /// Whether no repair runs, the store answers, its schema is current and the keys are
+    /// loaded.
+    pub(crate) async fn check(&self) -> Result<(), NotReady> {
         if self.is_repairing() {
-            return Err(StoreError::unavailable_message(
-                "repairing the unique-visitor counts of a server process that stopped without saving them",
-            ));
+            return Err(NotReady::Repairing);
         }
         self.store.check_ready().await?;
         if !self.access.is_ready() {

@@ -168,6 +168,15 @@ impl From<crate::query::QueryError> for ApiError {
     }
 }
 
+impl From<crate::readiness::NotReady> for ApiError {
+    fn from(error: crate::readiness::NotReady) -> Self {
+        match error {
+            crate::readiness::NotReady::Repairing => Self::Repairing,
+            crate::readiness::NotReady::Store(error) => Self::NotReady(error),
+        }
+    }
+}
+
 impl From<crate::beacons::TrackError> for ApiError {
     fn from(error: crate::beacons::TrackError) -> Self {
         match error {

@@ -46,10 +46,7 @@ pub(crate) async fn healthz() -> Json<Status> {
     )
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
-    if state.readiness.is_repairing() {
-        return Err(ApiError::Repairing);
-    }
-    state.readiness.check().await.map_err(ApiError::NotReady)?;
+    state.readiness.check().await?;
     Ok(Json(Status {
         status: "ready",
         connections: Some(if state.connections.full() {
