@@ -126,6 +126,13 @@ impl Reader {
         })
     }
 
+    /// The next answer, which must come within 5 s; `what` says which one, if none does.
+    async fn next(&mut self, what: &str) -> Answer {
+        self.answer(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("no answer within 5 s: {what}"))
+    }
+
     /// Whether the server closes the connection within `limit` (nothing more arrives).
     async fn closed_within(&mut self, limit: Duration) -> bool {
         let mut chunk = [0u8; 1024];
@@ -168,10 +175,7 @@ async fn a_2_mb_batch_sent_after_100_continue_is_accepted_even_when_its_body_tri
         body.len()
     );
     client.write(head.as_bytes()).await;
-    let interim = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an interim answer");
+    let interim = client.next("an interim answer").await;
     assert_eq!(interim.status, 100);
     // Half now, the rest after more than the 1 s head timeout: the body has its own time.
     let (first, rest) = body.split_at(body.len() / 2);
@@ -197,15 +201,11 @@ async fn a_pipelined_half_sent_request_gets_its_408_after_the_first_answer() {
     client
         .write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n")
         .await;
-    let first = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("the first answer");
+    let first = client.next("the first answer").await;
     assert_eq!(first.status, 200);
     let refusal = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("a refusal within the head timeout, not the idle one");
+        .next("a refusal within the head timeout, not the idle one")
+        .await;
     assert_eq!(refusal.status, 408, "{refusal:?}");
     assert_eq!(refusal.json()["error"]["code"], "request_timeout");
     assert_eq!(refusal.header("connection"), Some("close"));
@@ -222,15 +222,9 @@ async fn a_pipelined_oversized_head_gets_its_431_after_the_first_answer() {
         "a".repeat(24 * 1024)
     );
     client.write(requests.as_bytes()).await;
-    let first = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("the first answer");
+    let first = client.next("the first answer").await;
     assert_eq!(first.status, 200);
-    let refusal = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("a refusal");
+    let refusal = client.next("a refusal").await;
     assert_eq!(refusal.status, 431, "{refusal:?}");
     assert_eq!(refusal.json()["error"]["code"], "headers_too_large");
     assert!(client.closed_within(Duration::from_secs(2)).await);
@@ -255,15 +249,9 @@ async fn pipelined_requests_are_all_answered_in_order() {
     }
     client.write(requests.as_bytes()).await;
     for n in 0..5 {
-        let beacon = client
-            .answer(Duration::from_secs(5))
-            .await
-            .expect("the beacon's answer");
+        let beacon = client.next("the beacon's answer").await;
         assert_eq!(beacon.status, 204, "beacon {n}: {beacon:?}");
-        let missing = client
-            .answer(Duration::from_secs(5))
-            .await
-            .expect("the 404");
+        let missing = client.next("the 404").await;
         assert_eq!(missing.status, 404, "after beacon {n}: {missing:?}");
     }
 }
@@ -276,10 +264,7 @@ async fn errors_echo_at_most_64_characters_of_a_path() {
     client
         .write(format!("GET /{long} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
         .await;
-    let missing = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an answer");
+    let missing = client.next("an answer").await;
     assert_eq!(missing.status, 404);
     assert!(missing.body.contains(&"x".repeat(60)), "{}", missing.body);
     assert!(!missing.body.contains(&"x".repeat(65)), "{}", missing.body);
@@ -300,10 +285,7 @@ async fn errors_echo_at_most_64_characters_of_a_path() {
                 .as_bytes(),
         )
         .await;
-    let forbidden = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an answer");
+    let forbidden = client.next("an answer").await;
     assert_eq!(forbidden.status, 403, "{forbidden:?}");
     assert!(
         !forbidden.body.contains(&"x".repeat(65)),
@@ -323,10 +305,7 @@ async fn a_request_id_is_echoed_only_when_short_and_printable() {
                     .as_bytes(),
             )
             .await;
-        let answer = client
-            .answer(Duration::from_secs(5))
-            .await
-            .expect("an answer");
+        let answer = client.next("an answer").await;
         assert_eq!(answer.status, 200);
         answer
             .header("x-request-id")
@@ -363,10 +342,7 @@ async fn an_answer_before_the_body_is_read_says_connection_close_and_the_server_
               Content-Length: 1000\r\n\r\n[{\"impr",
         )
         .await;
-    let unauthorized = client
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an answer");
+    let unauthorized = client.next("an answer").await;
     assert_eq!(unauthorized.status, 401);
     assert_eq!(unauthorized.header("connection"), Some("close"));
     assert!(client.closed_within(Duration::from_secs(5)).await);
@@ -422,10 +398,7 @@ async fn health_probes_are_answered_while_the_connection_cap_is_full() {
         client
             .write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             .await;
-        let answer = client
-            .answer(Duration::from_secs(5))
-            .await
-            .expect("an answer");
+        let answer = client.next("an answer").await;
         assert_eq!(answer.status, 200);
         held.push(client);
     }
@@ -433,10 +406,7 @@ async fn health_probes_are_answered_while_the_connection_cap_is_full() {
     liveness
         .write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await;
-    let alive = liveness
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an answer");
+    let alive = liveness.next("an answer").await;
     assert_eq!(alive.status, 200, "{alive:?}");
     assert_eq!(alive.header("connection"), Some("close"));
 
@@ -444,10 +414,7 @@ async fn health_probes_are_answered_while_the_connection_cap_is_full() {
     readiness
         .write(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await;
-    let ready = readiness
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an answer");
+    let ready = readiness.next("an answer").await;
     assert_eq!(ready.status, 200, "{ready:?}");
     assert_eq!(ready.json()["connections"], "full", "{}", ready.body);
 
@@ -455,10 +422,7 @@ async fn health_probes_are_answered_while_the_connection_cap_is_full() {
     other
         .write(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
         .await;
-    let refused = other
-        .answer(Duration::from_secs(5))
-        .await
-        .expect("an answer");
+    let refused = other.next("an answer").await;
     assert_eq!(refused.status, 503);
     assert_eq!(refused.json()["error"]["code"], "overloaded");
 
