@@ -5,6 +5,7 @@ use crate::access::{AccessOptions, AuthMode, OperatorKey};
 use crate::app::{Options, ServiceOptions};
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
+use crate::domain::slices::SliceRule;
 use crate::http::{BodyLimits, ConnectionLimits, EdgeOptions, InFlight, RateLimits};
 use crate::query::aggregate::BillableWindow;
 use crate::query::{FanOut, QueryOptions};
@@ -140,6 +141,15 @@ pub struct ServeArgs {
     /// How often the background sealer looks for days to seal.
     #[arg(long, env = "ADEVENTS_SEAL_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     pub(crate) seal_interval: Duration,
+    /// How long after a 15-minute slice of a day not yet sealed ends its events still arrive
+    /// without marking it; after it (plus 5 s) the slice is aggregated, and summaries of the
+    /// day read only the newer stretch raw.
+    #[arg(long, env = "ADEVENTS_SLICE_GRACE", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub(crate) slice_grace: Duration,
+    /// How often closed slices are looked for and aggregated; `0s` turns slice aggregation
+    /// off (summaries then read every day not yet sealed raw).
+    #[arg(long, env = "ADEVENTS_SLICE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub(crate) slice_interval: Duration,
     /// How many UTC days before today `impressions/recent` looks back for the newest
     /// impressions.
     #[arg(long, env = "ADEVENTS_RECENT_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=366))]
@@ -305,6 +315,8 @@ impl ServeArgs {
                 recent_lookback_days: self.recent_lookback_days,
                 max_partitions: self.limits.max_query_partitions,
                 click_lookback_days: self.limits.click_lookback,
+                open_days: (!self.slice_interval.is_zero())
+                    .then(|| SliceRule::new(self.slice_grace)),
             },
             sealer: SealerOptions {
                 rule: SealingRule::new(self.rollup_grace),
@@ -312,7 +324,12 @@ impl ServeArgs {
                 interval: self.seal_interval.max(Duration::from_secs(1)),
                 window: self.billable_window,
                 fan_out,
+                open_days: (!self.slice_interval.is_zero())
+                    .then(|| SliceRule::new(self.slice_grace)),
             },
+            slices: SliceRule::new(self.slice_grace),
+            slice_interval: (!self.slice_interval.is_zero())
+                .then(|| self.slice_interval.max(Duration::from_secs(1))),
             access: AccessOptions {
                 mode: self.auth,
                 operator_key,

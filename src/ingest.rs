@@ -1,7 +1,8 @@
 //! The write path: validated events are placed in their partitions (campaign, UTC day, bucket
 //! in force at the event's own time) and written partition by partition, several at once.
 //! An answer is given only after every write was acknowledged, and, for impressions, after
-//! they are counted in this process's live delivery counts.
+//! they are counted in this process's live delivery counts and every slice they change after
+//! it closed is marked (docs/DESIGN.md, "Open days from closed slices").
 
 use crate::delivery::live::LiveDelivery;
 use crate::domain::bucket::BucketCount;
@@ -11,12 +12,14 @@ use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealingRule;
+use crate::domain::slices::{Slice, SliceRule, slice_of, touched_slices};
 use crate::domain::time::Day;
 use crate::processes::ProcessRegistry;
+use crate::query::aggregate::BillableWindow;
 use crate::remembered::Remembered;
 use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
-use chrono::Utc;
+use crate::store::{CopyRow, Store, StoreError};
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -35,6 +38,20 @@ pub struct Ingestor {
     delivery: Arc<LiveDelivery>,
     /// Where this process records the days it holds live counts of.
     registry: Arc<ProcessRegistry>,
+    /// Which events are late for their slice, and the billable window that can carry an
+    /// event's effect into the next slice.
+    slices: SliceRule,
+    window: BillableWindow,
+}
+
+/// The slices to mark, by campaign and UTC day.
+type SliceMarks = BTreeMap<(CampaignKey, Day), BTreeSet<Slice>>;
+
+fn add_marks(marks: &mut SliceMarks, campaign: CampaignKey, slices: Vec<Slice>) {
+    for slice in slices {
+        let day = Day::new(crate::domain::slices::slice_start(slice).date_naive());
+        marks.entry((campaign, day)).or_default().insert(slice);
+    }
 }
 
 /// Campaign-days remembered as indexed; past this, the memory starts over.
@@ -48,6 +65,7 @@ impl Ingestor {
         sealing: SealingRule,
         delivery: Arc<LiveDelivery>,
         registry: Arc<ProcessRegistry>,
+        (slices, window): (SliceRule, BillableWindow),
     ) -> Self {
         Self {
             store,
@@ -57,6 +75,8 @@ impl Ingestor {
             indexed: Remembered::new(INDEXED_DAYS_REMEMBERED),
             delivery,
             registry,
+            slices,
+            window,
         }
     }
 
@@ -83,6 +103,7 @@ impl Ingestor {
             sealing,
             delivery,
             registry,
+            (SliceRule::default(), BillableWindow::DEFAULT),
         )
     }
 
@@ -101,6 +122,21 @@ impl Ingestor {
         }
         let partitions = self.partition(events).await?;
         let late = self.index_days(&partitions, &[]).await?;
+        let times: Vec<(CampaignKey, DateTime<Utc>)> = partitions
+            .iter()
+            .flat_map(|(partition, events)| {
+                events
+                    .iter()
+                    .map(|event| (partition.campaign, event.timestamp.instant()))
+            })
+            .collect();
+        let written: Vec<(EventPartition, Vec<ImpressionId>)> = partitions
+            .iter()
+            .map(|(partition, events)| {
+                let ids = events.iter().map(|event| event.impression_id).collect();
+                (*partition, ids)
+            })
+            .collect();
         self.write_all(partitions, |store, partition, events| async move {
             store.write_impressions(&partition, &events).await
         })
@@ -110,7 +146,105 @@ impl Ingestor {
         for (campaign, day) in &counted_days {
             self.registry.counted(&Owner::Campaign(*campaign), *day);
         }
+        // Late by the time the write is done: a slice aggregated before that could have
+        // missed the event, one aggregated after it (less the margin) saw it.
+        let now = Utc::now();
+        let mut marks = SliceMarks::new();
+        for (campaign, at) in times {
+            let late = self.slices.late_slices(at, self.window.length(), now);
+            add_marks(&mut marks, campaign, late);
+        }
+        self.record_duplicates(written, &mut marks).await?;
+        self.mark_slices(marks).await?;
         self.mark_late(late).await
+    }
+
+    /// Finds the ids just written that the day now holds with more than one timestamp, reading
+    /// the copies index after the write: of two copies written at once, the later read sees
+    /// both. Their copies are recorded, and every slice they touch is marked, so no slice
+    /// aggregate or raw read counts such an id anywhere but at its earliest copy.
+    async fn record_duplicates(
+        &self,
+        written: Vec<(EventPartition, Vec<ImpressionId>)>,
+        marks: &mut SliceMarks,
+    ) -> Result<(), StoreError> {
+        let histories = self
+            .campaign_histories(written.iter().map(|(p, _)| p.campaign))
+            .await?;
+        let mut reads: Vec<(EventPartition, Vec<ImpressionId>)> = Vec::new();
+        for (partition, ids) in written {
+            let history = histories.get(&partition.campaign);
+            // A copy written under another bucket count in force that day lies in that
+            // count's bucket of its id.
+            let mut by_partition: BTreeMap<EventPartition, Vec<ImpressionId>> = BTreeMap::new();
+            for count in history.map_or_else(Vec::new, |history| {
+                history.counts_during(partition.day, self.settings.read_staleness())
+            }) {
+                for id in &ids {
+                    let other = EventPartition {
+                        bucket: count.bucket_of(id.as_uuid()),
+                        ..partition
+                    };
+                    if other != partition {
+                        by_partition.entry(other).or_default().push(*id);
+                    }
+                }
+            }
+            reads.push((partition, ids));
+            reads.extend(by_partition);
+        }
+        let store = &self.store;
+        let found: Vec<(EventPartition, Vec<CopyRow>)> = stream::iter(reads)
+            .map(|(partition, ids)| async move {
+                let copies = store.impression_copies(&partition, &ids).await?;
+                Ok::<_, StoreError>((partition, copies))
+            })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect()
+            .await?;
+        let mut copies: BTreeMap<(CampaignKey, Day, ImpressionId), Vec<CopyRow>> = BTreeMap::new();
+        for (partition, rows) in found {
+            for row in rows {
+                copies
+                    .entry((partition.campaign, partition.day, row.impression_id))
+                    .or_default()
+                    .push(row);
+            }
+        }
+        let mut duplicates: BTreeMap<(CampaignKey, Day), Vec<CopyRow>> = BTreeMap::new();
+        for ((campaign, day, _), rows) in copies {
+            let first = rows[0].timestamp;
+            if rows.iter().all(|row| row.timestamp == first) {
+                continue;
+            }
+            for row in &rows {
+                let touched = touched_slices(row.timestamp.instant(), self.window.length());
+                add_marks(marks, campaign, touched);
+            }
+            duplicates.entry((campaign, day)).or_default().extend(rows);
+        }
+        // Recorded before the marks: whoever sees a mark finds the duplicates too.
+        stream::iter(duplicates)
+            .map(|((campaign, day), rows)| async move {
+                store.write_duplicates(campaign, day, &rows).await
+            })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Marks the slices a write changed after they closed.
+    async fn mark_slices(&self, marks: SliceMarks) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let store = &self.store;
+        stream::iter(marks)
+            .map(|((campaign, day), slices)| async move {
+                let slices: Vec<Slice> = slices.into_iter().collect();
+                store.mark_slices(campaign, day, &slices, now).await
+            })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect::<()>()
+            .await
     }
 
     pub async fn clicks(&self, events: Vec<Click>) -> Result<(), StoreError> {
@@ -137,10 +271,54 @@ impl Ingestor {
             .try_collect()
             .await?;
         let late = self.index_days(&partitions, &previous_first_clicks).await?;
+        let clicked: Vec<(CampaignKey, ImpressionId, DateTime<Utc>)> = partitions
+            .iter()
+            .flat_map(|(partition, clicks)| {
+                clicks.iter().map(|click| {
+                    let at = click.timestamp.instant();
+                    (partition.campaign, click.impression_id, at)
+                })
+            })
+            .collect();
         self.write_all(partitions, |store, partition, events| async move {
             store.write_clicks(&partition, &events).await
         })
         .await?;
+        let now = Utc::now();
+        let mut marks = SliceMarks::new();
+        let mut late_in_slice = Vec::new();
+        for (campaign, impression_id, at) in clicked {
+            let slice = slice_of(at);
+            if self.slices.is_late(slice, now) {
+                add_marks(&mut marks, campaign, vec![slice]);
+                late_in_slice.push((campaign, impression_id, at));
+            }
+        }
+        // A late click that is now its impression's first moves that impression's click out of
+        // the slice of the click that was first: read after the write, so of two clicks
+        // written at once the later read sees both.
+        let store = &self.store;
+        let displaced: Vec<Vec<(CampaignKey, Slice)>> = stream::iter(late_in_slice)
+            .map(|(campaign, impression_id, at)| async move {
+                let clicks = store.clicks_of(campaign, impression_id).await?;
+                let first = clicks.first().map(|first| first.timestamp.instant());
+                Ok::<_, StoreError>(if first == Some(at) {
+                    clicks
+                        .iter()
+                        .filter(|click| click.timestamp.instant() != at)
+                        .map(|click| (campaign, slice_of(click.timestamp.instant())))
+                        .collect()
+                } else {
+                    Vec::new()
+                })
+            })
+            .buffer_unordered(self.write_concurrency)
+            .try_collect()
+            .await?;
+        for (campaign, slice) in displaced.into_iter().flatten() {
+            add_marks(&mut marks, campaign, vec![slice]);
+        }
+        self.mark_slices(marks).await?;
         self.mark_late(late).await
     }
 
@@ -224,7 +402,15 @@ impl Ingestor {
         &self,
         events: &[E],
     ) -> Result<HashMap<CampaignKey, Arc<SettingsHistory>>, StoreError> {
-        let campaigns: HashSet<CampaignKey> = events.iter().map(CampaignEvent::campaign).collect();
+        self.campaign_histories(events.iter().map(CampaignEvent::campaign))
+            .await
+    }
+
+    async fn campaign_histories(
+        &self,
+        campaigns: impl Iterator<Item = CampaignKey>,
+    ) -> Result<HashMap<CampaignKey, Arc<SettingsHistory>>, StoreError> {
+        let campaigns: HashSet<CampaignKey> = campaigns.collect();
         stream::iter(campaigns)
             .map(|campaign| async move {
                 let history = self.settings.history(&Owner::Campaign(campaign)).await?;

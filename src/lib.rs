@@ -63,5 +63,6 @@ pub mod sealer;
 mod server;
 pub mod settings;
 pub mod simulate;
+pub mod slicer;
 pub mod store;
 pub mod telemetry;

@@ -18,10 +18,12 @@ use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::sealing::SealingRule;
+use crate::domain::slices::SliceRule;
 use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
 use crate::query::features::sealed_feature_values;
+use crate::query::open_day::{OpenDayRead, read_open_day};
 use crate::query::site_day::aggregate_site_day;
 use crate::settings::SettingsCache;
 use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
@@ -48,6 +50,9 @@ pub struct SealerOptions {
     pub(crate) interval: Duration,
     pub(crate) window: BillableWindow,
     pub(crate) fan_out: FanOut,
+    /// When slices of days not yet sealed close (`None`: slices are not aggregated, and a
+    /// seal reads the day raw).
+    pub(crate) open_days: Option<SliceRule>,
 }
 
 impl Default for SealerOptions {
@@ -58,6 +63,7 @@ impl Default for SealerOptions {
             interval: Duration::from_secs(60),
             window: BillableWindow::DEFAULT,
             fan_out: FanOut { concurrency: 64 },
+            open_days: Some(SliceRule::default()),
         }
     }
 }
@@ -133,7 +139,27 @@ impl Sealer {
         );
         let store = self.store.as_ref();
         let concurrency = self.options.fan_out.concurrency;
-        let aggregate = aggregate_day(store, &read, self.options.window, concurrency).await?;
+        let owner = Owner::Campaign(campaign);
+        // A day never sealed starts from its slice aggregates; one sealed before was read raw
+        // since its late mark, and is sealed from its raw partitions again.
+        let open_rule = self.options.open_days;
+        let never_sealed = store.seal_state(&owner, day).await?.sealed_from.is_none();
+        let aggregate = match open_rule.filter(|_| never_sealed) {
+            Some(rule) => {
+                let open = OpenDayRead {
+                    campaign,
+                    day,
+                    partitions: read.partitions.clone(),
+                    levels: read.levels.clone(),
+                    window: self.options.window,
+                    rule,
+                    now: Utc::now(),
+                    concurrency,
+                };
+                read_open_day(store, &open).await?.0
+            }
+            None => aggregate_day(store, &read, self.options.window, concurrency).await?,
+        };
         store
             .write_campaign_rollup(campaign, day, &aggregate.to_rollup(day), read_started)
             .await?;
@@ -142,7 +168,9 @@ impl Sealer {
         store
             .write_sealed_counts(campaign, day, &aggregate.billable_slices(day))
             .await?;
-        store.delete_live_counts(campaign, day).await
+        store.delete_live_counts(campaign, day).await?;
+        // The rollup answers for the day now: its slices and copies index are not read again.
+        store.delete_open_day(campaign, day, &read.partitions).await
     }
 
     /// Aggregates one site-day from its stored beacons and stores the rollup: exact visits per
@@ -351,7 +379,7 @@ impl Sealer {
 /// than the stored one could be current where the stored one is not (a mark exactly
 /// [`crate::domain::sealing::SealState::MARGIN`] earlier), and the day would then never be
 /// sealed again by this process while `/v1/freshness` counted it as sealed.
-fn read_start() -> DateTime<Utc> {
+pub(crate) fn read_start() -> DateTime<Utc> {
     let now = Utc::now();
     DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
 }

@@ -1,6 +1,7 @@
 //! The composition root: builds the store's services once, starts and stops the work that runs
 //! beside the requests (the sketch and delivery flushers, the billable-window reconciler, this
-//! process's reports, the key refresh, the sealer, the repair of gone processes), and owns
+//! process's reports, the key refresh, the sealer, the slice aggregator, the repair of gone
+//! processes), and owns
 //! readiness. `serve`, the commands, the tests and the benches build through it; the HTTP layer
 //! gets only what its handlers need ([`AppState`]).
 
@@ -26,6 +27,7 @@ use crate::query::Queries;
 use crate::readiness::Readiness;
 use crate::sealer::{Sealer, SharedProgress};
 use crate::settings::{Settings, SettingsCache};
+use crate::slicer::{SliceAggregator, SlicerOptions};
 use crate::store::instrumented::Instrumented;
 use crate::store::{AccessStore, Store, StoreError};
 use running::Running;
@@ -51,7 +53,11 @@ pub struct App {
 impl App {
     /// Wires the services over `store`, timing every store call for `/metrics`.
     pub fn new(store: Arc<dyn Store>, options: Options) -> Self {
-        let Options { service, edge } = options;
+        let Options { mut service, edge } = options;
+        // Days not yet sealed are answered from their slices only while slices are aggregated.
+        let open_days = service.slice_interval.map(|_| service.slices);
+        service.queries.open_days = open_days;
+        service.sealer.open_days = open_days;
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store));
         let settings_cache = Arc::new(SettingsCache::new(
             Arc::clone(&store) as Arc<dyn crate::store::SettingsStore>,
@@ -89,6 +95,7 @@ impl App {
                 rule,
                 Arc::clone(&live_delivery),
                 Arc::clone(&registry),
+                (service.slices, service.queries.billable_window),
             )),
             beacons: Arc::new(BeaconIngestor::new(
                 Arc::clone(&store),
@@ -159,6 +166,22 @@ impl App {
         )
     }
 
+    /// The aggregator of closed slices, over this app's store and settings; `None` when
+    /// slices are not aggregated.
+    pub fn slicer(&self) -> Option<SliceAggregator> {
+        let interval = self.options.slice_interval?;
+        Some(SliceAggregator::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.settings_cache),
+            SlicerOptions {
+                rule: self.options.slices,
+                window: self.options.queries.billable_window,
+                fan_out: self.options.queries.fan_out,
+                interval,
+            },
+        ))
+    }
+
     /// Serves the API on `listener` with the background work running, until `shutdown`
     /// completes and every in-flight request is answered; then stores what is live and leaves
     /// the list of processes.
@@ -205,12 +228,14 @@ impl App {
             tracing::warn!(error = %error.chain(), "cannot read keys and sites yet; retrying");
         }
         let access_refresh = Arc::clone(&self.access).spawn_refresh();
+        let slicer = self.slicer().map(SliceAggregator::spawn);
         Running::new([
             Some(sketches),
             Some(delivery),
             reconciler,
             Some(reports),
             Some(access_refresh),
+            slicer,
         ])
     }
 

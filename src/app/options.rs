@@ -1,6 +1,7 @@
 //! The service's options and the HTTP edge's, with the defaults docs/API.md documents.
 
 use crate::access::AccessOptions;
+use crate::domain::slices::SliceRule;
 use crate::http::EdgeOptions;
 use crate::query::QueryOptions;
 use crate::sealer::SealerOptions;
@@ -30,6 +31,10 @@ pub struct ServiceOptions {
     pub queries: QueryOptions,
     /// When closed days are sealed into rollups (the grace for late events, ...).
     pub(crate) sealer: SealerOptions,
+    /// When a 15-minute slice of a day not yet sealed closes for late events.
+    pub slices: SliceRule,
+    /// How often closed slices are aggregated; `None`: never (every open day is read raw).
+    pub slice_interval: Option<Duration>,
     /// Keys on or off, and the operator's environment admin key.
     pub access: AccessOptions,
     /// Bytes of live unique-visitor sketches held in memory; past it the least recently used
@@ -48,6 +53,8 @@ impl Default for ServiceOptions {
             delivery_flush_interval: crate::delivery::live::FLUSH_INTERVAL,
             queries: QueryOptions::default(),
             sealer: SealerOptions::default(),
+            slices: SliceRule::default(),
+            slice_interval: Some(Duration::from_secs(15)),
             access: AccessOptions::default(),
             sketch_memory: 256 * 1024 * 1024,
             ivt_deny_cidrs: Vec::new(),

@@ -15,6 +15,7 @@ pub mod partition;
 pub(crate) mod process;
 pub(crate) mod sealing;
 pub(crate) mod sketch;
+pub mod slices;
 pub(crate) mod tag;
 pub mod time;
 pub(crate) mod traffic;

@@ -10,17 +10,20 @@ pub(crate) mod clicks;
 pub(crate) mod export;
 pub(crate) mod features;
 pub(crate) mod impressions;
+pub(crate) mod open_day;
 pub(crate) mod plan;
 pub mod range;
 pub(crate) mod recent;
 pub(crate) mod report;
 pub(crate) mod site_day;
+pub(crate) mod span;
 pub mod summary;
 pub(crate) mod uniques;
 
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::{Listing, OwnerDays};
+use crate::domain::slices::SliceRule;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use aggregate::BillableWindow;
@@ -45,6 +48,8 @@ pub(crate) struct Reader {
     pub(crate) settings: Arc<SettingsCache>,
     pub(crate) fan_out: FanOut,
     pub(crate) budget: PartitionBudget,
+    /// When slices of days not yet sealed close; `None`: such days are read raw, whole.
+    pub(crate) open_days: Option<SliceRule>,
 }
 
 /// The query side's tunables.
@@ -59,6 +64,9 @@ pub struct QueryOptions {
     pub max_partitions: u64,
     /// An export's `clicked` means clicked within this many UTC days after the impression's.
     pub click_lookback_days: u32,
+    /// Days not yet sealed are answered from their closed slices' aggregates by this rule
+    /// (`None`: read raw, whole; the composition root sets it from the service's options).
+    pub open_days: Option<SliceRule>,
 }
 
 impl Default for QueryOptions {
@@ -69,6 +77,7 @@ impl Default for QueryOptions {
             recent_lookback_days: 7,
             max_partitions: 20_000,
             click_lookback_days: 30,
+            open_days: Some(SliceRule::default()),
         }
     }
 }
@@ -89,6 +98,7 @@ impl Queries {
                 budget: PartitionBudget {
                     max: options.max_partitions,
                 },
+                open_days: options.open_days,
             },
             options,
         }

@@ -6,11 +6,14 @@
 //! done, so only the days in flight are held in memory. Additive counts are sums of slices, so
 //! days and hours in any zone are exact; users reached are unions of hourly sketches, an hour
 //! belonging to the period that holds its midpoint (exact for whole-hour zones, the nearest
-//! UTC hour for 30- and 45-minute ones, as docs/API.md allows).
+//! UTC hour for 30- and 45-minute ones, as docs/API.md allows). A day not yet sealed is read
+//! from its closed slices' aggregates and the stretches no aggregate answers for
+//! ([`super::open_day`]).
 
 use super::Reader;
 use super::aggregate::{BillableWindow, DayAggregate, DayRead, SliceCounts, aggregate_day};
 use super::budget::{PartitionBudget, QueryError};
+use super::open_day::{OpenDayRead, read_open_day};
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use crate::domain::ids::{AdId, CampaignKey};
@@ -18,7 +21,7 @@ use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
-use crate::store::{ReachLevel, StoreError};
+use crate::store::{ReachLevel, SealState, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::HashMap;
@@ -59,6 +62,8 @@ pub struct Summary {
     pub(crate) by_ad: Vec<(AdId, Counts)>,
     /// UTC days answered from their rollup rather than their raw partitions.
     pub sealed_days: usize,
+    /// Slices of days not yet sealed answered from their aggregates.
+    pub aggregated_slices: usize,
 }
 
 /// Which rows an answer lists besides its totals: only those get users reached (each
@@ -259,6 +264,7 @@ impl Rows {
                 .collect(),
             by_ad,
             sealed_days: 0,
+            aggregated_slices: 0,
         }
     }
 }
@@ -267,6 +273,13 @@ impl Rows {
 /// belong to the row of that slice.
 fn midpoint_slice(hour: i64) -> i64 {
     (hour * HOUR_MILLIS + HOUR_MILLIS / 2).div_euclid(SLICE_MILLIS)
+}
+
+/// Where a UTC day's answer came from.
+enum Source {
+    Rollup,
+    /// Its slices: this many from their aggregates, the rest raw.
+    Slices(usize),
 }
 
 /// Raw days aggregated at once (each holds a day's impressions while it is counted); each
@@ -301,58 +314,80 @@ pub(crate) async fn campaign_summary(
     // Which days have a current rollup: one small read each, all at once.
     let utc_days: Vec<Day> = days.iter().map(|(day, ..)| *day).collect();
     let owner = &owner;
-    let current: Vec<bool> =
-        stream::iter(utc_days)
-            .map(|day| async move {
-                Ok::<_, StoreError>(store.seal_state(owner, day).await?.is_current())
-            })
-            .buffered(fan_out.concurrency.max(1))
-            .try_collect()
-            .await?;
+    let states: Vec<SealState> = stream::iter(utc_days)
+        .map(|day| async move { store.seal_state(owner, day).await })
+        .buffered(fan_out.concurrency.max(1))
+        .try_collect()
+        .await?;
+    let current: Vec<bool> = states.iter().map(SealState::is_current).collect();
     reader.budget.check(PartitionBudget::cost(
         days.iter()
             .zip(&current)
             .map(|((_, partitions, _), sealed)| (*sealed, partitions.len())),
     ))?;
+    let now = Utc::now();
+    let open_rule = reader.open_days;
     let (sealed, raw): (Vec<_>, Vec<_>) = days
         .into_iter()
-        .zip(current)
-        .partition(|(_, current)| *current);
+        .zip(states)
+        .partition(|(_, state)| state.is_current());
     let per_day = (fan_out.concurrency / RAW_DAYS_IN_FLIGHT).max(1);
-    let aggregate_raw =
-        move |day: Day, partitions: Vec<EventPartition>, levels: Vec<ReachLevel>| async move {
-            let read = DayRead {
+    let aggregate_raw = move |day: Day,
+                              partitions: Vec<EventPartition>,
+                              levels: Vec<ReachLevel>,
+                              state: SealState| async move {
+        // A day never sealed is answered from its closed slices; one sealed and then marked
+        // by a late event is read whole until its next seal.
+        if let Some(rule) = open_rule.filter(|_| state.sealed_from.is_none()) {
+            let read = OpenDayRead {
                 campaign,
+                day,
                 partitions,
                 levels,
+                window,
+                rule,
+                now,
+                concurrency: per_day,
             };
-            let raw = aggregate_day(store, &read, window, per_day).await?;
-            Ok::<_, StoreError>((day, raw, false))
+            let (open, aggregated) = read_open_day(store, &read).await?;
+            return Ok::<_, StoreError>((day, open, Source::Slices(aggregated)));
+        }
+        let read = DayRead {
+            campaign,
+            partitions,
+            levels,
         };
+        let raw = aggregate_day(store, &read, window, per_day).await?;
+        Ok::<_, StoreError>((day, raw, Source::Slices(0)))
+    };
     let read_sealed = stream::iter(sealed)
-        .map(|((day, partitions, levels), _)| async move {
+        .map(|((day, partitions, levels), state)| async move {
             match DayAggregate::from_rollup(
                 store.read_campaign_rollup(campaign, day, &levels).await?,
                 &levels,
             ) {
-                Some(sealed) => Ok((day, sealed, true)),
+                Some(sealed) => Ok((day, sealed, Source::Rollup)),
                 // A rollup of an older layout, or a sketch that does not decode.
-                None => aggregate_raw(day, partitions, levels).await,
+                None => aggregate_raw(day, partitions, levels, state).await,
             }
         })
         .buffer_unordered(SEALED_DAYS_IN_FLIGHT);
     let read_raw = stream::iter(raw)
-        .map(|((day, partitions, levels), _)| aggregate_raw(day, partitions, levels))
+        .map(|((day, partitions, levels), state)| aggregate_raw(day, partitions, levels, state))
         .buffer_unordered(RAW_DAYS_IN_FLIGHT);
     let mut days = stream::select(read_sealed, read_raw);
-    let mut sealed_days = 0;
+    let (mut sealed_days, mut aggregated_slices) = (0, 0);
     while let Some(day) = days.next().await {
-        let (utc_day, day, sealed) = day?;
-        sealed_days += usize::from(sealed);
+        let (utc_day, day, source) = day?;
+        match source {
+            Source::Rollup => sealed_days += 1,
+            Source::Slices(aggregated) => aggregated_slices += aggregated,
+        }
         rows.add_day(utc_day, day);
     }
     let mut summary = rows.finish();
     summary.sealed_days = sealed_days;
+    summary.aggregated_slices = aggregated_slices;
     Ok(summary)
 }
 

@@ -2,10 +2,11 @@
 //! histogram, labelled by operation and outcome, whichever store is underneath.
 
 use super::{
-    AccessStore, ClickRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
-    ImpressionSummaryRow, LiveCountRow, PageCursor, ProcessStore, ReachLevel, Rollup, RollupStore,
-    SealState, SealStore, SealedCounts, SettingsStore, SiteRollup, SketchBatch, SketchPartition,
-    SketchRow, Store, StoreError, VisitRow, VisitStore, WindowPublication,
+    AccessStore, ClickRow, CopyRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
+    ImpressionSummaryRow, LiveCountRow, OpenDayRows, PageCursor, ProcessStore, ReachLevel, Rollup,
+    RollupStore, SealState, SealStore, SealedCounts, SettingsStore, SiteRollup, SketchBatch,
+    SketchPartition, SketchRow, SliceAggregateRow, SliceStore, Store, StoreError, VisitRow,
+    VisitStore, WindowPublication,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -17,6 +18,7 @@ use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
+use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use async_trait::async_trait;
@@ -393,5 +395,101 @@ impl DeliveryStore for Instrumented {
 impl Store for Instrumented {
     async fn check_ready(&self) -> Result<(), StoreError> {
         timed("check_ready", self.inner.check_ready()).await
+    }
+}
+
+#[async_trait]
+impl SliceStore for Instrumented {
+    async fn read_impression_summaries_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+        let call = self
+            .inner
+            .read_impression_summaries_between(partition, span);
+        timed("read_impression_summaries_between", call).await
+    }
+
+    async fn read_clicks_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ClickRow>, StoreError> {
+        let call = self.inner.read_clicks_between(partition, span);
+        timed("read_clicks_between", call).await
+    }
+
+    async fn impression_copies(
+        &self,
+        partition: &EventPartition,
+        ids: &[ImpressionId],
+    ) -> Result<Vec<CopyRow>, StoreError> {
+        timed(
+            "impression_copies",
+            self.inner.impression_copies(partition, ids),
+        )
+        .await
+    }
+
+    async fn clicks_of(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Vec<ClickRow>, StoreError> {
+        timed("clicks_of", self.inner.clicks_of(campaign, impression_id)).await
+    }
+
+    async fn mark_slices(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &[Slice],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.mark_slices(campaign, day, slices, at);
+        timed("mark_slices", call).await
+    }
+
+    async fn write_duplicates(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        copies: &[CopyRow],
+    ) -> Result<(), StoreError> {
+        let call = self.inner.write_duplicates(campaign, day, copies);
+        timed("write_duplicates", call).await
+    }
+
+    async fn read_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<OpenDayRows, StoreError> {
+        timed("read_open_day", self.inner.read_open_day(campaign, day)).await
+    }
+
+    async fn write_slice_aggregate(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slice: Slice,
+        rows: &[SliceAggregateRow],
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let call = self
+            .inner
+            .write_slice_aggregate(campaign, day, slice, rows, read_started);
+        timed("write_slice_aggregate", call).await
+    }
+
+    async fn delete_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        partitions: &[EventPartition],
+    ) -> Result<(), StoreError> {
+        let call = self.inner.delete_open_day(campaign, day, partitions);
+        timed("delete_open_day", call).await
     }
 }

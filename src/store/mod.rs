@@ -12,7 +12,8 @@
 //! [`SettingsStore`], [`SealStore`] (the day index and seal states), [`RollupStore`] (sealed
 //! days), [`AccessStore`] (API keys and registered sites) and [`ProcessStore`] (the server
 //! processes sharing the store, and what each may leave unsaved) and [`DeliveryStore`]
-//! (billable impressions counted for caps). Campaigns and sites share one
+//! (billable impressions counted for caps) and [`SliceStore`] (the closed slices of days not yet
+//! sealed). Campaigns and sites share one
 //! method wherever they follow the same rule, keyed by [`Owner`]. [`Store`] is their sum.
 
 pub mod cassandra;
@@ -24,9 +25,9 @@ mod rows;
 pub(crate) use crate::domain::sealing::SealState;
 pub(crate) use error::StoreError;
 pub(crate) use rows::{
-    ClickRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow, PageCursor,
-    ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch, SketchPartition,
-    SketchRow, SliceVisits, VisitRow, WindowPublication,
+    ClickRow, CopyRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow,
+    OpenDayRows, PageCursor, ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch,
+    SketchPartition, SketchRow, SliceAggregateRow, SliceVisits, VisitRow, WindowPublication,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -39,6 +40,7 @@ use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
+use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use async_trait::async_trait;
@@ -343,6 +345,86 @@ pub trait ProcessStore: Send + Sync {
     fn is_shared(&self) -> bool;
 }
 
+/// The closed 15-minute slices of campaign-days not yet sealed (docs/DESIGN.md, "Open days
+/// from closed slices"): time-bounded reads of the raw tables, the copies index that finds an
+/// impression id stored with more than one timestamp, each slice's marks and its aggregate.
+/// A day's rows are one small partition each, read whole.
+#[async_trait]
+pub trait SliceStore: Send + Sync {
+    /// The impressions of one partition whose time lies in `span`, thin form.
+    async fn read_impression_summaries_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError>;
+
+    /// The clicks of one partition whose time lies in `span`.
+    async fn read_clicks_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ClickRow>, StoreError>;
+
+    /// Every stored copy of `ids` in one partition (the copies index, written with each
+    /// impression by [`EventStore::write_impressions`]).
+    async fn impression_copies(
+        &self,
+        partition: &EventPartition,
+        ids: &[ImpressionId],
+    ) -> Result<Vec<CopyRow>, StoreError>;
+
+    /// Every click stored for an impression (at most a hundred), oldest first.
+    async fn clicks_of(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Vec<ClickRow>, StoreError>;
+
+    /// Marks slices of a campaign-day as changed `at`: an aggregate whose read started
+    /// earlier (less the seals' margin) no longer answers for them.
+    async fn mark_slices(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &[Slice],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Records every copy of impression ids stored with more than one timestamp in the day.
+    async fn write_duplicates(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        copies: &[CopyRow],
+    ) -> Result<(), StoreError>;
+
+    /// A campaign-day's slice states, duplicates and aggregates.
+    async fn read_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<OpenDayRows, StoreError>;
+
+    /// Stores one slice's aggregate (replacing any earlier one), then its state as aggregated
+    /// from `read_started`, so a half-written aggregate is never taken for a whole one.
+    async fn write_slice_aggregate(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slice: Slice,
+        rows: &[SliceAggregateRow],
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Drops a sealed day's slice rows and copies index: the rollup answers for it now.
+    async fn delete_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        partitions: &[EventPartition],
+    ) -> Result<(), StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
@@ -354,6 +436,7 @@ pub trait Store:
     + AccessStore
     + ProcessStore
     + DeliveryStore
+    + SliceStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

@@ -225,3 +225,29 @@ pub struct FeatureVisits {
     pub(crate) value: String,
     pub(crate) visits: u64,
 }
+
+/// One stored copy of an impression, from the copies index: what tells whether an id was
+/// stored with more than one timestamp, and where its earliest copy lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyRow {
+    pub(crate) impression_id: ImpressionId,
+    pub(crate) timestamp: EventTime,
+    pub(crate) invalid: Option<InvalidReason>,
+}
+
+/// A closed slice's counts for one ad and the users it reached there (an encoded sketch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceAggregateRow {
+    pub(crate) counts: RollupSlice,
+    pub(crate) users: Vec<u8>,
+}
+
+/// What is stored of an unsealed campaign-day's slices: each slice's marks and aggregate
+/// state, the copies of ids stored with more than one timestamp, and the aggregates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenDayRows {
+    /// By slice: when its aggregate's read started and its latest mark (as a seal's).
+    pub(crate) states: Vec<(i64, crate::domain::sealing::SealState)>,
+    pub(crate) duplicates: Vec<CopyRow>,
+    pub(crate) aggregates: Vec<SliceAggregateRow>,
+}

@@ -23,6 +23,7 @@ mod limits;
 mod limits_process;
 mod listings;
 mod migrations;
+mod open_days;
 mod process;
 mod reach;
 mod readiness;

@@ -74,6 +74,9 @@ pub(crate) struct SummaryAnswer {
     pub(crate) totals: CountsAnswer,
     /// How many UTC days were answered from their rollup (the rest from raw events).
     pub(crate) sealed_days: usize,
+    /// How many 15-minute slices of days not yet sealed were answered from their stored
+    /// aggregates (the rest of those days from raw events).
+    pub(crate) aggregated_slices: usize,
     pub(crate) rows: Vec<SummaryRow>,
 }
 
@@ -172,6 +175,7 @@ pub(crate) async fn get_summary(
         group_by,
         totals: (&summary.totals).into(),
         sealed_days: summary.sealed_days,
+        aggregated_slices: summary.aggregated_slices,
         rows,
     }))
 }

@@ -45,6 +45,18 @@ struct SummaryRow {
     invalid: Option<String>,
 }
 
+impl SummaryRow {
+    fn into_row(self) -> ImpressionSummaryRow {
+        ImpressionSummaryRow {
+            impression_id: ImpressionId::new(self.impression_id),
+            ad_id: AdId::new(self.ad_id),
+            user_id: UserId::new(self.user_id),
+            timestamp: EventTime::from_stored(self.timestamp),
+            invalid: validity(self.valid, self.invalid.as_deref()),
+        }
+    }
+}
+
 /// A row of `click` or `click_by_impression`.
 #[derive(DeserializeRow)]
 struct StoredClick {
@@ -108,16 +120,7 @@ pub(crate) async fn impression_summaries(
         "reading impressions",
     )
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| ImpressionSummaryRow {
-            impression_id: ImpressionId::new(row.impression_id),
-            ad_id: AdId::new(row.ad_id),
-            user_id: UserId::new(row.user_id),
-            timestamp: EventTime::from_stored(row.timestamp),
-            invalid: validity(row.valid, row.invalid.as_deref()),
-        })
-        .collect())
+    Ok(rows.into_iter().map(SummaryRow::into_row).collect())
 }
 
 pub(crate) async fn clicks(
@@ -135,18 +138,18 @@ pub(crate) async fn clicks(
     Ok(rows.into_iter().map(ClickRow::from).collect())
 }
 
-pub(crate) async fn first_click(
+/// Every click of an impression in the index (at most a hundred), oldest first.
+pub(crate) async fn clicks_of(
     session: &Session,
     statements: &EventStatements,
     campaign: CampaignKey,
     impression_id: ImpressionId,
-) -> Result<Option<ClickRow>, StoreError> {
+) -> Result<Vec<ClickRow>, StoreError> {
     let values = (
         campaign.advertiser_id.as_uuid(),
         campaign.campaign_id.as_uuid(),
         impression_id.as_uuid(),
     );
-    // Oldest first: the first is the first click; the click is valid if any copy is.
     let rows: Vec<StoredClick> = read_all(
         session,
         &statements.select_first_click,
@@ -154,11 +157,57 @@ pub(crate) async fn first_click(
         "reading the click index",
     )
     .await?;
-    let mut clicks = rows.into_iter().map(ClickRow::from);
-    Ok(clicks.next().map(|first| ClickRow {
-        invalid: any_valid(std::iter::once(first.invalid).chain(clicks.map(|copy| copy.invalid))),
-        ..first
+    Ok(rows.into_iter().map(ClickRow::from).collect())
+}
+
+pub(crate) async fn first_click(
+    session: &Session,
+    statements: &EventStatements,
+    campaign: CampaignKey,
+    impression_id: ImpressionId,
+) -> Result<Option<ClickRow>, StoreError> {
+    // Oldest first: the first is the first click; the click is valid if any copy is.
+    let clicks = clicks_of(session, statements, campaign, impression_id).await?;
+    Ok(clicks.first().map(|first| ClickRow {
+        invalid: any_valid(clicks.iter().map(|copy| copy.invalid)),
+        ..*first
     }))
+}
+
+/// A partition's thin impressions or clicks in a span of time (`statement` binds the
+/// partition, then the span's start and end).
+pub(crate) async fn impression_summaries_between(
+    session: &Session,
+    statement: &scylla::statement::prepared::PreparedStatement,
+    partition: &EventPartition,
+    span: crate::domain::slices::Span,
+) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+    let (a, c, d, b) = partition_values(partition);
+    let rows: Vec<SummaryRow> = read_all(
+        session,
+        statement,
+        (a, c, d, b, span.from, span.to),
+        "reading impressions",
+    )
+    .await?;
+    Ok(rows.into_iter().map(SummaryRow::into_row).collect())
+}
+
+pub(crate) async fn clicks_between(
+    session: &Session,
+    statement: &scylla::statement::prepared::PreparedStatement,
+    partition: &EventPartition,
+    span: crate::domain::slices::Span,
+) -> Result<Vec<ClickRow>, StoreError> {
+    let (a, c, d, b) = partition_values(partition);
+    let rows: Vec<StoredClick> = read_all(
+        session,
+        statement,
+        (a, c, d, b, span.from, span.to),
+        "reading clicks",
+    )
+    .await?;
+    Ok(rows.into_iter().map(ClickRow::from).collect())
 }
 
 fn decode_impressions(

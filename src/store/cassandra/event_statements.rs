@@ -24,6 +24,8 @@ pub(crate) struct EventStatements {
     pub(crate) insert_impression_summary: PreparedStatement,
     pub(crate) insert_click: PreparedStatement,
     pub(crate) insert_click_index: PreparedStatement,
+    /// A copies-index row, written in the impression's batch.
+    pub(crate) insert_impression_copy: PreparedStatement,
     pub(crate) select_impression_summaries: PreparedStatement,
     pub(crate) select_clicks: PreparedStatement,
     pub(crate) select_first_click: PreparedStatement,
@@ -43,6 +45,7 @@ impl EventStatements {
             insert_impression_summary,
             insert_click,
             insert_click_index,
+            insert_impression_copy,
             select_impression_summaries,
             select_clicks,
             select_first_click,
@@ -67,6 +70,10 @@ impl EventStatements {
                 format!(
                     "INSERT INTO {keyspace}.click_by_impression (advertiser_id, campaign_id, impression_id, timestamp, ad_id, \
                      valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.impression_copy (advertiser_id, campaign_id, day, bucket_id, \
+                     impression_id, timestamp, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 format!(
                     "SELECT impression_id, ad_id, user_id, timestamp, valid, invalid FROM {keyspace}.impression_summary \
@@ -96,6 +103,7 @@ impl EventStatements {
             insert_impression_summary,
             insert_click,
             insert_click_index,
+            insert_impression_copy,
             select_impression_summaries,
             select_clicks,
             select_first_click,

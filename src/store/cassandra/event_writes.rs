@@ -1,6 +1,6 @@
 //! Writing one partition's events, as unlogged single-partition batches or as concurrent
 //! single-row inserts ([`WriteMode`]). An impression's full and thin rows share the partition
-//! key, so both go into the same batch: one mutation per chunk.
+//! key, and so does its copies-index row: all go into the same batch, one mutation per chunk.
 
 use super::config::WriteMode;
 use super::event_statements::EventStatements;
@@ -209,6 +209,35 @@ struct ClickIndexValues {
     ttl: i32,
 }
 
+/// The bound values of an `impression_copy` insert (the table's own TTL applies).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct CopyValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    bucket_id: i16,
+    impression_id: Uuid,
+    timestamp: DateTime<Utc>,
+    #[scylla(flatten)]
+    validity: Validity,
+}
+
+impl CopyValues {
+    fn new(key: PartitionValues, event: &Impression) -> Self {
+        let (advertiser_id, campaign_id, day, bucket_id) = key;
+        Self {
+            advertiser_id,
+            campaign_id,
+            day,
+            bucket_id,
+            impression_id: event.impression_id.as_uuid(),
+            timestamp: event.timestamp.instant(),
+            validity: Validity::of(event.invalid),
+        }
+    }
+}
+
 /// Splits a partition's impressions into batches bounded by count and user_data bytes.
 fn impression_chunks(impressions: &[Impression]) -> Vec<&[Impression]> {
     let mut chunks = Vec::new();
@@ -255,12 +284,14 @@ pub(crate) async fn write_impressions(
                     batch.set_is_idempotent(true);
                     let mut values: Vec<
                         Box<dyn scylla::serialize::row::SerializeRow + Send + Sync>,
-                    > = Vec::with_capacity(chunk.len() * 2);
+                    > = Vec::with_capacity(chunk.len() * 3);
                     for event in chunk {
                         batch.append_statement(statements.insert_impression.clone());
                         values.push(Box::new(ImpressionValues::new(key, event, ttl)));
                         batch.append_statement(statements.insert_impression_summary.clone());
                         values.push(Box::new(SummaryValues::new(key, event, ttl)));
+                        batch.append_statement(statements.insert_impression_copy.clone());
+                        values.push(Box::new(CopyValues::new(key, event)));
                     }
                     session
                         .batch(&batch, values)
@@ -279,7 +310,11 @@ pub(crate) async fn write_impressions(
                     &statements.insert_impression_summary,
                     SummaryValues::new(key, event, ttl),
                 );
-                futures::try_join!(full, thin)
+                let copy = session.execute_unpaged(
+                    &statements.insert_impression_copy,
+                    CopyValues::new(key, event),
+                );
+                futures::try_join!(full, thin, copy)
                     .map(|_| ())
                     .map_err(failed("writing impressions"))
             })

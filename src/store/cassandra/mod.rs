@@ -25,6 +25,7 @@ mod rollups;
 mod seals;
 mod session;
 mod settings;
+mod slices;
 mod statements;
 mod visit_batches;
 mod visits;
@@ -45,6 +46,7 @@ use scylla::client::session::Session;
 use scylla::statement::unprepared::Statement;
 use seals::SealStatements;
 use settings::SettingsStatements;
+use slices::SliceStatements;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -67,6 +69,7 @@ struct Prepared {
     processes: ProcessStatements,
     delivery: DeliveryStatements,
     listings: ListingStatements,
+    slices: SliceStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -132,6 +135,7 @@ impl CassandraStore {
                     processes,
                     delivery,
                     listings,
+                    slices,
                 ) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
@@ -142,6 +146,7 @@ impl CassandraStore {
                     ProcessStatements::prepare(session, keyspace),
                     DeliveryStatements::prepare(session, keyspace),
                     ListingStatements::prepare(session, keyspace),
+                    SliceStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -153,6 +158,7 @@ impl CassandraStore {
                     processes,
                     delivery,
                     listings,
+                    slices,
                 })
             })
             .await

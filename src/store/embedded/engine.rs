@@ -45,6 +45,10 @@ pub(crate) struct Tables {
     pub(crate) delivery_windows: Keyspace,
     pub(crate) owner_listing: Keyspace,
     pub(crate) site_features: Keyspace,
+    /// Every stored copy of an impression by partition, id and time (see [`crate::store::SliceStore`]).
+    pub(crate) impression_copy: Keyspace,
+    /// The slices of unsealed campaign-days: states, duplicates and aggregates.
+    pub(crate) open_day: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
@@ -84,6 +88,8 @@ pub(crate) enum Table {
     DeliveryWindows,
     OwnerListing,
     SiteFeatures,
+    ImpressionCopy,
+    OpenDay,
     Meta,
 }
 
@@ -118,6 +124,8 @@ impl Tables {
             Table::DeliveryWindows => &self.delivery_windows,
             Table::OwnerListing => &self.owner_listing,
             Table::SiteFeatures => &self.site_features,
+            Table::ImpressionCopy => &self.impression_copy,
+            Table::OpenDay => &self.open_day,
             Table::Meta => &self.meta,
         }
     }

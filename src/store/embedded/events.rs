@@ -77,7 +77,7 @@ impl EventStore for EmbeddedStore {
         partition: &EventPartition,
         impressions: &[Impression],
     ) -> Result<(), StoreError> {
-        let mut rows = Vec::with_capacity(impressions.len() * 2);
+        let mut rows = Vec::with_capacity(impressions.len() * 3);
         let mut guarded = Vec::new();
         for event in impressions {
             let key = keys::event_key(partition, event.timestamp.instant(), event.impression_id);
@@ -87,11 +87,13 @@ impl EventStore for EmbeddedStore {
                 rows::impression_value(event),
             );
             let thin = (Table::ImpressionSummary, key, rows::summary_value(event));
+            let copy = super::slices::copy_row(partition, event);
             if event.invalid.is_none() {
-                rows.extend([full, thin]);
+                rows.extend([full, thin, (copy.table, copy.key, copy.value)]);
             } else {
                 guarded.push(guard(full, rows::impression_is_valid));
                 guarded.push(guard(thin, rows::summary_is_valid));
+                guarded.push(copy);
             }
         }
         self.committer

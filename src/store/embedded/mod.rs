@@ -28,6 +28,7 @@ mod rows;
 mod seals;
 mod settings;
 mod site_keys;
+mod slices;
 mod visits;
 
 use crate::store::{Store, StoreError};

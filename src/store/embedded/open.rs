@@ -86,6 +86,8 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
         delivery_windows: open("delivery_windows")?,
         owner_listing: open("owner_listing")?,
         site_features: open("site_feature_visits")?,
+        impression_copy: open("impression_copy")?,
+        open_day: open("open_day")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,

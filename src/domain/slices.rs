@@ -1,0 +1,168 @@
+//! The 15-minute slices of days not yet sealed (docs/DESIGN.md, "Open days from closed
+//! slices"): when a slice closes, which slices a write must mark, and the span of time a
+//! raw read covers. Nothing here touches a store or a clock: callers pass `now`.
+
+use super::sealing::SealState;
+use super::time::{Day, SLICE_MILLIS};
+use chrono::{DateTime, TimeDelta, Utc};
+use std::time::Duration;
+
+/// A 15-minute slice, numbered since the epoch as rollups number them.
+pub(crate) type Slice = i64;
+
+/// The slice holding `at`.
+pub(crate) fn slice_of(at: DateTime<Utc>) -> Slice {
+    at.timestamp_millis().div_euclid(SLICE_MILLIS)
+}
+
+/// When `slice` starts.
+pub(crate) fn slice_start(slice: Slice) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(slice.saturating_mul(SLICE_MILLIS))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// When a slice closes for late events, and so which slices may answer from their aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceRule {
+    grace: TimeDelta,
+}
+
+impl Default for SliceRule {
+    /// Two minutes: an ad server's retries of a failed request fit well inside it, and the
+    /// stretch a summary reads raw stays at most 17 minutes long.
+    fn default() -> Self {
+        Self {
+            grace: TimeDelta::minutes(2),
+        }
+    }
+}
+
+impl SliceRule {
+    /// A rule with `grace`; one beyond what a date-time can hold is taken as two minutes.
+    pub fn new(grace: Duration) -> Self {
+        Self {
+            grace: TimeDelta::from_std(grace).unwrap_or(TimeDelta::minutes(2)),
+        }
+    }
+
+    /// Whether an event in `slice` arriving `now` is late: the slice may be aggregated
+    /// already, so the event marks it.
+    pub(crate) fn is_late(&self, slice: Slice, now: DateTime<Utc>) -> bool {
+        now >= slice_start(slice + 1) + self.grace
+    }
+
+    /// Whether `slice` may be aggregated `now`: past its grace, with the seals' margin for
+    /// clock differences between servers.
+    pub(crate) fn may_aggregate(&self, slice: Slice, now: DateTime<Utc>) -> bool {
+        now >= slice_start(slice + 1) + self.grace + SealState::MARGIN
+    }
+
+    /// The slices a write of an event at `at` must mark when it arrives `now`: its own slice
+    /// if that is closed, and the next one too when the event's billable window (`window`
+    /// long, aligned at the epoch) reaches past the slice's end, since that slice counts the
+    /// window only if no impression of it came before.
+    pub(crate) fn late_slices(
+        &self,
+        at: DateTime<Utc>,
+        window: TimeDelta,
+        now: DateTime<Utc>,
+    ) -> Vec<Slice> {
+        let slice = slice_of(at);
+        if !self.is_late(slice, now) {
+            return Vec::new();
+        }
+        touched_slices(at, window)
+    }
+}
+
+/// The slice of an event at `at` and, when its billable window (`window` long, aligned at the
+/// epoch) reaches past that slice's end, the next one: the slices whose counts an event can
+/// change.
+pub(crate) fn touched_slices(at: DateTime<Utc>, window: TimeDelta) -> Vec<Slice> {
+    let slice = slice_of(at);
+    let window_millis = window.num_milliseconds().max(1);
+    let window_end = (at.timestamp_millis().div_euclid(window_millis) + 1) * window_millis;
+    if window_end > (slice + 1) * SLICE_MILLIS {
+        vec![slice, slice + 1]
+    } else {
+        vec![slice]
+    }
+}
+
+/// The slices of UTC `day`, oldest first.
+pub(crate) fn slices_of_day(day: Day) -> std::ops::Range<Slice> {
+    let first = day.first_slice();
+    first..first + 96
+}
+
+/// A stretch of time read raw: from `from` (included) to `to` (excluded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub(crate) from: DateTime<Utc>,
+    pub(crate) to: DateTime<Utc>,
+}
+
+impl Span {
+    /// Slices `first` to `last`, both included.
+    pub(crate) fn of_slices(first: Slice, last: Slice) -> Self {
+        Self {
+            from: slice_start(first),
+            to: slice_start(last + 1),
+        }
+    }
+
+    pub(crate) fn contains(&self, at: DateTime<Utc>) -> bool {
+        self.from <= at && at < self.to
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        text.parse().expect("time")
+    }
+
+    #[test]
+    fn a_slice_is_late_after_its_grace_and_aggregated_after_the_margin() {
+        let rule = SliceRule::default();
+        let slice = slice_of(at("2026-11-28T10:05:00Z"));
+        assert_eq!(slice_start(slice), at("2026-11-28T10:00:00Z"));
+        assert!(!rule.is_late(slice, at("2026-11-28T10:16:59Z")));
+        assert!(rule.is_late(slice, at("2026-11-28T10:17:00Z")));
+        assert!(!rule.may_aggregate(slice, at("2026-11-28T10:17:04Z")));
+        assert!(rule.may_aggregate(slice, at("2026-11-28T10:17:05Z")));
+    }
+
+    #[test]
+    fn a_late_event_whose_window_crosses_the_slice_end_marks_the_next_slice_too() {
+        let rule = SliceRule::default();
+        let now = at("2026-11-28T12:00:00Z");
+        let window = TimeDelta::seconds(40);
+        let slice = slice_of(at("2026-11-28T10:00:00Z"));
+        // 10:14:40 opens a window that ends at 10:15:20: past the slice's end.
+        assert_eq!(
+            rule.late_slices(at("2026-11-28T10:14:50Z"), window, now),
+            [slice, slice + 1]
+        );
+        // 10:14:00 opens one that ends at 10:14:40.
+        assert_eq!(
+            rule.late_slices(at("2026-11-28T10:14:10Z"), window, now),
+            [slice]
+        );
+        assert!(
+            rule.late_slices(at("2026-11-28T11:55:00Z"), window, now)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_day_has_96_slices() {
+        let day = Day::new("2026-11-28".parse().expect("date"));
+        let slices = slices_of_day(day);
+        assert_eq!(slices.end - slices.start, 96);
+        assert_eq!(slice_start(slices.start), day.start_utc());
+        assert_eq!(slice_start(slices.end), day.next().start_utc());
+    }
+}

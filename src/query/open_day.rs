@@ -1,0 +1,199 @@
+//! A campaign's UTC day not yet sealed, answered from the stored aggregates of its closed
+//! slices and, for the rest, its raw partitions (docs/DESIGN.md, "Open days from closed
+//! slices"): the newest stretch that is still open, and any closed slice whose aggregate is
+//! missing or older than its latest mark. The answer is the raw day's, slice for slice; only
+//! its cost differs, bounded by the raw stretches' events rather than by the day's.
+
+use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
+use super::span::{Duplicates, SpanAggregate, aggregate_span};
+use crate::domain::ids::{AdId, CampaignKey};
+use crate::domain::partition::EventPartition;
+use crate::domain::sealing::SealState;
+use crate::domain::sketch::UniqueSketch;
+use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day};
+use crate::domain::time::Day;
+use crate::store::{ReachLevel, Store, StoreError};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
+
+/// Slices in an hour.
+const SLICES_PER_HOUR: i64 = 4;
+
+/// What an open day is read with.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenDayRead {
+    pub(crate) campaign: CampaignKey,
+    pub(crate) day: Day,
+    pub(crate) partitions: Vec<EventPartition>,
+    pub(crate) levels: Vec<ReachLevel>,
+    pub(crate) window: BillableWindow,
+    pub(crate) rule: SliceRule,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) concurrency: usize,
+}
+
+/// A day's counts and users by slice and ad, before they become a [`DayAggregate`].
+#[derive(Default)]
+struct BySlice {
+    counts: BTreeMap<(Slice, AdId), SliceCounts>,
+    users: BTreeMap<(Slice, AdId), UniqueSketch>,
+}
+
+impl BySlice {
+    fn add_span(&mut self, span: SpanAggregate) {
+        for (key, counts) in span.counts {
+            self.counts.entry(key).or_default().add(&counts);
+        }
+        for (key, users) in span.users {
+            self.users.entry(key).or_default().merge(&users);
+        }
+    }
+
+    fn into_day(self, levels: &[ReachLevel]) -> DayAggregate {
+        let mut reach = Reach::with_levels(levels);
+        for ((slice, ad), users) in &self.users {
+            let hour = slice.div_euclid(SLICES_PER_HOUR);
+            if let Some(day) = &mut reach.day {
+                day.merge(users);
+            }
+            if let Some(ads) = &mut reach.ads {
+                ads.entry(*ad).or_default().merge(users);
+            }
+            if let Some(hours) = &mut reach.hours {
+                hours.entry(hour).or_default().merge(users);
+            }
+            if let Some(ad_hours) = &mut reach.ad_hours {
+                ad_hours.entry((hour, *ad)).or_default().merge(users);
+            }
+        }
+        DayAggregate {
+            slices: self.counts,
+            reach,
+        }
+    }
+}
+
+/// Reads an open day: its slice states, duplicates and aggregates in one small read, then each
+/// stretch of slices no aggregate answers for. Returns the day and how many slices its
+/// aggregates answered.
+pub(crate) async fn read_open_day(
+    store: &dyn Store,
+    read: &OpenDayRead,
+) -> Result<(DayAggregate, usize), StoreError> {
+    let started = Instant::now();
+    let rows = store.read_open_day(read.campaign, read.day).await?;
+    let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
+    let answering: HashSet<Slice> = slices_of_day(read.day)
+        .filter(|slice| {
+            read.rule.is_late(*slice, read.now)
+                && states.get(slice).is_some_and(SealState::is_current)
+        })
+        .collect();
+    let mut day = BySlice::default();
+    let mut undecodable: HashSet<Slice> = HashSet::new();
+    for row in rows.aggregates {
+        let slice = row.counts.slice;
+        if !answering.contains(&slice) {
+            continue;
+        }
+        let Ok(users) = UniqueSketch::from_bytes(&row.users) else {
+            undecodable.insert(slice);
+            continue;
+        };
+        let counts = &row.counts;
+        day.counts.insert(
+            (slice, counts.ad_id),
+            SliceCounts {
+                impressions: counts.impressions,
+                clicks: counts.clicks,
+                billable_impressions: counts.billable_impressions,
+                invalid_impressions: counts.invalid_impressions,
+                invalid_clicks: counts.invalid_clicks,
+            },
+        );
+        day.users.insert((slice, counts.ad_id), users);
+    }
+    // A slice with a sketch that does not decode is read raw, every ad of it.
+    day.counts
+        .retain(|(slice, _), _| !undecodable.contains(slice));
+    day.users
+        .retain(|(slice, _), _| !undecodable.contains(slice));
+    let from_aggregates = answering.len() - undecodable.len();
+    metrics::histogram!("adevents_open_day_read_seconds", "part" => "aggregates")
+        .record(started.elapsed().as_secs_f64());
+
+    let raw_started = Instant::now();
+    let duplicates = Duplicates::new(rows.duplicates);
+    let mut rows_read = 0;
+    for span in raw_stretches(read.day, |slice| {
+        answering.contains(&slice) && !undecodable.contains(&slice)
+    }) {
+        let aggregate = aggregate_span(
+            store,
+            read.campaign,
+            &read.partitions,
+            span,
+            &duplicates,
+            read.window,
+            read.concurrency,
+        )
+        .await?;
+        rows_read += aggregate.rows_read;
+        day.add_span(aggregate);
+    }
+    metrics::histogram!("adevents_open_day_read_seconds", "part" => "raw")
+        .record(raw_started.elapsed().as_secs_f64());
+    metrics::counter!("adevents_open_day_rows_read_total").increment(rows_read as u64);
+    metrics::counter!("adevents_open_day_slices_total", "from" => "aggregates")
+        .increment(from_aggregates as u64);
+    metrics::counter!("adevents_open_day_slices_total", "from" => "raw")
+        .increment((96 - from_aggregates) as u64);
+    Ok((day.into_day(&read.levels), from_aggregates))
+}
+
+/// The day's maximal runs of slices that `answered` does not answer for, oldest first.
+fn raw_stretches(day: Day, answered: impl Fn(Slice) -> bool) -> Vec<Span> {
+    let mut stretches = Vec::new();
+    let mut run: Option<(Slice, Slice)> = None;
+    for slice in slices_of_day(day) {
+        if answered(slice) {
+            if let Some((first, last)) = run.take() {
+                stretches.push(Span::of_slices(first, last));
+            }
+        } else {
+            run = Some(run.map_or((slice, slice), |(first, _)| (first, slice)));
+        }
+    }
+    if let Some((first, last)) = run {
+        stretches.push(Span::of_slices(first, last));
+    }
+    stretches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slices_no_aggregate_answers_for_are_read_in_runs() {
+        let day = Day::new("2026-11-28".parse().expect("date"));
+        let first = day.first_slice();
+        let answered =
+            |slice: Slice| (first + 2..first + 90).contains(&slice) && slice != first + 40;
+        let runs = raw_stretches(day, answered);
+        assert_eq!(
+            runs,
+            [
+                Span::of_slices(first, first + 1),
+                Span::of_slices(first + 40, first + 40),
+                Span::of_slices(first + 90, first + 95),
+            ]
+        );
+        assert!(raw_stretches(day, |_| true).is_empty());
+        assert_eq!(
+            raw_stretches(day, |_| false),
+            [Span::of_slices(first, first + 95)]
+        );
+    }
+}

@@ -1,0 +1,438 @@
+//! The slices of unsealed campaign-days on Cassandra (`migrations/0013_open_days.cql`):
+//! time-bounded reads of the raw tables, the copies index, slice states, duplicates and
+//! aggregates. Aggregates are written `USING TIMESTAMP` of their read's start and the state
+//! last, so of two aggregations of one slice the one that read later wins, as with rollups.
+
+use super::CassandraStore;
+use super::config::KeyspaceName;
+use super::event_reads::{self, validity};
+use super::event_writes::Validity;
+use super::statements::{
+    EVENT_PARTITION, execute, execute_each, partition_values, prepare_all, read_all,
+};
+use crate::domain::ids::{AdId, CampaignKey, ImpressionId};
+use crate::domain::partition::EventPartition;
+use crate::domain::sealing::SealState;
+use crate::domain::slices::{Slice, Span};
+use crate::domain::time::{Day, EventTime};
+use crate::store::{
+    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregateRow,
+    SliceStore, StoreError,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::{DeserializeRow, SerializeRow};
+use uuid::Uuid;
+
+const CAMPAIGN_DAY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
+/// Ids per copies-index read: one partition, a few rows each.
+const IDS_PER_READ: usize = 100;
+/// Copies-index reads in flight for one call.
+const READS_IN_FLIGHT: usize = 16;
+/// Rows written at once.
+const ROWS_IN_FLIGHT: usize = 64;
+
+pub(crate) struct SliceStatements {
+    select_summaries_between: PreparedStatement,
+    select_clicks_between: PreparedStatement,
+    select_copies: PreparedStatement,
+    mark_slice: PreparedStatement,
+    set_aggregated_from: PreparedStatement,
+    insert_duplicate: PreparedStatement,
+    delete_aggregate: PreparedStatement,
+    insert_aggregate: PreparedStatement,
+    select_states: PreparedStatement,
+    select_duplicates: PreparedStatement,
+    select_aggregates: PreparedStatement,
+}
+
+impl SliceStatements {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
+        let [
+            select_summaries_between,
+            select_clicks_between,
+            select_copies,
+            mark_slice,
+            set_aggregated_from,
+            insert_duplicate,
+            delete_aggregate,
+            insert_aggregate,
+            select_states,
+            select_duplicates,
+            select_aggregates,
+        ] = prepare_all(
+            session,
+            [
+                format!(
+                    "SELECT impression_id, ad_id, user_id, timestamp, valid, invalid FROM {keyspace}.impression_summary \
+                     WHERE {EVENT_PARTITION} AND timestamp >= ? AND timestamp < ?"
+                ),
+                format!(
+                    "SELECT impression_id, ad_id, timestamp, valid, invalid FROM {keyspace}.click \
+                     WHERE {EVENT_PARTITION} AND timestamp >= ? AND timestamp < ?"
+                ),
+                format!(
+                    "SELECT impression_id, timestamp, valid, invalid FROM {keyspace}.impression_copy \
+                     WHERE {EVENT_PARTITION} AND impression_id IN ?"
+                ),
+                format!("UPDATE {keyspace}.slice_state SET marked_at = ? WHERE {CAMPAIGN_DAY} AND slice = ?"),
+                format!(
+                    "UPDATE {keyspace}.slice_state SET aggregated_from = ? WHERE {CAMPAIGN_DAY} AND slice = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.slice_duplicate (advertiser_id, campaign_id, day, impression_id, \
+                     timestamp, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.slice_aggregate USING TIMESTAMP ? WHERE {CAMPAIGN_DAY} AND slice = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.slice_aggregate (advertiser_id, campaign_id, day, slice, ad_id, \
+                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, users) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                ),
+                format!(
+                    "SELECT slice, marked_at, aggregated_from FROM {keyspace}.slice_state WHERE {CAMPAIGN_DAY}"
+                ),
+                format!(
+                    "SELECT impression_id, timestamp, valid, invalid FROM {keyspace}.slice_duplicate \
+                     WHERE {CAMPAIGN_DAY}"
+                ),
+                format!(
+                    "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
+                     invalid_clicks, users FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
+                ),
+            ],
+        )
+        .await?;
+        Ok(Self {
+            select_summaries_between,
+            select_clicks_between,
+            select_copies,
+            mark_slice,
+            set_aggregated_from,
+            insert_duplicate,
+            delete_aggregate,
+            insert_aggregate,
+            select_states,
+            select_duplicates,
+            select_aggregates,
+        })
+    }
+}
+
+fn campaign_day(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
+    (
+        campaign.advertiser_id.as_uuid(),
+        campaign.campaign_id.as_uuid(),
+        day.date(),
+    )
+}
+
+/// A slice as stored: its number within the day (the day's last slice's next is 96).
+fn day_slice(day: Day, slice: Slice) -> i32 {
+    i32::try_from(slice - day.first_slice()).unwrap_or(i32::MAX)
+}
+
+fn stored_count(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+fn read_count(count: Option<i64>) -> u64 {
+    count
+        .and_then(|count| u64::try_from(count).ok())
+        .unwrap_or_default()
+}
+
+#[derive(DeserializeRow)]
+struct StoredCopy {
+    impression_id: Uuid,
+    timestamp: DateTime<Utc>,
+    valid: Option<bool>,
+    invalid: Option<String>,
+}
+
+impl From<StoredCopy> for CopyRow {
+    fn from(row: StoredCopy) -> Self {
+        CopyRow {
+            impression_id: ImpressionId::new(row.impression_id),
+            timestamp: EventTime::from_stored(row.timestamp),
+            invalid: validity(row.valid, row.invalid.as_deref()),
+        }
+    }
+}
+
+#[derive(DeserializeRow)]
+struct StoredState {
+    slice: i32,
+    marked_at: Option<DateTime<Utc>>,
+    aggregated_from: Option<DateTime<Utc>>,
+}
+
+#[derive(DeserializeRow)]
+struct StoredAggregate {
+    slice: i32,
+    ad_id: Uuid,
+    impressions: Option<i64>,
+    clicks: Option<i64>,
+    billable_impressions: Option<i64>,
+    invalid_impressions: Option<i64>,
+    invalid_clicks: Option<i64>,
+    users: Option<Vec<u8>>,
+}
+
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct DuplicateValues {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    impression_id: Uuid,
+    timestamp: DateTime<Utc>,
+    #[scylla(flatten)]
+    validity: Validity,
+}
+
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct AggregateValues<'a> {
+    advertiser_id: Uuid,
+    campaign_id: Uuid,
+    day: NaiveDate,
+    slice: i32,
+    ad_id: Uuid,
+    impressions: i64,
+    clicks: i64,
+    billable_impressions: i64,
+    invalid_impressions: i64,
+    invalid_clicks: i64,
+    users: &'a [u8],
+    written_at: i64,
+}
+
+impl CassandraStore {
+    async fn slice_statements(&self) -> Result<&SliceStatements, StoreError> {
+        Ok(&self.prepared().await?.slices)
+    }
+}
+
+#[async_trait]
+impl SliceStore for CassandraStore {
+    async fn read_impression_summaries_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+        let statement = &self.slice_statements().await?.select_summaries_between;
+        event_reads::impression_summaries_between(&self.session, statement, partition, span).await
+    }
+
+    async fn read_clicks_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ClickRow>, StoreError> {
+        let statement = &self.slice_statements().await?.select_clicks_between;
+        event_reads::clicks_between(&self.session, statement, partition, span).await
+    }
+
+    async fn impression_copies(
+        &self,
+        partition: &EventPartition,
+        ids: &[ImpressionId],
+    ) -> Result<Vec<CopyRow>, StoreError> {
+        let statement = &self.slice_statements().await?.select_copies;
+        let (advertiser_id, campaign_id, day, bucket) = partition_values(partition);
+        let session = &self.session;
+        let chunks: Vec<Vec<Uuid>> = ids
+            .chunks(IDS_PER_READ)
+            .map(|chunk| chunk.iter().map(|id| id.as_uuid()).collect())
+            .collect();
+        let copies: Vec<Vec<StoredCopy>> = stream::iter(chunks)
+            .map(|chunk| async move {
+                read_all(
+                    session,
+                    statement,
+                    (advertiser_id, campaign_id, day, bucket, chunk),
+                    "reading the copies index",
+                )
+                .await
+            })
+            .buffer_unordered(READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        Ok(copies.into_iter().flatten().map(CopyRow::from).collect())
+    }
+
+    async fn clicks_of(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Vec<ClickRow>, StoreError> {
+        let statements = &self.prepared().await?.events;
+        event_reads::clicks_of(&self.session, statements, campaign, impression_id).await
+    }
+
+    async fn mark_slices(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &[Slice],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let statement = &self.slice_statements().await?.mark_slice;
+        let (advertiser_id, campaign_id, date) = campaign_day(campaign, day);
+        execute_each(
+            &self.session,
+            statement,
+            slices,
+            ROWS_IN_FLIGHT,
+            |slice| (at, advertiser_id, campaign_id, date, day_slice(day, *slice)),
+            "marking slices",
+        )
+        .await
+    }
+
+    async fn write_duplicates(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        copies: &[CopyRow],
+    ) -> Result<(), StoreError> {
+        let statement = &self.slice_statements().await?.insert_duplicate;
+        let (advertiser_id, campaign_id, date) = campaign_day(campaign, day);
+        execute_each(
+            &self.session,
+            statement,
+            copies,
+            ROWS_IN_FLIGHT,
+            |copy| DuplicateValues {
+                advertiser_id,
+                campaign_id,
+                day: date,
+                impression_id: copy.impression_id.as_uuid(),
+                timestamp: copy.timestamp.instant(),
+                validity: Validity::of(copy.invalid),
+            },
+            "recording duplicate impressions",
+        )
+        .await
+    }
+
+    async fn read_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<OpenDayRows, StoreError> {
+        const CONTEXT: &str = "reading an open day's slices";
+        let statements = self.slice_statements().await?;
+        let key = campaign_day(campaign, day);
+        let session = &self.session;
+        let (states, duplicates, aggregates) = futures::try_join!(
+            read_all::<StoredState>(session, &statements.select_states, key, CONTEXT),
+            read_all::<StoredCopy>(session, &statements.select_duplicates, key, CONTEXT),
+            read_all::<StoredAggregate>(session, &statements.select_aggregates, key, CONTEXT),
+        )?;
+        let base = day.first_slice();
+        Ok(OpenDayRows {
+            states: states
+                .into_iter()
+                .map(|row| {
+                    let state = SealState {
+                        sealed_from: row.aggregated_from,
+                        late_at: row.marked_at,
+                    };
+                    (base + i64::from(row.slice), state)
+                })
+                .collect(),
+            duplicates: duplicates.into_iter().map(CopyRow::from).collect(),
+            aggregates: aggregates
+                .into_iter()
+                .map(|row| SliceAggregateRow {
+                    counts: RollupSlice {
+                        slice: base + i64::from(row.slice),
+                        ad_id: AdId::new(row.ad_id),
+                        impressions: read_count(row.impressions),
+                        clicks: read_count(row.clicks),
+                        billable_impressions: read_count(row.billable_impressions),
+                        invalid_impressions: read_count(row.invalid_impressions),
+                        invalid_clicks: read_count(row.invalid_clicks),
+                    },
+                    users: row.users.unwrap_or_default(),
+                })
+                .collect(),
+        })
+    }
+
+    async fn write_slice_aggregate(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slice: Slice,
+        rows: &[SliceAggregateRow],
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "writing a slice aggregate";
+        let statements = self.slice_statements().await?;
+        let (advertiser_id, campaign_id, date) = campaign_day(campaign, day);
+        let stored_slice = day_slice(day, slice);
+        let written_at = read_started.timestamp_micros();
+        // Rows of an earlier aggregate that this one has no more (an ad whose only impression
+        // moved to an earlier copy) must not linger: a deletion just before this write's
+        // timestamp removes every older row and none of this aggregate's.
+        let delete = (
+            written_at - 1,
+            advertiser_id,
+            campaign_id,
+            date,
+            stored_slice,
+        );
+        execute(&self.session, &statements.delete_aggregate, delete, CONTEXT).await?;
+        execute_each(
+            &self.session,
+            &statements.insert_aggregate,
+            rows,
+            ROWS_IN_FLIGHT,
+            |row| AggregateValues {
+                advertiser_id,
+                campaign_id,
+                day: date,
+                slice: stored_slice,
+                ad_id: row.counts.ad_id.as_uuid(),
+                impressions: stored_count(row.counts.impressions),
+                clicks: stored_count(row.counts.clicks),
+                billable_impressions: stored_count(row.counts.billable_impressions),
+                invalid_impressions: stored_count(row.counts.invalid_impressions),
+                invalid_clicks: stored_count(row.counts.invalid_clicks),
+                users: &row.users,
+                written_at,
+            },
+            CONTEXT,
+        )
+        .await?;
+        let state = (read_started, advertiser_id, campaign_id, date, stored_slice);
+        execute(
+            &self.session,
+            &statements.set_aggregated_from,
+            state,
+            CONTEXT,
+        )
+        .await
+    }
+
+    async fn delete_open_day(
+        &self,
+        _campaign: CampaignKey,
+        _day: Day,
+        _partitions: &[EventPartition],
+    ) -> Result<(), StoreError> {
+        // The tables' own TTL drops the rows: a deletion would only add tombstones.
+        Ok(())
+    }
+}

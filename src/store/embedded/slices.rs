@@ -1,0 +1,432 @@
+//! The slices of unsealed campaign-days in the embedded store. The copies index keys each
+//! stored impression copy by partition, id and time. One `open_day` table holds a
+//! campaign-day's slice states, duplicate copies and slice aggregates under the day's prefix,
+//! a kind byte apart, so a day is read with one prefix scan and dropped with it.
+
+use super::committer::{Guarded, Removals};
+use super::engine::{Rows, Table, corrupt};
+use super::keys::{self, decode_ordered_i64, ordered_i64};
+use super::rollup_keys::{campaign_day_prefix, counts_value, decode_counts_value};
+use super::{EmbeddedStore, rows};
+use crate::domain::event::Impression;
+use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
+use crate::domain::partition::EventPartition;
+use crate::domain::sealing::SealState;
+use crate::domain::slices::{Slice, Span};
+use crate::domain::time::{Day, EventTime};
+use crate::domain::traffic::InvalidReason;
+use crate::store::{
+    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregateRow,
+    SliceStore, StoreError,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// Clicks of one impression read (as [`super::events`] reads them for its first click).
+const MAX_CLICKS_READ: usize = 100;
+
+/// Campaign (32) + day (4).
+const DAY_PREFIX_LEN: usize = 36;
+const STATE: u8 = b'S';
+const DUPLICATE: u8 = b'D';
+const AGGREGATE: u8 = b'A';
+/// The two cells of a slice's state, each with its own writers.
+const MARKED_AT: u8 = b'M';
+const AGGREGATED_FROM: u8 = b'F';
+
+fn copy_prefix(partition: &EventPartition, id: ImpressionId) -> Vec<u8> {
+    let mut key = keys::partition_prefix(partition);
+    key.extend_from_slice(id.as_uuid().as_bytes());
+    key
+}
+
+/// A copies-index row of one impression copy: its value is the copy's reason code.
+pub(super) fn copy_row(partition: &EventPartition, event: &Impression) -> Guarded {
+    let mut key = copy_prefix(partition, event.impression_id);
+    key.extend_from_slice(&ordered_i64(event.timestamp.epoch_millis()));
+    Guarded {
+        table: Table::ImpressionCopy,
+        key,
+        value: vec![event.invalid.map_or(0, InvalidReason::code)],
+        // An invalid copy never hides a valid one of the same id and time.
+        keeps: rows::visit_is_valid,
+    }
+}
+
+fn kind_prefix(campaign: CampaignKey, day: Day, kind: u8) -> Vec<u8> {
+    let mut key = campaign_day_prefix(campaign, day);
+    key.push(kind);
+    key
+}
+
+fn state_key(campaign: CampaignKey, day: Day, slice: Slice, cell: u8) -> Vec<u8> {
+    let mut key = kind_prefix(campaign, day, STATE);
+    key.extend_from_slice(&ordered_i64(slice));
+    key.push(cell);
+    key
+}
+
+fn aggregate_prefix(campaign: CampaignKey, day: Day, slice: Slice) -> Vec<u8> {
+    let mut key = kind_prefix(campaign, day, AGGREGATE);
+    key.extend_from_slice(&ordered_i64(slice));
+    key
+}
+
+fn millis(value: &[u8]) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(i64::from_be_bytes(value.try_into().ok()?))
+}
+
+/// The key range of a partition's events in `span` (keys run newest first).
+fn span_range(partition: &EventPartition, span: Span) -> (Vec<u8>, Vec<u8>) {
+    let prefix = keys::partition_prefix(partition);
+    let mut start = prefix.clone();
+    start.extend_from_slice(&ordered_i64(!(span.to.timestamp_millis() - 1)));
+    let mut end = prefix;
+    end.extend_from_slice(&ordered_i64(!(span.from.timestamp_millis() - 1)));
+    (start, end)
+}
+
+/// A copy back from its key's id and time, and its value's reason code.
+fn decode_copy(id_and_time: &[u8], value: &[u8]) -> Option<CopyRow> {
+    let id = Uuid::from_slice(id_and_time.get(..16)?).ok()?;
+    let at = DateTime::from_timestamp_millis(decode_ordered_i64(id_and_time.get(16..24)?)?)?;
+    Some(CopyRow {
+        impression_id: ImpressionId::new(id),
+        timestamp: EventTime::from_stored(at),
+        invalid: InvalidReason::from_code(*value.first()?).ok()?,
+    })
+}
+
+fn decode_open_day(rows: &[(fjall::Slice, fjall::Slice)]) -> Option<OpenDayRows> {
+    let mut states: BTreeMap<Slice, SealState> = BTreeMap::new();
+    let mut day = OpenDayRows::default();
+    for (key, value) in rows {
+        let rest = key.get(DAY_PREFIX_LEN + 1..)?;
+        match *key.get(DAY_PREFIX_LEN)? {
+            STATE => {
+                let slice = decode_ordered_i64(rest.get(..8)?)?;
+                let state = states.entry(slice).or_default();
+                match *rest.get(8)? {
+                    MARKED_AT => state.late_at = Some(millis(value)?),
+                    AGGREGATED_FROM => state.sealed_from = Some(millis(value)?),
+                    _ => return None,
+                }
+            }
+            DUPLICATE => day.duplicates.push(decode_copy(rest, value)?),
+            AGGREGATE => {
+                let slice = decode_ordered_i64(rest.get(..8)?)?;
+                let ad = AdId::new(Uuid::from_slice(rest.get(8..24)?).ok()?);
+                let [
+                    impressions,
+                    clicks,
+                    billable,
+                    invalid_impressions,
+                    invalid_clicks,
+                ] = decode_counts_value::<5>(value.get(..40)?, 5)?;
+                day.aggregates.push(SliceAggregateRow {
+                    counts: RollupSlice {
+                        slice,
+                        ad_id: ad,
+                        impressions,
+                        clicks,
+                        billable_impressions: billable,
+                        invalid_impressions,
+                        invalid_clicks,
+                    },
+                    users: value.get(40..)?.to_vec(),
+                });
+            }
+            _ => return None,
+        }
+    }
+    day.states = states.into_iter().collect();
+    Some(day)
+}
+
+#[async_trait]
+impl SliceStore for EmbeddedStore {
+    async fn read_impression_summaries_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
+        const CONTEXT: &str = "reading impressions";
+        let (start, end) = span_range(partition, span);
+        let rows = self
+            .scan_range(Table::ImpressionSummary, start, Some(end), CONTEXT)
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (at, impression_id) = keys::decode_event_key(key)?;
+                let (ad, user) = rows::decode_two_ids(value)?;
+                Some(ImpressionSummaryRow {
+                    impression_id,
+                    ad_id: AdId::new(ad),
+                    user_id: UserId::new(user),
+                    timestamp: EventTime::from_stored(at),
+                    invalid: rows::decode_summary_invalid(value)?,
+                })
+            })
+            .map(|row| row.ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn read_clicks_between(
+        &self,
+        partition: &EventPartition,
+        span: Span,
+    ) -> Result<Vec<ClickRow>, StoreError> {
+        const CONTEXT: &str = "reading clicks";
+        let (start, end) = span_range(partition, span);
+        let rows = self
+            .scan_range(Table::Click, start, Some(end), CONTEXT)
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let (at, impression_id) = keys::decode_event_key(key)?;
+                let (invalid, _) = rows::decode_traffic_suffix(value.get(16..)?)?;
+                Some(ClickRow {
+                    impression_id,
+                    ad_id: AdId::new(rows::decode_one_id(value)?),
+                    timestamp: EventTime::from_stored(at),
+                    invalid,
+                })
+            })
+            .map(|row| row.ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn impression_copies(
+        &self,
+        partition: &EventPartition,
+        ids: &[ImpressionId],
+    ) -> Result<Vec<CopyRow>, StoreError> {
+        const CONTEXT: &str = "reading the copies index";
+        let mut prefixes: Vec<Vec<u8>> = ids.iter().map(|id| copy_prefix(partition, *id)).collect();
+        // In key order: neighbouring lookups share the engine's blocks.
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        self.blocking(move |tables| {
+            let table = tables.get(Table::ImpressionCopy);
+            let mut copies = Vec::with_capacity(prefixes.len());
+            for prefix in prefixes {
+                for row in table.prefix(&prefix) {
+                    let (key, value) = row
+                        .into_inner()
+                        .map_err(|error| super::engine::engine_error(CONTEXT, error))?;
+                    let copy = key
+                        .get(keys::PARTITION_LEN..)
+                        .and_then(|rest| decode_copy(rest, &value))
+                        .ok_or_else(|| corrupt(CONTEXT))?;
+                    copies.push(copy);
+                }
+            }
+            Ok(copies)
+        })
+        .await
+    }
+
+    async fn clicks_of(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<Vec<ClickRow>, StoreError> {
+        const CONTEXT: &str = "reading the click index";
+        let rows = self
+            .scan(
+                Table::ClickByImpression,
+                keys::click_index_prefix(campaign, impression_id),
+                Some(MAX_CLICKS_READ),
+                CONTEXT,
+            )
+            .await?;
+        rows.iter()
+            .map(|(key, value)| {
+                let at = keys::decode_click_index_time(key)?;
+                let ad = rows::decode_one_id(value)?;
+                let (invalid, _) = value.get(16..).and_then(rows::decode_traffic_suffix)?;
+                Some(ClickRow {
+                    impression_id,
+                    ad_id: AdId::new(ad),
+                    timestamp: EventTime::from_stored(at),
+                    invalid,
+                })
+            })
+            .map(|row| row.ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn mark_slices(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slices: &[Slice],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let rows: Rows = slices
+            .iter()
+            .map(|slice| {
+                (
+                    Table::OpenDay,
+                    state_key(campaign, day, *slice, MARKED_AT),
+                    at.timestamp_millis().to_be_bytes().to_vec(),
+                )
+            })
+            .collect();
+        self.write("marking slices", rows).await
+    }
+
+    async fn write_duplicates(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        copies: &[CopyRow],
+    ) -> Result<(), StoreError> {
+        let rows: Rows = copies
+            .iter()
+            .map(|copy| {
+                let mut key = kind_prefix(campaign, day, DUPLICATE);
+                key.extend_from_slice(copy.impression_id.as_uuid().as_bytes());
+                key.extend_from_slice(&ordered_i64(copy.timestamp.epoch_millis()));
+                let value = vec![copy.invalid.map_or(0, InvalidReason::code)];
+                (Table::OpenDay, key, value)
+            })
+            .collect();
+        self.write("recording duplicate impressions", rows).await
+    }
+
+    async fn read_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<OpenDayRows, StoreError> {
+        const CONTEXT: &str = "reading an open day's slices";
+        let rows = self
+            .scan(
+                Table::OpenDay,
+                campaign_day_prefix(campaign, day),
+                None,
+                CONTEXT,
+            )
+            .await?;
+        decode_open_day(&rows).ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn write_slice_aggregate(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        slice: Slice,
+        rows: &[SliceAggregateRow],
+        read_started: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let prefix = aggregate_prefix(campaign, day, slice);
+        let removals: Removals = self
+            .scan(Table::OpenDay, prefix.clone(), None, "reading a slice")
+            .await?
+            .into_iter()
+            .map(|(key, _)| (Table::OpenDay, key.to_vec()))
+            .collect();
+        let mut new_rows: Rows = rows
+            .iter()
+            .map(|row| {
+                let counts = &row.counts;
+                let mut key = prefix.clone();
+                key.extend_from_slice(counts.ad_id.as_uuid().as_bytes());
+                let mut value = counts_value(&[
+                    counts.impressions,
+                    counts.clicks,
+                    counts.billable_impressions,
+                    counts.invalid_impressions,
+                    counts.invalid_clicks,
+                ]);
+                value.extend_from_slice(&row.users);
+                (Table::OpenDay, key, value)
+            })
+            .collect();
+        // In the same atomic batch: one process owns the folder, so a later aggregate's batch
+        // simply lands after an earlier one's.
+        new_rows.push((
+            Table::OpenDay,
+            state_key(campaign, day, slice, AGGREGATED_FROM),
+            read_started.timestamp_millis().to_be_bytes().to_vec(),
+        ));
+        self.committer
+            .commit_replacing("writing a slice aggregate", removals, new_rows)
+            .await
+    }
+
+    async fn delete_open_day(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        partitions: &[EventPartition],
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "dropping an open day's slices";
+        let mut removals: Removals = Vec::new();
+        for (key, _) in self
+            .scan(
+                Table::OpenDay,
+                campaign_day_prefix(campaign, day),
+                None,
+                CONTEXT,
+            )
+            .await?
+        {
+            removals.push((Table::OpenDay, key.to_vec()));
+        }
+        for partition in partitions {
+            for (key, _) in self
+                .scan(
+                    Table::ImpressionCopy,
+                    keys::partition_prefix(partition),
+                    None,
+                    CONTEXT,
+                )
+                .await?
+            {
+                removals.push((Table::ImpressionCopy, key.to_vec()));
+            }
+        }
+        self.committer
+            .commit_replacing(CONTEXT, removals, Vec::new())
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::bucket::BucketCount;
+    use crate::domain::ids::{AdvertiserId, CampaignId};
+
+    #[test]
+    fn a_span_covers_exactly_its_events() {
+        let partition = EventPartition {
+            campaign: CampaignKey {
+                advertiser_id: AdvertiserId::new(Uuid::nil()),
+                campaign_id: CampaignId::new(Uuid::max()),
+            },
+            day: Day::new("2026-11-28".parse().expect("date")),
+            bucket: BucketCount::ONE.ids().next().expect("bucket"),
+        };
+        let at = |text: &str| text.parse::<DateTime<Utc>>().expect("time");
+        let span = Span {
+            from: at("2026-11-28T10:00:00Z"),
+            to: at("2026-11-28T10:15:00Z"),
+        };
+        let (start, end) = span_range(&partition, span);
+        let key =
+            |text: &str| keys::event_key(&partition, at(text), ImpressionId::new(Uuid::max()));
+        let inside = |text: &str| {
+            let key = key(text);
+            start <= key && key < end
+        };
+        assert!(inside("2026-11-28T10:00:00Z"));
+        assert!(inside("2026-11-28T10:14:59.999Z"));
+        assert!(!inside("2026-11-28T10:15:00Z"));
+        assert!(!inside("2026-11-28T09:59:59.999Z"));
+    }
+}

@@ -1,0 +1,324 @@
+//! Days not yet sealed, answered from their closed 15-minute slices: every summary equals the
+//! whole-day raw read field for field, before the slices are aggregated, after, under late
+//! events, duplicates with other timestamps, earlier clicks, billable windows across a slice's
+//! end, retries, a second server taking half the events, and fresh server instances; and a
+//! background aggregator makes a marked slice answer from its aggregate again within seconds.
+
+use crate::common::events::{Campaign, configure_buckets, post_all, summary};
+use crate::common::{Backend, TestServer, eventually, test_options};
+use adevents::app::{App, Options};
+use adevents::domain::time::Day;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use serde_json::Value;
+use std::time::Duration as StdDuration;
+use uuid::Uuid;
+
+conformance!(
+    an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_duplicates,
+    a_marked_slice_answers_from_its_aggregate_again_within_the_interval,
+);
+
+/// Options whose slices are aggregated only when the test says so (or never, for the raw
+/// reference).
+fn options(slices: bool) -> Options {
+    let mut options = test_options();
+    options.service.slice_interval = slices.then_some(StdDuration::from_secs(3600));
+    options
+}
+
+fn impression(campaign: &Campaign, id: Uuid, ad: Uuid, user: Uuid, at: DateTime<Utc>) -> Value {
+    let mut event = campaign.impression(id, ad, at);
+    event["user_id"] = Value::String(user.to_string());
+    event
+}
+
+/// The queries a dashboard makes of the days from `first` to today.
+fn queries(first: DateTime<Utc>) -> Vec<String> {
+    let (from, to) = (first.date_naive(), Utc::now().date_naive());
+    ["hour", "day", "ad", "none"]
+        .iter()
+        .map(|group| format!("from={from}&to={to}&group_by={group}"))
+        .chain([format!("from={from}&to={to}&group_by=hour&tz=Asia/Kolkata")])
+        .collect()
+}
+
+/// Asserts every query answers the same from each server as from the raw reference, but for
+/// which slices were aggregated; returns how many slices the first server's hourly answer
+/// took from aggregates.
+async fn assert_same_as_raw(
+    servers: &[&TestServer],
+    raw: &TestServer,
+    campaign: &Campaign,
+    first: DateTime<Utc>,
+    when: &str,
+) -> u64 {
+    let mut aggregated = 0;
+    for query in queries(first) {
+        let mut expected = summary(raw, campaign, &query).await;
+        assert_eq!(expected["aggregated_slices"], 0, "{when}: {query}");
+        expected["aggregated_slices"] = Value::Null;
+        for (index, server) in servers.iter().enumerate() {
+            let mut answer = summary(server, campaign, &query).await;
+            if index == 0 && query.ends_with("group_by=hour") {
+                aggregated = answer["aggregated_slices"].as_u64().expect("a count");
+            }
+            answer["aggregated_slices"] = Value::Null;
+            assert_eq!(answer, expected, "{when}: server {index}, {query}");
+        }
+    }
+    aggregated
+}
+
+/// How many slices of the days from `first`'s to `now`'s are past their grace and margin.
+fn closed_slices(first: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
+    let day_start = first.duration_trunc(Duration::days(1)).expect("a day");
+    let due = now - Duration::minutes(2) - Duration::seconds(5);
+    ((due - day_start).num_seconds() / 900) as u64
+}
+
+/// Aggregates the due slices of `campaign`'s days from `first` to today as a server's
+/// background aggregator does; returns how many it aggregated.
+async fn aggregate(app: &App, campaign: &Campaign, first: DateTime<Utc>) -> usize {
+    let slicer = app.slicer().expect("slices are aggregated");
+    let mut aggregated = 0;
+    for day in Day::new(first.date_naive()).through(Day::new(Utc::now().date_naive())) {
+        aggregated += slicer
+            .aggregate_campaign_day(campaign.key(), day, Utc::now())
+            .await
+            .expect("aggregated");
+    }
+    aggregated
+}
+
+async fn an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_duplicates(
+    backend: Backend,
+) {
+    let campaign = Campaign::fresh();
+    configure_buckets(backend, &campaign, 4, "always").await;
+    // Two servers taking events, each with its own store connection (two processes' worth on
+    // Cassandra), and one that reads every open day raw and whole: the reference.
+    let first_server = backend.server_with(options(true)).await;
+    let second_server = backend.server_with(options(true)).await;
+    let raw = backend.server_with(options(false)).await;
+    let aggregator = App::new(backend.store().await, options(true));
+    let other_aggregator = App::new(backend.store().await, options(true));
+
+    // Four closed slices, the first starting 80 to 95 minutes ago; every event at least 20
+    // minutes old, so every slice is past its grace.
+    let start = (Utc::now() - Duration::minutes(80))
+        .duration_trunc(Duration::minutes(15))
+        .expect("truncated");
+    let slice = |n: i64| start + Duration::minutes(15 * n);
+    // A slice whose start lies inside a 40-second billable window (windows cross the start of
+    // every other slice, 15 minutes being 22.5 windows).
+    let crossing = (1..=2)
+        .map(slice)
+        .find(|boundary| boundary.timestamp() % 40 != 0)
+        .expect("one of two neighbouring slice starts is crossed");
+    let ads: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+    let users: Vec<Uuid> = (0..40).map(|_| Uuid::new_v4()).collect();
+
+    let mut impressions = Vec::new();
+    let mut clicks = Vec::new();
+    for i in 0..240i64 {
+        let at = start + Duration::seconds(i * 13 + 1);
+        let id = Uuid::new_v4();
+        let ad = ads[(i % 3) as usize];
+        impressions.push(impression(&campaign, id, ad, users[(i % 40) as usize], at));
+        if i % 7 == 0 {
+            clicks.push(campaign.click(id, ad, at + Duration::seconds(30)));
+        }
+    }
+    // One user on each side of the crossed slice start: one billable window, counted before.
+    let crosser = Uuid::new_v4();
+    impressions.push(impression(
+        &campaign,
+        Uuid::new_v4(),
+        ads[0],
+        crosser,
+        crossing - Duration::seconds(8),
+    ));
+    impressions.push(impression(
+        &campaign,
+        Uuid::new_v4(),
+        ads[1],
+        crosser,
+        crossing + Duration::seconds(4),
+    ));
+    // An impression stored later with an earlier timestamp in an earlier slice.
+    let duplicated = Uuid::new_v4();
+    impressions.push(impression(
+        &campaign,
+        duplicated,
+        ads[2],
+        users[0],
+        slice(2) + Duration::minutes(3),
+    ));
+    // An impression whose earlier click arrives late.
+    let reclicked = Uuid::new_v4();
+    impressions.push(impression(
+        &campaign,
+        reclicked,
+        ads[1],
+        users[1],
+        slice(0) + Duration::minutes(1),
+    ));
+    clicks.push(campaign.click(reclicked, ads[1], slice(2) + Duration::minutes(5)));
+    // A user whose later impression comes first and whose earlier one, opening the window
+    // that crosses the slice start, arrives late.
+    let late_crosser = Uuid::new_v4();
+    impressions.push(impression(
+        &campaign,
+        Uuid::new_v4(),
+        ads[2],
+        late_crosser,
+        crossing + Duration::seconds(5),
+    ));
+
+    let (half, rest) = impressions.split_at(impressions.len() / 2);
+    post_all(&first_server, "/v1/impressions", half, 100).await;
+    post_all(&second_server, "/v1/impressions", rest, 100).await;
+    post_all(&first_server, "/v1/clicks", &clicks, 100).await;
+    // An ad server's retry of a whole batch changes nothing.
+    post_all(&second_server, "/v1/impressions", half, 100).await;
+    let posted_at = std::time::Instant::now();
+    let servers = [&first_server, &second_server];
+    assert_same_as_raw(&servers, &raw, &campaign, start, "before aggregation").await;
+    // Every event was late, so its slice is marked: an aggregation whose read starts within
+    // the seals' 5-second margin of a mark is not taken as current (the margin covers the
+    // clocks of several servers).
+    tokio::time::sleep(StdDuration::from_secs(6).saturating_sub(posted_at.elapsed())).await;
+
+    // Both processes aggregate at once (other tests' servers may join in: it is all one
+    // store, and any number of aggregators agree).
+    tokio::join!(
+        aggregate(&aggregator, &campaign, start),
+        aggregate(&other_aggregator, &campaign, start)
+    );
+    let aggregated = assert_same_as_raw(&servers, &raw, &campaign, start, "aggregated").await;
+    assert!(
+        aggregated >= 4,
+        "closed slices answer from their aggregates: {aggregated}"
+    );
+
+    // Late events for aggregated slices: a new impression, the duplicate's earlier copy, the
+    // earlier click, the window's earlier impression.
+    let late = vec![
+        impression(
+            &campaign,
+            Uuid::new_v4(),
+            ads[0],
+            Uuid::new_v4(),
+            slice(1) + Duration::minutes(2),
+        ),
+        impression(
+            &campaign,
+            duplicated,
+            ads[2],
+            users[0],
+            slice(0) + Duration::minutes(9),
+        ),
+        impression(
+            &campaign,
+            Uuid::new_v4(),
+            ads[0],
+            late_crosser,
+            crossing - Duration::seconds(3),
+        ),
+    ];
+    post_all(&second_server, "/v1/impressions", &late, 100).await;
+    let earlier_click = vec![campaign.click(reclicked, ads[1], slice(0) + Duration::minutes(2))];
+    post_all(&first_server, "/v1/clicks", &earlier_click, 100).await;
+    let marked_at = std::time::Instant::now();
+    let marked = assert_same_as_raw(&servers, &raw, &campaign, start, "late events").await;
+    assert!(
+        marked <= aggregated,
+        "marked slices are read raw: {marked} of {aggregated}"
+    );
+
+    tokio::time::sleep(StdDuration::from_secs(6).saturating_sub(marked_at.elapsed())).await;
+    aggregate(&aggregator, &campaign, start).await;
+    assert_eq!(
+        aggregate(&other_aggregator, &campaign, start).await,
+        0,
+        "every slice is current"
+    );
+    let again = assert_same_as_raw(&servers, &raw, &campaign, start, "re-aggregated").await;
+    assert_eq!(again, aggregated);
+
+    // Fresh server instances know nothing but what the store holds.
+    let restarted = backend.server_with(options(true)).await;
+    assert_same_as_raw(&[&restarted], &raw, &campaign, start, "restarted").await;
+
+    // The counts themselves: each id once, at its earliest copy.
+    let totals = summary(&raw, &campaign, &queries(start)[3]).await;
+    assert_eq!(totals["totals"]["impressions"], 240 + 2 + 1 + 1 + 1 + 2);
+}
+
+async fn a_marked_slice_answers_from_its_aggregate_again_within_the_interval(backend: Backend) {
+    let campaign = Campaign::fresh();
+    let mut background = test_options();
+    background.service.slice_interval = Some(StdDuration::from_secs(1));
+    let server = backend.server_with(background).await;
+    let raw = backend.server_with(options(false)).await;
+    let start = (Utc::now() - Duration::minutes(40))
+        .duration_trunc(Duration::minutes(15))
+        .expect("truncated");
+    let ad = Uuid::new_v4();
+    let events: Vec<Value> = (0..30)
+        .map(|i| {
+            impression(
+                &campaign,
+                Uuid::new_v4(),
+                ad,
+                Uuid::new_v4(),
+                start + Duration::seconds(i * 20),
+            )
+        })
+        .collect();
+    post_all(&server, "/v1/impressions", &events, 100).await;
+    let query = queries(start).remove(0);
+    let answered = |server: &TestServer| {
+        let (server, query) = (server.address, query.clone());
+        async move {
+            let url = format!("http://{server}{}/summary?{query}", campaign.path());
+            let answer: Value = crate::common::http()
+                .get(url)
+                .send()
+                .await
+                .expect("answered")
+                .json()
+                .await
+                .expect("JSON");
+            answer["aggregated_slices"].as_u64().unwrap_or_default()
+        }
+    };
+    // docs/API.md: a slice answers from its aggregate within the interval (1 s here), the
+    // 5-second margin and the aggregation's own time after it closes or is marked (the
+    // aggregator here works through every test's campaigns in the shared store).
+    let every_closed_slice = || async {
+        let closed = closed_slices(start, Utc::now());
+        answered(&server).await >= closed
+    };
+    assert!(
+        eventually(StdDuration::from_secs(30), every_closed_slice).await,
+        "the background aggregator aggregated every closed slice"
+    );
+    let late = vec![impression(
+        &campaign,
+        Uuid::new_v4(),
+        ad,
+        Uuid::new_v4(),
+        start + Duration::seconds(7),
+    )];
+    post_all(&server, "/v1/impressions", &late, 100).await;
+    assert!(
+        eventually(StdDuration::from_secs(30), every_closed_slice).await,
+        "and the marked slice answers from its new aggregate within seconds"
+    );
+    let expected = summary(&raw, &campaign, &query).await;
+    let answer = summary(&server, &campaign, &query).await;
+    assert_eq!(answer["totals"], expected["totals"]);
+    assert_eq!(answer["rows"], expected["rows"]);
+    assert_eq!(answer["totals"]["impressions"], 31);
+}
