@@ -18,10 +18,10 @@ use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
 use crate::query::plan::campaign_partitions;
-use crate::query::span::{Duplicates, aggregate_span};
+use crate::query::span::{Duplicates, SpanAggregate, aggregate_span};
 use crate::sealer::read_start;
 use crate::settings::SettingsCache;
-use crate::store::{RollupSlice, SliceAggregateRow, Store, StoreError};
+use crate::store::{RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +35,78 @@ pub struct SlicerOptions {
     pub(crate) fan_out: FanOut,
     /// How often it looks for slices to aggregate.
     pub(crate) interval: Duration,
+}
+
+/// Slices read in one stretch at most: two hours, so a backlog's read holds a bounded share of
+/// a day in memory, and quiet slices (most of them, for most campaigns) cost one read together.
+const SLICES_PER_READ: i64 = 8;
+
+/// Runs of consecutive slices of `due` (oldest first), each at most [`SLICES_PER_READ`] long.
+fn stretches(due: &[Slice]) -> Vec<(Slice, Slice)> {
+    let mut runs: Vec<(Slice, Slice)> = Vec::new();
+    for slice in due {
+        match runs.last_mut() {
+            Some((first, last)) if *last + 1 == *slice && *slice - *first < SLICES_PER_READ => {
+                *last = *slice;
+            }
+            _ => runs.push((*slice, *slice)),
+        }
+    }
+    runs
+}
+
+/// A stretch's aggregate, one per slice.
+fn split_by_slice(aggregate: SpanAggregate) -> HashMap<Slice, SpanAggregate> {
+    let mut slices: HashMap<Slice, SpanAggregate> = HashMap::new();
+    for ((slice, ad), counts) in aggregate.counts {
+        slices
+            .entry(slice)
+            .or_default()
+            .counts
+            .insert((slice, ad), counts);
+    }
+    for ((slice, ad), users) in aggregate.users {
+        slices
+            .entry(slice)
+            .or_default()
+            .users
+            .insert((slice, ad), users);
+    }
+    slices
+}
+
+/// What is stored of one slice's stretch: counts and users by ad, and every ad's users
+/// together.
+fn slice_aggregate(aggregate: SpanAggregate) -> SliceAggregate {
+    let mut users = UniqueSketch::new();
+    let by_ad = aggregate
+        .counts
+        .iter()
+        .map(|((slice, ad), counts)| {
+            let ad_users = aggregate.users.get(&(*slice, *ad));
+            if let Some(ad_users) = ad_users {
+                users.merge(ad_users);
+            }
+            SliceAggregateRow {
+                counts: RollupSlice {
+                    slice: *slice,
+                    ad_id: *ad,
+                    impressions: counts.impressions,
+                    clicks: counts.clicks,
+                    billable_impressions: counts.billable_impressions,
+                    invalid_impressions: counts.invalid_impressions,
+                    invalid_clicks: counts.invalid_clicks,
+                },
+                users: ad_users
+                    .map(UniqueSketch::to_bytes)
+                    .unwrap_or_else(|| UniqueSketch::new().to_bytes()),
+            }
+        })
+        .collect();
+    SliceAggregate {
+        by_ad,
+        users: users.to_bytes(),
+    }
 }
 
 /// Aggregates closed slices: what the background task and the tests share.
@@ -90,7 +162,7 @@ impl SliceAggregator {
         // Before anything is read: a mark written after this (less the margin) makes the
         // aggregates below stale, one written before it was written after its events.
         let read_started = read_start();
-        let rows = store.read_open_day(campaign, day).await?;
+        let rows = store.read_open_day(campaign, day, false).await?;
         let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
         let due: Vec<Slice> = slices_of_day(day)
             .filter(|slice| {
@@ -112,44 +184,27 @@ impl SliceAggregator {
         .flat_map(|(_, partitions)| partitions)
         .collect();
         let duplicates = Duplicates::new(rows.duplicates);
-        for slice in &due {
+        for (first, last) in stretches(&due) {
             let started = Instant::now();
-            let span = Span::of_slices(*slice, *slice);
             let aggregate = aggregate_span(
                 store,
                 campaign,
                 &partitions,
-                span,
+                Span::of_slices(first, last),
                 &duplicates,
                 options.window,
                 options.fan_out.concurrency,
             )
             .await?;
-            let empty = UniqueSketch::new();
-            let rows: Vec<SliceAggregateRow> = aggregate
-                .counts
-                .iter()
-                .map(|((slice, ad), counts)| SliceAggregateRow {
-                    counts: RollupSlice {
-                        slice: *slice,
-                        ad_id: *ad,
-                        impressions: counts.impressions,
-                        clicks: counts.clicks,
-                        billable_impressions: counts.billable_impressions,
-                        invalid_impressions: counts.invalid_impressions,
-                        invalid_clicks: counts.invalid_clicks,
-                    },
-                    users: aggregate
-                        .users
-                        .get(&(*slice, *ad))
-                        .unwrap_or(&empty)
-                        .to_bytes(),
-                })
-                .collect();
-            store
-                .write_slice_aggregate(campaign, day, *slice, &rows, read_started)
-                .await?;
-            metrics::counter!("adevents_slices_aggregated_total").increment(1);
+            let mut by_slice = split_by_slice(aggregate);
+            for slice in first..=last {
+                let aggregate = slice_aggregate(by_slice.remove(&slice).unwrap_or_default());
+                store
+                    .write_slice_aggregate(campaign, day, slice, &aggregate, read_started)
+                    .await?;
+            }
+            metrics::counter!("adevents_slices_aggregated_total")
+                .increment((last - first + 1) as u64);
             // Background work gives way: at most about half of one core, so ingestion keeps
             // the machine while a backlog of slices (a bulk load of late events) is worked off.
             tokio::time::sleep(started.elapsed()).await;
@@ -176,5 +231,20 @@ impl SliceAggregator {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_slices_are_read_in_runs_of_at_most_two_hours() {
+        let due: Vec<Slice> = (100..120).chain([125, 126, 130]).collect();
+        assert_eq!(
+            stretches(&due),
+            [(100, 107), (108, 115), (116, 119), (125, 126), (130, 130)]
+        );
+        assert!(stretches(&[]).is_empty());
     }
 }

@@ -33,35 +33,48 @@ pub(crate) struct OpenDayRead {
     pub(crate) concurrency: usize,
 }
 
-/// A day's counts and users by slice and ad, before they become a [`DayAggregate`].
+/// A day's counts by slice and ad, and its users by slice (every ad together) and, when the
+/// answer lists ads, by slice and ad, before they become a [`DayAggregate`].
 #[derive(Default)]
 struct BySlice {
     counts: BTreeMap<(Slice, AdId), SliceCounts>,
-    users: BTreeMap<(Slice, AdId), UniqueSketch>,
+    users: BTreeMap<Slice, UniqueSketch>,
+    ad_users: BTreeMap<(Slice, AdId), UniqueSketch>,
+}
+
+/// Whether `levels` count each ad's users apart.
+fn per_ad(levels: &[ReachLevel]) -> bool {
+    levels.contains(&ReachLevel::AdDay) || levels.contains(&ReachLevel::AdHour)
 }
 
 impl BySlice {
-    fn add_span(&mut self, span: SpanAggregate) {
+    fn add_span(&mut self, span: SpanAggregate, per_ad: bool) {
         for (key, counts) in span.counts {
             self.counts.entry(key).or_default().add(&counts);
         }
-        for (key, users) in span.users {
-            self.users.entry(key).or_default().merge(&users);
+        for ((slice, ad), users) in span.users {
+            self.users.entry(slice).or_default().merge(&users);
+            if per_ad {
+                self.ad_users.entry((slice, ad)).or_default().merge(&users);
+            }
         }
     }
 
     fn into_day(self, levels: &[ReachLevel]) -> DayAggregate {
         let mut reach = Reach::with_levels(levels);
-        for ((slice, ad), users) in &self.users {
+        for (slice, users) in &self.users {
             let hour = slice.div_euclid(SLICES_PER_HOUR);
             if let Some(day) = &mut reach.day {
                 day.merge(users);
             }
-            if let Some(ads) = &mut reach.ads {
-                ads.entry(*ad).or_default().merge(users);
-            }
             if let Some(hours) = &mut reach.hours {
                 hours.entry(hour).or_default().merge(users);
+            }
+        }
+        for ((slice, ad), users) in &self.ad_users {
+            let hour = slice.div_euclid(SLICES_PER_HOUR);
+            if let Some(ads) = &mut reach.ads {
+                ads.entry(*ad).or_default().merge(users);
             }
             if let Some(ad_hours) = &mut reach.ad_hours {
                 ad_hours.entry((hour, *ad)).or_default().merge(users);
@@ -82,7 +95,8 @@ pub(crate) async fn read_open_day(
     read: &OpenDayRead,
 ) -> Result<(DayAggregate, usize), StoreError> {
     let started = Instant::now();
-    let rows = store.read_open_day(read.campaign, read.day).await?;
+    let per_ad = per_ad(&read.levels);
+    let rows = store.read_open_day(read.campaign, read.day, per_ad).await?;
     let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
     let answering: HashSet<Slice> = slices_of_day(read.day)
         .filter(|slice| {
@@ -91,16 +105,32 @@ pub(crate) async fn read_open_day(
         })
         .collect();
     let mut day = BySlice::default();
-    let mut undecodable: HashSet<Slice> = HashSet::new();
+    // A slice with a sketch that does not decode (or missing) is read raw, every ad of it.
+    let mut undecodable: HashSet<Slice> = answering.clone();
+    for (slice, users) in rows.users {
+        if !answering.contains(&slice) {
+            continue;
+        }
+        if let Ok(users) = UniqueSketch::from_bytes(&users) {
+            day.users.insert(slice, users);
+            undecodable.remove(&slice);
+        }
+    }
     for row in rows.aggregates {
         let slice = row.counts.slice;
         if !answering.contains(&slice) {
             continue;
         }
-        let Ok(users) = UniqueSketch::from_bytes(&row.users) else {
-            undecodable.insert(slice);
-            continue;
-        };
+        if per_ad {
+            match UniqueSketch::from_bytes(&row.users) {
+                Ok(users) => {
+                    day.ad_users.insert((slice, row.counts.ad_id), users);
+                }
+                Err(_) => {
+                    undecodable.insert(slice);
+                }
+            }
+        }
         let counts = &row.counts;
         day.counts.insert(
             (slice, counts.ad_id),
@@ -112,12 +142,11 @@ pub(crate) async fn read_open_day(
                 invalid_clicks: counts.invalid_clicks,
             },
         );
-        day.users.insert((slice, counts.ad_id), users);
     }
-    // A slice with a sketch that does not decode is read raw, every ad of it.
     day.counts
         .retain(|(slice, _), _| !undecodable.contains(slice));
-    day.users
+    day.users.retain(|slice, _| !undecodable.contains(slice));
+    day.ad_users
         .retain(|(slice, _), _| !undecodable.contains(slice));
     let from_aggregates = answering.len() - undecodable.len();
     metrics::histogram!("adevents_open_day_read_seconds", "part" => "aggregates")
@@ -140,7 +169,7 @@ pub(crate) async fn read_open_day(
         )
         .await?;
         rows_read += aggregate.rows_read;
-        day.add_span(aggregate);
+        day.add_span(aggregate, per_ad);
     }
     metrics::histogram!("adevents_open_day_read_seconds", "part" => "raw")
         .record(raw_started.elapsed().as_secs_f64());

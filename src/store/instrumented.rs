@@ -5,7 +5,7 @@ use super::{
     AccessStore, ClickRow, CopyRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
     ImpressionSummaryRow, LiveCountRow, OpenDayRows, PageCursor, ProcessStore, ReachLevel, Rollup,
     RollupStore, SealState, SealStore, SealedCounts, SettingsStore, SiteRollup, SketchBatch,
-    SketchPartition, SketchRow, SliceAggregateRow, SliceStore, Store, StoreError, VisitRow,
+    SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError, VisitRow,
     VisitStore, WindowPublication,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -465,8 +465,10 @@ impl SliceStore for Instrumented {
         &self,
         campaign: CampaignKey,
         day: Day,
+        ad_users: bool,
     ) -> Result<OpenDayRows, StoreError> {
-        timed("read_open_day", self.inner.read_open_day(campaign, day)).await
+        let call = self.inner.read_open_day(campaign, day, ad_users);
+        timed("read_open_day", call).await
     }
 
     async fn write_slice_aggregate(
@@ -474,12 +476,12 @@ impl SliceStore for Instrumented {
         campaign: CampaignKey,
         day: Day,
         slice: Slice,
-        rows: &[SliceAggregateRow],
+        aggregate: &SliceAggregate,
         read_started: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let call = self
             .inner
-            .write_slice_aggregate(campaign, day, slice, rows, read_started);
+            .write_slice_aggregate(campaign, day, slice, aggregate, read_started);
         timed("write_slice_aggregate", call).await
     }
 

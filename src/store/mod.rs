@@ -27,7 +27,8 @@ pub(crate) use error::StoreError;
 pub(crate) use rows::{
     ClickRow, CopyRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow,
     OpenDayRows, PageCursor, ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch,
-    SketchPartition, SketchRow, SliceAggregateRow, SliceVisits, VisitRow, WindowPublication,
+    SketchPartition, SketchRow, SliceAggregate, SliceAggregateRow, SliceVisits, VisitRow,
+    WindowPublication,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -398,11 +399,14 @@ pub trait SliceStore: Send + Sync {
         copies: &[CopyRow],
     ) -> Result<(), StoreError>;
 
-    /// A campaign-day's slice states, duplicates and aggregates.
+    /// A campaign-day's slice states, duplicates and aggregates, each ad's users only when
+    /// `ad_users` (a summary by ad, a seal): the rest need the slices' users of every ad
+    /// together, a sketch per slice rather than one per slice and ad.
     async fn read_open_day(
         &self,
         campaign: CampaignKey,
         day: Day,
+        ad_users: bool,
     ) -> Result<OpenDayRows, StoreError>;
 
     /// Stores one slice's aggregate (replacing any earlier one), then its state as aggregated
@@ -412,7 +416,7 @@ pub trait SliceStore: Send + Sync {
         campaign: CampaignKey,
         day: Day,
         slice: Slice,
-        rows: &[SliceAggregateRow],
+        aggregate: &SliceAggregate,
         read_started: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 

@@ -235,10 +235,18 @@ pub struct CopyRow {
     pub(crate) invalid: Option<InvalidReason>,
 }
 
-/// A closed slice's counts for one ad and the users it reached there (an encoded sketch).
+/// A closed slice's counts for one ad and the users it reached there (an encoded sketch;
+/// empty when read without them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SliceAggregateRow {
     pub(crate) counts: RollupSlice,
+    pub(crate) users: Vec<u8>,
+}
+
+/// One closed slice's aggregate: its rows by ad and the users it reached, every ad together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceAggregate {
+    pub(crate) by_ad: Vec<SliceAggregateRow>,
     pub(crate) users: Vec<u8>,
 }
 
@@ -249,5 +257,8 @@ pub struct OpenDayRows {
     /// By slice: when its aggregate's read started and its latest mark (as a seal's).
     pub(crate) states: Vec<(i64, crate::domain::sealing::SealState)>,
     pub(crate) duplicates: Vec<CopyRow>,
+    /// By slice and ad, with each ad's users only when asked for.
     pub(crate) aggregates: Vec<SliceAggregateRow>,
+    /// By slice: the users of every ad together.
+    pub(crate) users: Vec<(i64, Vec<u8>)>,
 }

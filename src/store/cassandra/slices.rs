@@ -1,6 +1,6 @@
 //! The slices of unsealed campaign-days on Cassandra (`migrations/0013_open_days.cql`):
-//! time-bounded reads of the raw tables, the copies index, slice states, duplicates and
-//! aggregates. Aggregates are written `USING TIMESTAMP` of their read's start and the state
+//! time-bounded reads of the raw tables, the copies index, slice states, duplicates,
+//! aggregates by ad and every ad's users together. Aggregates are written `USING TIMESTAMP` of their read's start and the state
 //! last, so of two aggregations of one slice the one that read later wins, as with rollups.
 
 use super::CassandraStore;
@@ -16,8 +16,8 @@ use crate::domain::sealing::SealState;
 use crate::domain::slices::{Slice, Span};
 use crate::domain::time::{Day, EventTime};
 use crate::store::{
-    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregateRow,
-    SliceStore, StoreError,
+    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregate,
+    SliceAggregateRow, SliceStore, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -47,6 +47,9 @@ pub(crate) struct SliceStatements {
     select_states: PreparedStatement,
     select_duplicates: PreparedStatement,
     select_aggregates: PreparedStatement,
+    select_aggregates_with_users: PreparedStatement,
+    insert_users: PreparedStatement,
+    select_users: PreparedStatement,
 }
 
 impl SliceStatements {
@@ -66,6 +69,9 @@ impl SliceStatements {
             select_states,
             select_duplicates,
             select_aggregates,
+            select_aggregates_with_users,
+            insert_users,
+            select_users,
         ] = prepare_all(
             session,
             [
@@ -106,8 +112,17 @@ impl SliceStatements {
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
+                     invalid_clicks FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
+                ),
+                format!(
+                    "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
                      invalid_clicks, users FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
                 ),
+                format!(
+                    "INSERT INTO {keyspace}.slice_users (advertiser_id, campaign_id, day, slice, users) \
+                     VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                ),
+                format!("SELECT slice, users FROM {keyspace}.slice_users WHERE {CAMPAIGN_DAY}"),
             ],
         )
         .await?;
@@ -123,6 +138,9 @@ impl SliceStatements {
             select_states,
             select_duplicates,
             select_aggregates,
+            select_aggregates_with_users,
+            insert_users,
+            select_users,
         })
     }
 }
@@ -184,6 +202,38 @@ struct StoredAggregate {
     billable_impressions: Option<i64>,
     invalid_impressions: Option<i64>,
     invalid_clicks: Option<i64>,
+}
+
+#[derive(DeserializeRow)]
+struct StoredAggregateWithUsers {
+    slice: i32,
+    ad_id: Uuid,
+    impressions: Option<i64>,
+    clicks: Option<i64>,
+    billable_impressions: Option<i64>,
+    invalid_impressions: Option<i64>,
+    invalid_clicks: Option<i64>,
+    users: Option<Vec<u8>>,
+}
+
+impl StoredAggregateWithUsers {
+    fn split(self) -> (StoredAggregate, Vec<u8>) {
+        let counts = StoredAggregate {
+            slice: self.slice,
+            ad_id: self.ad_id,
+            impressions: self.impressions,
+            clicks: self.clicks,
+            billable_impressions: self.billable_impressions,
+            invalid_impressions: self.invalid_impressions,
+            invalid_clicks: self.invalid_clicks,
+        };
+        (counts, self.users.unwrap_or_default())
+    }
+}
+
+#[derive(DeserializeRow)]
+struct StoredUsers {
+    slice: i32,
     users: Option<Vec<u8>>,
 }
 
@@ -329,15 +379,37 @@ impl SliceStore for CassandraStore {
         &self,
         campaign: CampaignKey,
         day: Day,
+        ad_users: bool,
     ) -> Result<OpenDayRows, StoreError> {
         const CONTEXT: &str = "reading an open day's slices";
         let statements = self.slice_statements().await?;
         let key = campaign_day(campaign, day);
         let session = &self.session;
-        let (states, duplicates, aggregates) = futures::try_join!(
+        let aggregates = async {
+            if ad_users {
+                let rows: Vec<StoredAggregateWithUsers> = read_all(
+                    session,
+                    &statements.select_aggregates_with_users,
+                    key,
+                    CONTEXT,
+                )
+                .await?;
+                Ok::<_, StoreError>(
+                    rows.into_iter()
+                        .map(StoredAggregateWithUsers::split)
+                        .collect::<Vec<_>>(),
+                )
+            } else {
+                let rows: Vec<StoredAggregate> =
+                    read_all(session, &statements.select_aggregates, key, CONTEXT).await?;
+                Ok(rows.into_iter().map(|row| (row, Vec::new())).collect())
+            }
+        };
+        let (states, duplicates, aggregates, users) = futures::try_join!(
             read_all::<StoredState>(session, &statements.select_states, key, CONTEXT),
             read_all::<StoredCopy>(session, &statements.select_duplicates, key, CONTEXT),
-            read_all::<StoredAggregate>(session, &statements.select_aggregates, key, CONTEXT),
+            aggregates,
+            read_all::<StoredUsers>(session, &statements.select_users, key, CONTEXT),
         )?;
         let base = day.first_slice();
         Ok(OpenDayRows {
@@ -354,7 +426,7 @@ impl SliceStore for CassandraStore {
             duplicates: duplicates.into_iter().map(CopyRow::from).collect(),
             aggregates: aggregates
                 .into_iter()
-                .map(|row| SliceAggregateRow {
+                .map(|(row, users)| SliceAggregateRow {
                     counts: RollupSlice {
                         slice: base + i64::from(row.slice),
                         ad_id: AdId::new(row.ad_id),
@@ -364,8 +436,12 @@ impl SliceStore for CassandraStore {
                         invalid_impressions: read_count(row.invalid_impressions),
                         invalid_clicks: read_count(row.invalid_clicks),
                     },
-                    users: row.users.unwrap_or_default(),
+                    users,
                 })
+                .collect(),
+            users: users
+                .into_iter()
+                .map(|row| (base + i64::from(row.slice), row.users.unwrap_or_default()))
                 .collect(),
         })
     }
@@ -375,7 +451,7 @@ impl SliceStore for CassandraStore {
         campaign: CampaignKey,
         day: Day,
         slice: Slice,
-        rows: &[SliceAggregateRow],
+        aggregate: &SliceAggregate,
         read_started: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         const CONTEXT: &str = "writing a slice aggregate";
@@ -397,7 +473,7 @@ impl SliceStore for CassandraStore {
         execute_each(
             &self.session,
             &statements.insert_aggregate,
-            rows,
+            &aggregate.by_ad,
             ROWS_IN_FLIGHT,
             |row| AggregateValues {
                 advertiser_id,
@@ -416,6 +492,15 @@ impl SliceStore for CassandraStore {
             CONTEXT,
         )
         .await?;
+        let users = (
+            advertiser_id,
+            campaign_id,
+            date,
+            stored_slice,
+            aggregate.users.as_slice(),
+            written_at,
+        );
+        execute(&self.session, &statements.insert_users, users, CONTEXT).await?;
         let state = (read_started, advertiser_id, campaign_id, date, stored_slice);
         execute(
             &self.session,

@@ -1,7 +1,8 @@
 //! The slices of unsealed campaign-days in the embedded store. The copies index keys each
 //! stored impression copy by partition, id and time. One `open_day` table holds a
-//! campaign-day's slice states, duplicate copies and slice aggregates under the day's prefix,
-//! a kind byte apart, so a day is read with one prefix scan and dropped with it.
+//! campaign-day's slice states, duplicate copies, slice counts by ad, each ad's users and
+//! every ad's users together under the day's prefix, a kind byte apart, so a day's rows are a
+//! few prefix scans (each ad's users only when asked for) and are dropped with one.
 
 use super::committer::{Guarded, Removals};
 use super::engine::{Rows, Table, corrupt};
@@ -16,8 +17,8 @@ use crate::domain::slices::{Slice, Span};
 use crate::domain::time::{Day, EventTime};
 use crate::domain::traffic::InvalidReason;
 use crate::store::{
-    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregateRow,
-    SliceStore, StoreError,
+    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregate,
+    SliceAggregateRow, SliceStore, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -32,6 +33,8 @@ const DAY_PREFIX_LEN: usize = 36;
 const STATE: u8 = b'S';
 const DUPLICATE: u8 = b'D';
 const AGGREGATE: u8 = b'A';
+const AD_USERS: u8 = b'B';
+const USERS: u8 = b'U';
 /// The two cells of a slice's state, each with its own writers.
 const MARKED_AT: u8 = b'M';
 const AGGREGATED_FROM: u8 = b'F';
@@ -68,8 +71,8 @@ fn state_key(campaign: CampaignKey, day: Day, slice: Slice, cell: u8) -> Vec<u8>
     key
 }
 
-fn aggregate_prefix(campaign: CampaignKey, day: Day, slice: Slice) -> Vec<u8> {
-    let mut key = kind_prefix(campaign, day, AGGREGATE);
+fn slice_prefix(campaign: CampaignKey, day: Day, kind: u8, slice: Slice) -> Vec<u8> {
+    let mut key = kind_prefix(campaign, day, kind);
     key.extend_from_slice(&ordered_i64(slice));
     key
 }
@@ -101,13 +104,15 @@ fn decode_copy(id_and_time: &[u8], value: &[u8]) -> Option<CopyRow> {
 
 fn decode_open_day(rows: &[(fjall::Slice, fjall::Slice)]) -> Option<OpenDayRows> {
     let mut states: BTreeMap<Slice, SealState> = BTreeMap::new();
+    let mut ad_users: BTreeMap<(Slice, Uuid), Vec<u8>> = BTreeMap::new();
     let mut day = OpenDayRows::default();
     for (key, value) in rows {
         let rest = key.get(DAY_PREFIX_LEN + 1..)?;
+        let slice = || decode_ordered_i64(rest.get(..8)?);
+        let ad = || Uuid::from_slice(rest.get(8..24)?).ok();
         match *key.get(DAY_PREFIX_LEN)? {
             STATE => {
-                let slice = decode_ordered_i64(rest.get(..8)?)?;
-                let state = states.entry(slice).or_default();
+                let state = states.entry(slice()?).or_default();
                 match *rest.get(8)? {
                     MARKED_AT => state.late_at = Some(millis(value)?),
                     AGGREGATED_FROM => state.sealed_from = Some(millis(value)?),
@@ -116,29 +121,37 @@ fn decode_open_day(rows: &[(fjall::Slice, fjall::Slice)]) -> Option<OpenDayRows>
             }
             DUPLICATE => day.duplicates.push(decode_copy(rest, value)?),
             AGGREGATE => {
-                let slice = decode_ordered_i64(rest.get(..8)?)?;
-                let ad = AdId::new(Uuid::from_slice(rest.get(8..24)?).ok()?);
                 let [
                     impressions,
                     clicks,
                     billable,
                     invalid_impressions,
                     invalid_clicks,
-                ] = decode_counts_value::<5>(value.get(..40)?, 5)?;
+                ] = decode_counts_value::<5>(value, 5)?;
                 day.aggregates.push(SliceAggregateRow {
                     counts: RollupSlice {
-                        slice,
-                        ad_id: ad,
+                        slice: slice()?,
+                        ad_id: AdId::new(ad()?),
                         impressions,
                         clicks,
                         billable_impressions: billable,
                         invalid_impressions,
                         invalid_clicks,
                     },
-                    users: value.get(40..)?.to_vec(),
+                    users: Vec::new(),
                 });
             }
+            AD_USERS => {
+                ad_users.insert((slice()?, ad()?), value.to_vec());
+            }
+            USERS => day.users.push((slice()?, value.to_vec())),
             _ => return None,
+        }
+    }
+    for row in &mut day.aggregates {
+        let key = (row.counts.slice, row.counts.ad_id.as_uuid());
+        if let Some(users) = ad_users.remove(&key) {
+            row.users = users;
         }
     }
     day.states = states.into_iter().collect();
@@ -301,15 +314,27 @@ impl SliceStore for EmbeddedStore {
         &self,
         campaign: CampaignKey,
         day: Day,
+        ad_users: bool,
     ) -> Result<OpenDayRows, StoreError> {
         const CONTEXT: &str = "reading an open day's slices";
+        let mut kinds = vec![STATE, DUPLICATE, AGGREGATE, USERS];
+        if ad_users {
+            kinds.push(AD_USERS);
+        }
         let rows = self
-            .scan(
-                Table::OpenDay,
-                campaign_day_prefix(campaign, day),
-                None,
-                CONTEXT,
-            )
+            .blocking(move |tables| {
+                let table = tables.get(Table::OpenDay);
+                let mut rows = Vec::new();
+                for kind in kinds {
+                    for row in table.prefix(kind_prefix(campaign, day, kind)) {
+                        rows.push(
+                            row.into_inner()
+                                .map_err(|error| super::engine::engine_error(CONTEXT, error))?,
+                        );
+                    }
+                }
+                Ok(rows)
+            })
             .await?;
         decode_open_day(&rows).ok_or_else(|| corrupt(CONTEXT))
     }
@@ -319,42 +344,51 @@ impl SliceStore for EmbeddedStore {
         campaign: CampaignKey,
         day: Day,
         slice: Slice,
-        rows: &[SliceAggregateRow],
+        aggregate: &SliceAggregate,
         read_started: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let prefix = aggregate_prefix(campaign, day, slice);
-        let removals: Removals = self
-            .scan(Table::OpenDay, prefix.clone(), None, "reading a slice")
-            .await?
-            .into_iter()
-            .map(|(key, _)| (Table::OpenDay, key.to_vec()))
-            .collect();
-        let mut new_rows: Rows = rows
-            .iter()
-            .map(|row| {
-                let counts = &row.counts;
-                let mut key = prefix.clone();
-                key.extend_from_slice(counts.ad_id.as_uuid().as_bytes());
-                let mut value = counts_value(&[
-                    counts.impressions,
-                    counts.clicks,
-                    counts.billable_impressions,
-                    counts.invalid_impressions,
-                    counts.invalid_clicks,
-                ]);
-                value.extend_from_slice(&row.users);
-                (Table::OpenDay, key, value)
-            })
-            .collect();
+        let mut removals: Removals = Vec::new();
+        for kind in [AGGREGATE, AD_USERS] {
+            let prefix = slice_prefix(campaign, day, kind, slice);
+            for (key, _) in self
+                .scan(Table::OpenDay, prefix, None, "reading a slice")
+                .await?
+            {
+                removals.push((Table::OpenDay, key.to_vec()));
+            }
+        }
+        let mut rows: Rows = Vec::with_capacity(aggregate.by_ad.len() * 2 + 2);
+        for row in &aggregate.by_ad {
+            let counts = &row.counts;
+            let ad = counts.ad_id.as_uuid();
+            let mut key = slice_prefix(campaign, day, AGGREGATE, slice);
+            key.extend_from_slice(ad.as_bytes());
+            let value = counts_value(&[
+                counts.impressions,
+                counts.clicks,
+                counts.billable_impressions,
+                counts.invalid_impressions,
+                counts.invalid_clicks,
+            ]);
+            rows.push((Table::OpenDay, key, value));
+            let mut key = slice_prefix(campaign, day, AD_USERS, slice);
+            key.extend_from_slice(ad.as_bytes());
+            rows.push((Table::OpenDay, key, row.users.clone()));
+        }
+        rows.push((
+            Table::OpenDay,
+            slice_prefix(campaign, day, USERS, slice),
+            aggregate.users.clone(),
+        ));
         // In the same atomic batch: one process owns the folder, so a later aggregate's batch
         // simply lands after an earlier one's.
-        new_rows.push((
+        rows.push((
             Table::OpenDay,
             state_key(campaign, day, slice, AGGREGATED_FROM),
             read_started.timestamp_millis().to_be_bytes().to_vec(),
         ));
         self.committer
-            .commit_replacing("writing a slice aggregate", removals, new_rows)
+            .commit_replacing("writing a slice aggregate", removals, rows)
             .await
     }
 

@@ -1,0 +1,459 @@
+//! Today at the speed of a sealed day: the summary of a campaign's open day (group_by hour, day
+//! and ad) after growing phases of impressions spread over today's closed slices of the last
+//! 12 hours, each phase's closed slices aggregated, with a realistic open stretch (the last
+//! 2 to 17 minutes at the phase's daily rate, and a trickle at that rate while timing); and
+//! HTTP ingestion with the slice aggregator working through a backfill, against without it,
+//! in interleaved rounds of one run.
+//!
+//! `scripts/bench today` (starts the Cassandra node if needed). Knobs: BENCH_STORES (default
+//! "embedded,cassandra"), BENCH_EMBEDDED_PHASES (default "1000000,3000000,10000000"),
+//! BENCH_CASSANDRA_PHASES (default "200000,1000000,3000000"), BENCH_ROUNDS (default 5),
+//! BENCH_INGEST_ROUNDS (default 6, 0 skips the ingest comparison). Each run uses fresh
+//! campaigns: the day moves on.
+
+mod support;
+
+use adevents::app::{App, Options};
+use adevents::domain::bucket::BucketCount;
+use adevents::domain::campaign::CampaignSettings;
+use adevents::domain::event::{Click, Impression};
+use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use adevents::domain::owner::Owner;
+use adevents::domain::time::{Day, EventTime};
+use adevents::domain::user_data::UserData;
+use adevents::ingest::Ingestor;
+use adevents::query::range::QueryRange;
+use adevents::query::summary::Grouping;
+use adevents::query::{Queries, QueryOptions};
+use adevents::sealer::SealerOptions;
+use adevents::settings::SettingsCache;
+use adevents::store::Store;
+use adevents::store::cassandra::config::WriteMode;
+use adevents::store::embedded::Fsync;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+use uuid::Uuid;
+
+/// Buckets in force: about 300,000 thin rows per partition at 10 million impressions a day.
+const BUCKETS: u16 = 32;
+const ADS: usize = 10;
+/// Slice grace (the default) and the stretch before it that is still open.
+const GRACE_MINUTES: i64 = 2;
+
+fn knob_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .filter_map(|size| size.trim().parse().ok())
+        .collect()
+}
+
+/// Today's closed slices of the last 12 hours: from the later of 12 hours ago and midnight
+/// UTC to the end of the newest closed slice.
+fn closed_stretch(now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+    let open_from = (now - Duration::minutes(GRACE_MINUTES))
+        .duration_trunc(Duration::minutes(15))
+        .expect("truncated");
+    let midnight = now.duration_trunc(Duration::days(1)).expect("truncated");
+    ((now - Duration::hours(12)).max(midnight), open_from)
+}
+
+/// Writes `count` impressions of `campaign` spread evenly over `[from, to)` through the
+/// service's own write path (1 % of them clicked 20 s later), 4 batches of 5,000 at a time.
+async fn load(
+    ingestor: &Ingestor,
+    campaign: CampaignKey,
+    count: usize,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    seed: u64,
+) {
+    if count == 0 {
+        return;
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let ads: Vec<AdId> = (0..ADS)
+        .map(|n| AdId::new(Uuid::from_u128(n as u128 + 1)))
+        .collect();
+    let users = (count / 3).max(1) as u128;
+    let step = (to - from).num_microseconds().unwrap_or(1) / count as i64;
+    let mut batches = Vec::new();
+    let (mut batch, mut clicks) = (Vec::with_capacity(5000), Vec::new());
+    for i in 0..count {
+        let at = from + Duration::microseconds(step * i as i64);
+        let impression = Impression {
+            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
+            campaign,
+            ad_id: ads[rng.random_range(0..ads.len())],
+            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
+            timestamp: EventTime::from_stored(at),
+            user_ip: None,
+            user_data: UserData::default(),
+            user_agent: None,
+            invalid: None,
+        };
+        let click_at = at + Duration::seconds(20);
+        if i % 100 == 0 && click_at < to {
+            clicks.push(Click {
+                impression_id: impression.impression_id,
+                campaign,
+                ad_id: impression.ad_id,
+                timestamp: EventTime::from_stored(click_at),
+                user_agent: None,
+                invalid: None,
+            });
+        }
+        batch.push(impression);
+        if batch.len() == 5000 {
+            batches.push((std::mem::take(&mut batch), std::mem::take(&mut clicks)));
+        }
+    }
+    batches.push((batch, clicks));
+    use futures::StreamExt;
+    futures::stream::iter(batches)
+        .for_each_concurrent(4, |(impressions, clicks)| async move {
+            ingestor.impressions(impressions).await.expect("stored");
+            if !clicks.is_empty() {
+                ingestor.clicks(clicks).await.expect("stored");
+            }
+        })
+        .await;
+}
+
+/// Aggregates every due slice of today, as the background aggregator does; returns how many.
+async fn catch_up(app: &App, campaign: CampaignKey) -> usize {
+    let slicer = app.slicer().expect("slices are aggregated");
+    let mut total = 0;
+    loop {
+        let today = Day::new(Utc::now().date_naive());
+        let aggregated = slicer
+            .aggregate_campaign_day(campaign, today, Utc::now())
+            .await
+            .expect("aggregated");
+        total += aggregated;
+        if aggregated == 0 {
+            return total;
+        }
+        // Past the margin after the marks of the aggregation's own read.
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    }
+}
+
+/// (seconds, impressions, slices from aggregates) of today's summary grouped by `grouping`.
+async fn summary(
+    queries: &Queries,
+    campaign: CampaignKey,
+    grouping: Grouping,
+) -> (f64, u64, usize) {
+    let today = Utc::now().date_naive();
+    let range = QueryRange::new(today, today, chrono_tz::Tz::UTC).expect("range");
+    let started = Instant::now();
+    let summary = queries
+        .summary(campaign, &range, grouping)
+        .await
+        .expect("summary");
+    (
+        started.elapsed().as_secs_f64(),
+        summary.totals.impressions,
+        summary.aggregated_slices,
+    )
+}
+
+/// Writes impressions stamped "now" at `per_second` until `stop` is set; counts them.
+fn trickle(
+    ingestor: Arc<Ingestor>,
+    campaign: CampaignKey,
+    per_second: f64,
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        // Ten writes a second, each of a tenth of the rate.
+        let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
+        let mut owed = 0.0;
+        while !stop.load(Ordering::Relaxed) {
+            ticks.tick().await;
+            owed += per_second / 10.0;
+            let count = owed as usize;
+            owed -= count as f64;
+            let now = Utc::now();
+            let events: Vec<Impression> = (0..count)
+                .map(|_| Impression {
+                    impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
+                    campaign,
+                    ad_id: AdId::new(Uuid::from_u128(rng.random_range(1..=ADS as u128))),
+                    user_id: UserId::new(Uuid::from_u128(rng.random())),
+                    timestamp: EventTime::from_stored(now),
+                    user_ip: None,
+                    user_data: UserData::default(),
+                    user_agent: None,
+                    invalid: None,
+                })
+                .collect();
+            if !events.is_empty() {
+                ingestor.impressions(events).await.expect("stored");
+                written.fetch_add(count, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+fn fresh_campaign() -> CampaignKey {
+    CampaignKey {
+        advertiser_id: AdvertiserId::new(Uuid::new_v4()),
+        campaign_id: CampaignId::new(Uuid::new_v4()),
+    }
+}
+
+async fn configure(store: &Arc<dyn Store>, campaign: CampaignKey) {
+    let settings = CampaignSettings {
+        buckets: BucketCount::new(BUCKETS).expect("valid"),
+        effective_from: EventTime::earliest(),
+        daily_cap: None,
+        total_cap: None,
+        tz: chrono_tz::Tz::UTC,
+    };
+    store
+        .put_settings(&Owner::Campaign(campaign), &settings)
+        .await
+        .expect("configured");
+}
+
+const GROUPINGS: [(Grouping, &str); 3] = [
+    (Grouping::Hour, "hour"),
+    (Grouping::Day, "day"),
+    (Grouping::Ad, "ad"),
+];
+
+/// The phases on one store: loads, aggregates and times; prints the table.
+async fn phases(name: &str, store: Arc<dyn Store>, sizes: &[usize], rounds: usize) {
+    let settings = Arc::new(SettingsCache::new(
+        store.clone(),
+        std::time::Duration::from_secs(600),
+    ));
+    let queries = Queries::new(
+        Arc::clone(&store),
+        Arc::clone(&settings),
+        QueryOptions::default(),
+    );
+    let ingestor = Arc::new(Ingestor::standalone(
+        Arc::clone(&store),
+        Arc::clone(&settings),
+        64,
+        SealerOptions::default().rule,
+    ));
+    let app = App::new(Arc::clone(&store), Options::default());
+    let campaign = fresh_campaign();
+    configure(&store, campaign).await;
+    println!("## {name}\n");
+    let mut rows = Vec::new();
+    let mut loaded = 0;
+    for (phase, size) in sizes.iter().enumerate() {
+        let now = Utc::now();
+        let closed = closed_stretch(now);
+        let started = Instant::now();
+        load(&ingestor, campaign, size - loaded, closed, phase as u64).await;
+        let load_seconds = started.elapsed().as_secs_f64();
+        loaded = *size;
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+        let started = Instant::now();
+        let slices = catch_up(&app, campaign).await;
+        let aggregate_seconds = started.elapsed().as_secs_f64();
+        // The open day from aggregates alone: the open stretch holds nothing yet.
+        let mut alone: Vec<Vec<f64>> = vec![Vec::new(); GROUPINGS.len()];
+        for _ in 0..rounds {
+            for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
+                let (seconds, _, _) = summary(&queries, campaign, *grouping).await;
+                alone[index].push(seconds);
+            }
+        }
+        // A realistic open stretch: its events so far at the daily rate, then a trickle.
+        let per_second = *size as f64 / 86_400.0;
+        let now = Utc::now();
+        let open_from = closed_stretch(now).1;
+        let backlog = (per_second * (now - open_from).num_seconds() as f64) as usize;
+        load(
+            &ingestor,
+            campaign,
+            backlog,
+            (open_from, now),
+            100 + phase as u64,
+        )
+        .await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicUsize::new(0));
+        let trickling = trickle(
+            Arc::clone(&ingestor),
+            campaign,
+            per_second,
+            Arc::clone(&stop),
+            Arc::clone(&written),
+        );
+        let mut with_open: Vec<Vec<f64>> = vec![Vec::new(); GROUPINGS.len()];
+        let mut answered = (0, 0);
+        for _ in 0..rounds {
+            for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
+                let (seconds, impressions, aggregated) =
+                    summary(&queries, campaign, *grouping).await;
+                with_open[index].push(seconds);
+                answered = (impressions, aggregated);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        trickling.await.expect("trickle");
+        let open_events = backlog + written.load(Ordering::Relaxed);
+        rows.push((
+            *size,
+            load_seconds,
+            slices,
+            aggregate_seconds,
+            alone,
+            with_open,
+            open_events,
+            answered,
+        ));
+        println!(
+            "  phase {}: {size} impressions loaded in {load_seconds:.0} s, {slices} slices aggregated in {aggregate_seconds:.1} s, open stretch {open_events} events, answer {} impressions from {} aggregated slices",
+            phase + 1,
+            answered.0,
+            answered.1
+        );
+    }
+    println!(
+        "\n| {name}: today, impressions | group_by | from slice aggregates (ms) | × smallest | with the open stretch (ms) | × smallest | open stretch events | µs per open event |\n|---|---|---|---|---|---|---|---|"
+    );
+    for (index, (_, label)) in GROUPINGS.iter().enumerate() {
+        let base_alone = support::median(rows[0].4[index].clone());
+        let base_open = support::median(rows[0].5[index].clone());
+        for (size, _, _, _, alone, with_open, open_events, _) in &rows {
+            let alone = support::median(alone[index].clone());
+            let open = support::median(with_open[index].clone());
+            let per_event = (open - alone).max(0.0) * 1e6 / (*open_events).max(1) as f64;
+            println!(
+                "| {size} | {label} | {:.1} | {:.2} | {:.1} | {:.2} | {open_events} | {per_event:.2} |",
+                alone * 1000.0,
+                alone / base_alone,
+                open * 1000.0,
+                open / base_open,
+            );
+        }
+    }
+    println!(
+        "\n| {name}: phase | loaded (s) | slices aggregated | catch-up (s) |\n|---|---|---|---|"
+    );
+    for (size, load_seconds, slices, aggregate_seconds, ..) in &rows {
+        println!("| {size} | {load_seconds:.0} | {slices} | {aggregate_seconds:.1} |");
+    }
+}
+
+/// HTTP ingestion of a backfill (batches of 1,000 impressions spread over today's closed
+/// slices, every batch marking slices) on a server whose aggregator works every second,
+/// against one without it, interleaved rounds of 20 s each.
+async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usize) {
+    let mut per_second: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let campaign = fresh_campaign();
+    configure(&store, campaign).await;
+    for round in 0..rounds * 2 {
+        let aggregating = round % 2 == 0;
+        let mut options = Options::default();
+        options.service.slice_interval = aggregating.then_some(std::time::Duration::from_secs(1));
+        options.service.access.mode = adevents::access::AuthMode::Off;
+        options.edge.rate_limits.ingest_events_per_second = None;
+        let app = App::new(Arc::clone(&store), options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("port");
+        let address = listener.local_addr().expect("address");
+        let server = tokio::spawn(async move { app.serve(listener, std::future::pending()).await });
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        let sent = Arc::new(AtomicUsize::new(0));
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        let senders: Vec<_> = (0..4)
+            .map(|sender| {
+                let (client, sent) = (client.clone(), Arc::clone(&sent));
+                tokio::spawn(async move {
+                    let mut rng =
+                        rand_chacha::ChaCha8Rng::seed_from_u64(round as u64 * 10 + sender);
+                    while Instant::now() < deadline {
+                        let (from, to) = closed_stretch(Utc::now());
+                        let span = (to - from).num_milliseconds().max(1);
+                        let batch: Vec<serde_json::Value> = (0..1000)
+                            .map(|_| {
+                                let at = from + Duration::milliseconds(rng.random_range(0..span));
+                                serde_json::json!({
+                                    "impression_id": Uuid::from_u128(rng.random()),
+                                    "advertiser_id": campaign.advertiser_id.as_uuid(),
+                                    "campaign_id": campaign.campaign_id.as_uuid(),
+                                    "ad_id": Uuid::from_u128(rng.random_range(1..=ADS as u128)),
+                                    "user_id": Uuid::from_u128(rng.random_range(0..100_000u128)),
+                                    "timestamp": at.to_rfc3339(),
+                                })
+                            })
+                            .collect();
+                        let response = client
+                            .post(format!("http://{address}/v1/impressions"))
+                            .json(&batch)
+                            .send()
+                            .await
+                            .expect("answered");
+                        assert!(response.status().is_success(), "{}", response.status());
+                        sent.fetch_add(batch.len(), Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for sender in senders {
+            sender.await.expect("sender");
+        }
+        let rate = sent.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        per_second[usize::from(!aggregating)].push(rate);
+        server.abort();
+        println!(
+            "  round {}: {} aggregator, {rate:.0} impressions/s",
+            round / 2 + 1,
+            if aggregating {
+                "with the"
+            } else {
+                "without the"
+            }
+        );
+    }
+    let with = support::median(per_second[0].clone());
+    let without = support::median(per_second[1].clone());
+    println!(
+        "\n| {name}: HTTP ingest of a backfill | impressions/s (median of {rounds}) |\n|---|---|\n| slice aggregator every 1 s | {with:.0} |\n| no slice aggregator | {without:.0} |\n| ratio | {:.2} |",
+        with / without
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let stores: Vec<String> = std::env::var("BENCH_STORES")
+        .unwrap_or_else(|_| "embedded,cassandra".to_owned())
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let rounds = support::env_knob("BENCH_ROUNDS", 5);
+    let ingest_rounds = support::env_knob("BENCH_INGEST_ROUNDS", 6);
+    for name in stores {
+        let (store, sizes): (Arc<dyn Store>, Vec<usize>) = match name.as_str() {
+            "embedded" => (
+                Arc::new(support::embedded_store("today", Fsync::Never)),
+                knob_list("BENCH_EMBEDDED_PHASES", "1000000,3000000,10000000"),
+            ),
+            "cassandra" => (
+                Arc::new(support::store(WriteMode::Batch).await),
+                knob_list("BENCH_CASSANDRA_PHASES", "200000,1000000,3000000"),
+            ),
+            other => panic!("unknown store {other}"),
+        };
+        phases(&name, Arc::clone(&store), &sizes, rounds).await;
+        if ingest_rounds > 0 {
+            ingest_with_and_without(&name, store, ingest_rounds).await;
+        }
+    }
+}
