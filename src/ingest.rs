@@ -14,6 +14,7 @@ use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::{Slice, SliceRule, slice_of, touched_slices};
 use crate::domain::time::Day;
+use crate::domain::traffic::any_valid;
 use crate::processes::ProcessRegistry;
 use crate::query::aggregate::BillableWindow;
 use crate::remembered::Remembered;
@@ -53,6 +54,9 @@ fn add_marks(marks: &mut SliceMarks, campaign: CampaignKey, slices: Vec<Slice>) 
         marks.entry((campaign, day)).or_default().insert(slice);
     }
 }
+
+/// Copies of one impression id recorded as duplicates, earliest first.
+const MAX_COPIES_RECORDED: usize = 64;
 
 /// Campaign-days remembered as indexed; past this, the memory starts over.
 const INDEXED_DAYS_REMEMBERED: usize = 100_000;
@@ -212,10 +216,18 @@ impl Ingestor {
             }
         }
         let mut duplicates: BTreeMap<(CampaignKey, Day), Vec<CopyRow>> = BTreeMap::new();
-        for ((campaign, day, _), rows) in copies {
-            let first = rows[0].timestamp;
-            if rows.iter().all(|row| row.timestamp == first) {
+        for ((campaign, day, _), mut rows) in copies {
+            rows.sort_by_key(|row| row.timestamp);
+            rows.dedup_by_key(|row| row.timestamp);
+            if rows.len() < 2 {
                 continue;
+            }
+            // A client that stores one id under thousands of timestamps gets its earliest
+            // copies recorded, the first carrying whether any copy is valid: what counting needs.
+            if rows.len() > MAX_COPIES_RECORDED {
+                let valid = any_valid(rows.iter().map(|row| row.invalid));
+                rows.truncate(MAX_COPIES_RECORDED);
+                rows[0].invalid = valid;
             }
             for row in &rows {
                 let touched = touched_slices(row.timestamp.instant(), self.window.length());

@@ -288,6 +288,23 @@ impl DayRead {
     }
 }
 
+/// Keeps `row` if it is its id's earliest copy so far; the kept copy is valid if any is.
+pub(crate) fn keep_earliest(
+    earliest: &mut HashMap<ImpressionId, ImpressionSummaryRow>,
+    row: ImpressionSummaryRow,
+) {
+    earliest
+        .entry(row.impression_id)
+        .and_modify(|seen| {
+            let invalid = any_valid([seen.invalid, row.invalid]);
+            if row.timestamp < seen.timestamp {
+                *seen = row;
+            }
+            seen.invalid = invalid;
+        })
+        .or_insert(row);
+}
+
 /// Each impression id of `partitions` at its earliest copy, valid if any copy is.
 async fn earliest_impressions(
     store: &dyn EventStore,
@@ -300,16 +317,7 @@ async fn earliest_impressions(
         .buffer_unordered(concurrency.max(1));
     while let Some(rows) = reads.next().await {
         for row in rows? {
-            earliest
-                .entry(row.impression_id)
-                .and_modify(|seen| {
-                    let invalid = any_valid([seen.invalid, row.invalid]);
-                    if row.timestamp < seen.timestamp {
-                        *seen = row;
-                    }
-                    seen.invalid = invalid;
-                })
-                .or_insert(row);
+            keep_earliest(&mut earliest, row);
         }
     }
     Ok(earliest)

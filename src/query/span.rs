@@ -17,7 +17,7 @@ use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::slices::{Slice, Span, slice_of};
 use crate::domain::time::EventTime;
 use crate::domain::traffic::{InvalidReason, any_valid};
-use crate::query::aggregate::{BillableWindow, SliceCounts};
+use crate::query::aggregate::{BillableWindow, SliceCounts, keep_earliest};
 use crate::store::{CopyRow, ImpressionSummaryRow, Store, StoreError};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -149,16 +149,7 @@ async fn earliest_copies(
         let rows = rows?;
         rows_read += rows.len();
         for row in rows {
-            earliest
-                .entry(row.impression_id)
-                .and_modify(|seen| {
-                    let invalid = any_valid([seen.invalid, row.invalid]);
-                    if row.timestamp < seen.timestamp {
-                        *seen = row;
-                    }
-                    seen.invalid = invalid;
-                })
-                .or_insert(row);
+            keep_earliest(&mut earliest, row);
         }
     }
     earliest.retain(|id, row| match duplicates.earliest(*id) {

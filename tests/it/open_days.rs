@@ -69,6 +69,11 @@ async fn assert_same_as_raw(
     aggregated
 }
 
+async fn aggregated_slices(server: &TestServer, campaign: &Campaign, query: &str) -> u64 {
+    let answer = summary(server, campaign, query).await;
+    answer["aggregated_slices"].as_u64().expect("a count")
+}
+
 /// How many slices of the days from `first`'s to `now`'s are past their grace and margin.
 fn closed_slices(first: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
     let day_start = first.duration_trunc(Duration::days(1)).expect("a day");
@@ -278,27 +283,12 @@ async fn a_marked_slice_answers_from_its_aggregate_again_within_the_interval(bac
         .collect();
     post_all(&server, "/v1/impressions", &events, 100).await;
     let query = queries(start).remove(0);
-    let answered = |server: &TestServer| {
-        let (server, query) = (server.address, query.clone());
-        async move {
-            let url = format!("http://{server}{}/summary?{query}", campaign.path());
-            let answer: Value = crate::common::http()
-                .get(url)
-                .send()
-                .await
-                .expect("answered")
-                .json()
-                .await
-                .expect("JSON");
-            answer["aggregated_slices"].as_u64().unwrap_or_default()
-        }
-    };
     // docs/API.md: a slice answers from its aggregate within the interval (1 s here), the
     // 5-second margin and the aggregation's own time after it closes or is marked (the
     // aggregator here works through every test's campaigns in the shared store).
     let every_closed_slice = || async {
         let closed = closed_slices(start, Utc::now());
-        answered(&server).await >= closed
+        aggregated_slices(&server, &campaign, &query).await >= closed
     };
     assert!(
         eventually(StdDuration::from_secs(30), every_closed_slice).await,

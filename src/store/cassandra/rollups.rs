@@ -119,7 +119,7 @@ impl RollupStatements {
 }
 
 /// A campaign-day's partition key.
-fn campaign_day(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
+pub(crate) fn campaign_day(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
     (
         campaign.advertiser_id.as_uuid(),
         campaign.campaign_id.as_uuid(),
@@ -128,11 +128,11 @@ fn campaign_day(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
 }
 
 /// A count as stored (bigint).
-fn stored_count(count: u64) -> i64 {
+pub(crate) fn stored_count(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-fn read_count(count: i64) -> u64 {
+pub(crate) fn read_count(count: i64) -> u64 {
     u64::try_from(count).unwrap_or_default()
 }
 

@@ -7,6 +7,7 @@ use super::CassandraStore;
 use super::config::KeyspaceName;
 use super::event_reads::{self, validity};
 use super::event_writes::Validity;
+use super::rollups::{self, campaign_day, stored_count};
 use super::statements::{
     EVENT_PARTITION, execute, execute_each, partition_values, prepare_all, read_all,
 };
@@ -145,27 +146,13 @@ impl SliceStatements {
     }
 }
 
-fn campaign_day(campaign: CampaignKey, day: Day) -> (Uuid, Uuid, NaiveDate) {
-    (
-        campaign.advertiser_id.as_uuid(),
-        campaign.campaign_id.as_uuid(),
-        day.date(),
-    )
-}
-
 /// A slice as stored: its number within the day (the day's last slice's next is 96).
 fn day_slice(day: Day, slice: Slice) -> i32 {
     i32::try_from(slice - day.first_slice()).unwrap_or(i32::MAX)
 }
 
-fn stored_count(count: u64) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
-}
-
 fn read_count(count: Option<i64>) -> u64 {
-    count
-        .and_then(|count| u64::try_from(count).ok())
-        .unwrap_or_default()
+    rollups::read_count(count.unwrap_or_default())
 }
 
 #[derive(DeserializeRow)]

@@ -8,7 +8,7 @@ use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::EventTime;
-use crate::domain::traffic::any_valid;
+use crate::domain::traffic::{InvalidReason, any_valid};
 use crate::domain::user_data::UserData;
 use crate::store::{
     ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor, StoreError,
@@ -18,8 +18,6 @@ use chrono::{DateTime, Utc};
 
 /// Rows per page of a partition read for exports and reports.
 const EXPORT_PAGE_ROWS: usize = 2_000;
-/// Clicks of one impression read to find its first and whether any is valid (as on Cassandra).
-const MAX_CLICKS_READ: usize = 100;
 
 /// An invalid copy's row, written only where no valid copy is stored.
 fn guard((table, key, value): (Table, Vec<u8>, Vec<u8>), keeps: fn(&[u8]) -> bool) -> Guarded {
@@ -45,6 +43,51 @@ fn full_impression(partition: &EventPartition, key: &[u8], value: &[u8]) -> Opti
         user_data: UserData::from_stored(row.user_data),
         user_agent: row.user_agent,
         invalid: row.invalid,
+    })
+}
+
+/// A copies-index row of one impression copy: its value is the copy's reason code.
+fn copy_row(partition: &EventPartition, event: &Impression) -> Guarded {
+    let mut key = keys::copy_prefix(partition, event.impression_id);
+    key.extend_from_slice(&keys::ordered_i64(event.timestamp.epoch_millis()));
+    Guarded {
+        table: Table::ImpressionCopy,
+        key,
+        value: vec![event.invalid.map_or(0, InvalidReason::code)],
+        // An invalid copy never hides a valid one of the same id and time.
+        keeps: rows::visit_is_valid,
+    }
+}
+
+/// A thin impression row back from its key's time and id and its value.
+pub(super) fn summary_row(
+    at: DateTime<Utc>,
+    impression_id: ImpressionId,
+    value: &[u8],
+) -> Option<ImpressionSummaryRow> {
+    let (ad, user) = rows::decode_two_ids(value)?;
+    Some(ImpressionSummaryRow {
+        impression_id,
+        ad_id: AdId::new(ad),
+        user_id: UserId::new(user),
+        timestamp: EventTime::from_stored(at),
+        invalid: rows::decode_summary_invalid(value)?,
+    })
+}
+
+/// A click row back from its key's time and impression id and its value (a click-index row's
+/// value has the same form, without the user agent).
+pub(super) fn click_row(
+    at: DateTime<Utc>,
+    impression_id: ImpressionId,
+    value: &[u8],
+) -> Option<ClickRow> {
+    let (invalid, _) = rows::decode_traffic_suffix(value.get(16..)?)?;
+    Some(ClickRow {
+        impression_id,
+        ad_id: AdId::new(rows::decode_one_id(value)?),
+        timestamp: EventTime::from_stored(at),
+        invalid,
     })
 }
 
@@ -87,7 +130,7 @@ impl EventStore for EmbeddedStore {
                 rows::impression_value(event),
             );
             let thin = (Table::ImpressionSummary, key, rows::summary_value(event));
-            let copy = super::slices::copy_row(partition, event);
+            let copy = copy_row(partition, event);
             if event.invalid.is_none() {
                 rows.extend([full, thin, (copy.table, copy.key, copy.value)]);
             } else {
@@ -144,16 +187,7 @@ impl EventStore for EmbeddedStore {
             Table::ImpressionSummary,
             partition,
             "reading impressions",
-            |at, impression_id, value| {
-                let (ad, user) = rows::decode_two_ids(value)?;
-                Some(ImpressionSummaryRow {
-                    impression_id,
-                    ad_id: AdId::new(ad),
-                    user_id: UserId::new(user),
-                    timestamp: EventTime::from_stored(at),
-                    invalid: rows::decode_summary_invalid(value)?,
-                })
-            },
+            summary_row,
         )
         .await
     }
@@ -217,21 +251,8 @@ impl EventStore for EmbeddedStore {
     }
 
     async fn read_clicks(&self, partition: &EventPartition) -> Result<Vec<ClickRow>, StoreError> {
-        self.read_partition(
-            Table::Click,
-            partition,
-            "reading clicks",
-            |at, impression_id, value| {
-                let (invalid, _) = rows::decode_traffic_suffix(value.get(16..)?)?;
-                Some(ClickRow {
-                    impression_id,
-                    ad_id: AdId::new(rows::decode_one_id(value)?),
-                    timestamp: EventTime::from_stored(at),
-                    invalid,
-                })
-            },
-        )
-        .await
+        self.read_partition(Table::Click, partition, "reading clicks", click_row)
+            .await
     }
 
     async fn first_click(
@@ -239,33 +260,8 @@ impl EventStore for EmbeddedStore {
         campaign: CampaignKey,
         impression_id: ImpressionId,
     ) -> Result<Option<ClickRow>, StoreError> {
-        const CONTEXT: &str = "reading the click index";
         // Oldest first: the first is the first click; the click is valid if any copy is.
-        let rows = self
-            .scan(
-                Table::ClickByImpression,
-                keys::click_index_prefix(campaign, impression_id),
-                Some(MAX_CLICKS_READ),
-                CONTEXT,
-            )
-            .await?;
-        let clicks = rows
-            .iter()
-            .map(|(key, value)| {
-                let at = keys::decode_click_index_time(key).ok_or_else(|| corrupt(CONTEXT))?;
-                let ad = rows::decode_one_id(value).ok_or_else(|| corrupt(CONTEXT))?;
-                let (invalid, _) = value
-                    .get(16..)
-                    .and_then(rows::decode_traffic_suffix)
-                    .ok_or_else(|| corrupt(CONTEXT))?;
-                Ok(ClickRow {
-                    impression_id,
-                    ad_id: AdId::new(ad),
-                    timestamp: EventTime::from_stored(at),
-                    invalid,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let clicks = crate::store::SliceStore::clicks_of(self, campaign, impression_id).await?;
         Ok(clicks.first().map(|first| ClickRow {
             invalid: any_valid(clicks.iter().map(|copy| copy.invalid)),
             ..*first

@@ -80,6 +80,14 @@ pub(crate) fn decode_event_key(key: &[u8]) -> Option<(DateTime<Utc>, ImpressionI
     ))
 }
 
+/// The prefix of one impression id's rows in a partition's copies index; each row then adds
+/// the copy's time ([`ordered_i64`] of its milliseconds).
+pub(crate) fn copy_prefix(partition: &EventPartition, id: ImpressionId) -> Vec<u8> {
+    let mut key = partition_prefix(partition);
+    key.extend_from_slice(id.as_uuid().as_bytes());
+    key
+}
+
 /// The prefix of one impression's click-index rows.
 pub(crate) fn click_index_prefix(campaign: CampaignKey, id: ImpressionId) -> Vec<u8> {
     let mut key = Vec::with_capacity(56);

@@ -4,13 +4,13 @@
 //! every ad's users together under the day's prefix, a kind byte apart, so a day's rows are a
 //! few prefix scans (each ad's users only when asked for) and are dropped with one.
 
-use super::committer::{Guarded, Removals};
+use super::EmbeddedStore;
+use super::committer::Removals;
 use super::engine::{Rows, Table, corrupt};
+use super::events::{click_row, summary_row};
 use super::keys::{self, decode_ordered_i64, ordered_i64};
 use super::rollup_keys::{campaign_day_prefix, counts_value, decode_counts_value};
-use super::{EmbeddedStore, rows};
-use crate::domain::event::Impression;
-use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
+use crate::domain::ids::{AdId, CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
 use crate::domain::slices::{Slice, Span};
@@ -28,6 +28,8 @@ use uuid::Uuid;
 /// Clicks of one impression read (as [`super::events`] reads them for its first click).
 const MAX_CLICKS_READ: usize = 100;
 
+/// Rows a sealed day's clean-up removes per commit.
+const DELETES_PER_COMMIT: usize = 20_000;
 /// Campaign (32) + day (4).
 const DAY_PREFIX_LEN: usize = 36;
 const STATE: u8 = b'S';
@@ -38,25 +40,6 @@ const USERS: u8 = b'U';
 /// The two cells of a slice's state, each with its own writers.
 const MARKED_AT: u8 = b'M';
 const AGGREGATED_FROM: u8 = b'F';
-
-fn copy_prefix(partition: &EventPartition, id: ImpressionId) -> Vec<u8> {
-    let mut key = keys::partition_prefix(partition);
-    key.extend_from_slice(id.as_uuid().as_bytes());
-    key
-}
-
-/// A copies-index row of one impression copy: its value is the copy's reason code.
-pub(super) fn copy_row(partition: &EventPartition, event: &Impression) -> Guarded {
-    let mut key = copy_prefix(partition, event.impression_id);
-    key.extend_from_slice(&ordered_i64(event.timestamp.epoch_millis()));
-    Guarded {
-        table: Table::ImpressionCopy,
-        key,
-        value: vec![event.invalid.map_or(0, InvalidReason::code)],
-        // An invalid copy never hides a valid one of the same id and time.
-        keeps: rows::visit_is_valid,
-    }
-}
 
 fn kind_prefix(campaign: CampaignKey, day: Day, kind: u8) -> Vec<u8> {
     let mut key = campaign_day_prefix(campaign, day);
@@ -173,14 +156,7 @@ impl SliceStore for EmbeddedStore {
         rows.iter()
             .map(|(key, value)| {
                 let (at, impression_id) = keys::decode_event_key(key)?;
-                let (ad, user) = rows::decode_two_ids(value)?;
-                Some(ImpressionSummaryRow {
-                    impression_id,
-                    ad_id: AdId::new(ad),
-                    user_id: UserId::new(user),
-                    timestamp: EventTime::from_stored(at),
-                    invalid: rows::decode_summary_invalid(value)?,
-                })
+                summary_row(at, impression_id, value)
             })
             .map(|row| row.ok_or_else(|| corrupt(CONTEXT)))
             .collect()
@@ -199,13 +175,7 @@ impl SliceStore for EmbeddedStore {
         rows.iter()
             .map(|(key, value)| {
                 let (at, impression_id) = keys::decode_event_key(key)?;
-                let (invalid, _) = rows::decode_traffic_suffix(value.get(16..)?)?;
-                Some(ClickRow {
-                    impression_id,
-                    ad_id: AdId::new(rows::decode_one_id(value)?),
-                    timestamp: EventTime::from_stored(at),
-                    invalid,
-                })
+                click_row(at, impression_id, value)
             })
             .map(|row| row.ok_or_else(|| corrupt(CONTEXT)))
             .collect()
@@ -217,7 +187,10 @@ impl SliceStore for EmbeddedStore {
         ids: &[ImpressionId],
     ) -> Result<Vec<CopyRow>, StoreError> {
         const CONTEXT: &str = "reading the copies index";
-        let mut prefixes: Vec<Vec<u8>> = ids.iter().map(|id| copy_prefix(partition, *id)).collect();
+        let mut prefixes: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|id| keys::copy_prefix(partition, *id))
+            .collect();
         // In key order: neighbouring lookups share the engine's blocks.
         prefixes.sort_unstable();
         prefixes.dedup();
@@ -257,15 +230,7 @@ impl SliceStore for EmbeddedStore {
             .await?;
         rows.iter()
             .map(|(key, value)| {
-                let at = keys::decode_click_index_time(key)?;
-                let ad = rows::decode_one_id(value)?;
-                let (invalid, _) = value.get(16..).and_then(rows::decode_traffic_suffix)?;
-                Some(ClickRow {
-                    impression_id,
-                    ad_id: AdId::new(ad),
-                    timestamp: EventTime::from_stored(at),
-                    invalid,
-                })
+                click_row(keys::decode_click_index_time(key)?, impression_id, value)
             })
             .map(|row| row.ok_or_else(|| corrupt(CONTEXT)))
             .collect()
@@ -399,34 +364,32 @@ impl SliceStore for EmbeddedStore {
         partitions: &[EventPartition],
     ) -> Result<(), StoreError> {
         const CONTEXT: &str = "dropping an open day's slices";
-        let mut removals: Removals = Vec::new();
-        for (key, _) in self
-            .scan(
-                Table::OpenDay,
-                campaign_day_prefix(campaign, day),
-                None,
-                CONTEXT,
-            )
-            .await?
-        {
-            removals.push((Table::OpenDay, key.to_vec()));
-        }
-        for partition in partitions {
-            for (key, _) in self
-                .scan(
-                    Table::ImpressionCopy,
-                    keys::partition_prefix(partition),
-                    None,
-                    CONTEXT,
-                )
-                .await?
-            {
-                removals.push((Table::ImpressionCopy, key.to_vec()));
+        let mut prefixes = vec![(Table::OpenDay, campaign_day_prefix(campaign, day))];
+        prefixes.extend(
+            partitions
+                .iter()
+                .map(|partition| (Table::ImpressionCopy, keys::partition_prefix(partition))),
+        );
+        for (table, prefix) in prefixes {
+            // A busy day's copies index holds millions of rows: dropped a bounded batch at a
+            // time, so no commit holds them all in memory.
+            loop {
+                let batch = self
+                    .scan(table, prefix.clone(), Some(DELETES_PER_COMMIT), CONTEXT)
+                    .await?;
+                if batch.is_empty() {
+                    break;
+                }
+                let removals: Removals = batch
+                    .into_iter()
+                    .map(|(key, _)| (table, key.to_vec()))
+                    .collect();
+                self.committer
+                    .commit_replacing(CONTEXT, removals, Vec::new())
+                    .await?;
             }
         }
-        self.committer
-            .commit_replacing(CONTEXT, removals, Vec::new())
-            .await
+        Ok(())
     }
 }
 
