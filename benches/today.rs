@@ -1,7 +1,9 @@
 //! Today at the speed of a sealed day: the summary of a campaign's open day (group_by hour, day
 //! and ad) after growing phases of impressions spread over today's closed slices of the last
 //! 12 hours, each phase's closed slices aggregated, with a realistic open stretch (the last
-//! 2 to 17 minutes at the phase's daily rate, and a trickle at that rate while timing); and
+//! 2 to 17 minutes at the phase's daily rate, and a trickle at that rate while timing), split
+//! by the open-day read's own metrics into the part from slice aggregates and the part read
+//! raw; and
 //! HTTP ingestion with the slice aggregator working through a backfill, against without it,
 //! in interleaved rounds of one run.
 //!
@@ -31,6 +33,7 @@ use adevents::store::Store;
 use adevents::store::cassandra::config::WriteMode;
 use adevents::store::embedded::Fsync;
 use chrono::{DateTime, Duration, DurationRound, Utc};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -222,6 +225,74 @@ async fn configure(store: &Arc<dyn Store>, campaign: CampaignKey) {
         .expect("configured");
 }
 
+/// The open-day read's own account of a summary (`adevents_open_day_*` metrics): seconds spent
+/// on the slices' aggregates and on the stretches read raw, and raw rows read.
+#[derive(Debug, Clone, Copy, Default)]
+struct OpenDayMetrics {
+    aggregates: f64,
+    raw: f64,
+    rows: f64,
+}
+
+impl OpenDayMetrics {
+    fn now(handle: &PrometheusHandle) -> Self {
+        let text = handle.render();
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .filter(|line| line.starts_with(prefix))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        Self {
+            aggregates: value("adevents_open_day_read_seconds_sum{part=\"aggregates\"}"),
+            raw: value("adevents_open_day_read_seconds_sum{part=\"raw\"}"),
+            rows: value("adevents_open_day_rows_read_total"),
+        }
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        Self {
+            aggregates: self.aggregates - before.aggregates,
+            raw: self.raw - before.raw,
+            rows: self.rows - before.rows,
+        }
+    }
+}
+
+/// One grouping's rounds: whole summaries' seconds and their open-day parts.
+#[derive(Debug, Clone, Default)]
+struct Timing {
+    totals: Vec<f64>,
+    parts: Vec<OpenDayMetrics>,
+}
+
+impl Timing {
+    fn add(&mut self, seconds: f64, parts: OpenDayMetrics) {
+        self.totals.push(seconds);
+        self.parts.push(parts);
+    }
+
+    fn total(&self) -> f64 {
+        support::median(self.totals.clone())
+    }
+
+    fn part(&self, of: impl Fn(&OpenDayMetrics) -> f64) -> f64 {
+        support::median(self.parts.iter().map(of).collect())
+    }
+
+    fn aggregates(&self) -> f64 {
+        self.part(|parts| parts.aggregates)
+    }
+
+    fn raw(&self) -> f64 {
+        self.part(|parts| parts.raw)
+    }
+
+    fn raw_rows(&self) -> f64 {
+        self.part(|parts| parts.rows)
+    }
+}
+
 const GROUPINGS: [(Grouping, &str); 3] = [
     (Grouping::Hour, "hour"),
     (Grouping::Day, "day"),
@@ -229,7 +300,13 @@ const GROUPINGS: [(Grouping, &str); 3] = [
 ];
 
 /// The phases on one store: loads, aggregates and times; prints the table.
-async fn phases(name: &str, store: Arc<dyn Store>, sizes: &[usize], rounds: usize) {
+async fn phases(
+    name: &str,
+    store: Arc<dyn Store>,
+    sizes: &[usize],
+    rounds: usize,
+    metrics: &PrometheusHandle,
+) {
     let settings = Arc::new(SettingsCache::new(
         store.clone(),
         std::time::Duration::from_secs(600),
@@ -262,14 +339,6 @@ async fn phases(name: &str, store: Arc<dyn Store>, sizes: &[usize], rounds: usiz
         let started = Instant::now();
         let slices = catch_up(&app, campaign).await;
         let aggregate_seconds = started.elapsed().as_secs_f64();
-        // The open day from aggregates alone: the open stretch holds nothing yet.
-        let mut alone: Vec<Vec<f64>> = vec![Vec::new(); GROUPINGS.len()];
-        for _ in 0..rounds {
-            for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
-                let (seconds, _, _) = summary(&queries, campaign, *grouping).await;
-                alone[index].push(seconds);
-            }
-        }
         // A realistic open stretch: its events so far at the daily rate, then a trickle.
         let per_second = *size as f64 / 86_400.0;
         let now = Utc::now();
@@ -292,13 +361,15 @@ async fn phases(name: &str, store: Arc<dyn Store>, sizes: &[usize], rounds: usiz
             Arc::clone(&stop),
             Arc::clone(&written),
         );
-        let mut with_open: Vec<Vec<f64>> = vec![Vec::new(); GROUPINGS.len()];
+        let mut timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
         let mut answered = (0, 0);
         for _ in 0..rounds {
             for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
+                let before = OpenDayMetrics::now(metrics);
                 let (seconds, impressions, aggregated) =
                     summary(&queries, campaign, *grouping).await;
-                with_open[index].push(seconds);
+                let parts = OpenDayMetrics::now(metrics).since(&before);
+                timings[index].add(seconds, parts);
                 answered = (impressions, aggregated);
             }
         }
@@ -310,10 +381,8 @@ async fn phases(name: &str, store: Arc<dyn Store>, sizes: &[usize], rounds: usiz
             load_seconds,
             slices,
             aggregate_seconds,
-            alone,
-            with_open,
+            timings,
             open_events,
-            answered,
         ));
         println!(
             "  phase {}: {size} impressions loaded in {load_seconds:.0} s, {slices} slices aggregated in {aggregate_seconds:.1} s, open stretch {open_events} events, answer {} impressions from {} aggregated slices",
@@ -323,41 +392,50 @@ async fn phases(name: &str, store: Arc<dyn Store>, sizes: &[usize], rounds: usiz
         );
     }
     println!(
-        "\n| {name}: today, impressions | group_by | from slice aggregates (ms) | × smallest | with the open stretch (ms) | × smallest | open stretch events | µs per open event |\n|---|---|---|---|---|---|---|---|"
+        "\n| {name}: today | group_by | summary (ms) | × smallest | from slice aggregates (ms) | × smallest | read raw: events | ms | µs per event |\n|---|---|---|---|---|---|---|---|---|"
     );
     for (index, (_, label)) in GROUPINGS.iter().enumerate() {
-        let base_alone = support::median(rows[0].4[index].clone());
-        let base_open = support::median(rows[0].5[index].clone());
-        for (size, _, _, _, alone, with_open, open_events, _) in &rows {
-            let alone = support::median(alone[index].clone());
-            let open = support::median(with_open[index].clone());
-            let per_event = (open - alone).max(0.0) * 1e6 / (*open_events).max(1) as f64;
+        let first = &rows[0].4[index];
+        let (base_total, base_aggregates) = (first.total(), first.aggregates());
+        for (size, _, _, _, timings, _) in &rows {
+            let timing = &timings[index];
+            let (total, aggregates, raw, events) = (
+                timing.total(),
+                timing.aggregates(),
+                timing.raw(),
+                timing.raw_rows(),
+            );
             println!(
-                "| {size} | {label} | {:.1} | {:.2} | {:.1} | {:.2} | {open_events} | {per_event:.2} |",
-                alone * 1000.0,
-                alone / base_alone,
-                open * 1000.0,
-                open / base_open,
+                "| {size} | {label} | {:.1} | {:.2} | {:.1} | {:.2} | {events:.0} | {:.1} | {:.2} |",
+                total * 1000.0,
+                total / base_total,
+                aggregates * 1000.0,
+                aggregates / base_aggregates,
+                raw * 1000.0,
+                raw * 1e6 / events.max(1.0),
             );
         }
     }
     println!(
-        "\n| {name}: phase | loaded (s) | slices aggregated | catch-up (s) |\n|---|---|---|---|"
+        "\n| {name}: phase | loaded (s) | slices aggregated | catch-up (s) | open stretch events |\n|---|---|---|---|---|"
     );
-    for (size, load_seconds, slices, aggregate_seconds, ..) in &rows {
-        println!("| {size} | {load_seconds:.0} | {slices} | {aggregate_seconds:.1} |");
+    for (size, load_seconds, slices, aggregate_seconds, _, open_events) in &rows {
+        println!(
+            "| {size} | {load_seconds:.0} | {slices} | {aggregate_seconds:.1} | {open_events} |"
+        );
     }
 }
 
 /// HTTP ingestion of a backfill (batches of 1,000 impressions spread over today's closed
 /// slices, every batch marking slices) on a server whose aggregator works every second,
-/// against one without it, interleaved rounds of 20 s each.
+/// against one without it, interleaved rounds of 15 s each (the order alternating).
 async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usize) {
     let mut per_second: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let campaign = fresh_campaign();
     configure(&store, campaign).await;
     for round in 0..rounds * 2 {
-        let aggregating = round % 2 == 0;
+        // with, without; without, with; ...
+        let aggregating = (round % 2 == 0) == (round / 2 % 2 == 0);
         let mut options = Options::default();
         options.service.slice_interval = aggregating.then_some(std::time::Duration::from_secs(1));
         options.service.access.mode = adevents::access::AuthMode::Off;
@@ -368,7 +446,7 @@ async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usiz
             .expect("port");
         let address = listener.local_addr().expect("address");
         let server = tokio::spawn(async move { app.serve(listener, std::future::pending()).await });
-        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        let deadline = Instant::now() + std::time::Duration::from_secs(15);
         let sent = Arc::new(AtomicUsize::new(0));
         let client = reqwest::Client::new();
         let started = Instant::now();
@@ -389,7 +467,7 @@ async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usiz
                                     "advertiser_id": campaign.advertiser_id.as_uuid(),
                                     "campaign_id": campaign.campaign_id.as_uuid(),
                                     "ad_id": Uuid::from_u128(rng.random_range(1..=ADS as u128)),
-                                    "user_id": Uuid::from_u128(rng.random_range(0..100_000u128)),
+                                    "user_id": Uuid::from_u128(rng.random_range(1..100_001u128)),
                                     "timestamp": at.to_rfc3339(),
                                 })
                             })
@@ -438,6 +516,9 @@ async fn main() {
         .map(str::to_owned)
         .collect();
     let rounds = support::env_knob("BENCH_ROUNDS", 5);
+    let metrics = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the bench's metrics recorder");
     let ingest_rounds = support::env_knob("BENCH_INGEST_ROUNDS", 6);
     for name in stores {
         let (store, sizes): (Arc<dyn Store>, Vec<usize>) = match name.as_str() {
@@ -451,9 +532,10 @@ async fn main() {
             ),
             other => panic!("unknown store {other}"),
         };
-        phases(&name, Arc::clone(&store), &sizes, rounds).await;
+        // Ingestion first, on a store not yet busy compacting the phases' millions of rows.
         if ingest_rounds > 0 {
-            ingest_with_and_without(&name, store, ingest_rounds).await;
+            ingest_with_and_without(&name, Arc::clone(&store), ingest_rounds).await;
         }
+        phases(&name, store, &sizes, rounds, &metrics).await;
     }
 }

@@ -24,6 +24,16 @@ pub(crate) struct Guarded {
     pub(crate) keeps: fn(&[u8]) -> bool,
 }
 
+/// A row whose new value is `merge` of its stored value (if any) and `value`: the read and the
+/// write happen in the commit thread, in order, so no other write slips between them, and
+/// merges of one key in one group apply one after the other.
+pub(crate) struct Merged {
+    pub(crate) table: Table,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+    pub(crate) merge: fn(Option<&[u8]>, &[u8]) -> Vec<u8>,
+}
+
 /// A record for the log under `prefix` in `table`. The commit thread stores the records of every
 /// call in its group that share a prefix as one row: the prefix, then the commit's number
 /// ([`log_key`]), holding the records in the order they arrived ([`log_records`] reads them
@@ -49,6 +59,7 @@ struct Pending {
     removals: Removals,
     rows: Rows,
     guarded: Vec<Guarded>,
+    merged: Vec<Merged>,
     appended: Vec<Appended>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
@@ -103,7 +114,7 @@ impl Committer {
         removals: Removals,
         rows: Rows,
     ) -> Result<(), StoreError> {
-        self.submit(context, removals, rows, Vec::new(), Vec::new())
+        self.submit(context, removals, rows, Vec::new(), Vec::new(), Vec::new())
             .await
     }
 
@@ -115,7 +126,20 @@ impl Committer {
         rows: Rows,
         guarded: Vec<Guarded>,
     ) -> Result<(), StoreError> {
-        self.submit(context, Vec::new(), rows, guarded, Vec::new())
+        self.submit(context, Vec::new(), rows, guarded, Vec::new(), Vec::new())
+            .await
+    }
+
+    /// Applies `rows`, each of `guarded` unless its key holds a value it keeps, and each of
+    /// `merged` merged with its stored value, atomically; returns once they are durable.
+    pub(crate) async fn commit_merged(
+        &self,
+        context: &'static str,
+        rows: Rows,
+        guarded: Vec<Guarded>,
+        merged: Vec<Merged>,
+    ) -> Result<(), StoreError> {
+        self.submit(context, Vec::new(), rows, guarded, merged, Vec::new())
             .await
     }
 
@@ -125,8 +149,15 @@ impl Committer {
         context: &'static str,
         records: Vec<Appended>,
     ) -> Result<(), StoreError> {
-        self.submit(context, Vec::new(), Vec::new(), Vec::new(), records)
-            .await
+        self.submit(
+            context,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            records,
+        )
+        .await
     }
 
     async fn submit(
@@ -135,6 +166,7 @@ impl Committer {
         removals: Removals,
         rows: Rows,
         guarded: Vec<Guarded>,
+        merged: Vec<Merged>,
         appended: Vec<Appended>,
     ) -> Result<(), StoreError> {
         let (done, committed) = oneshot::channel();
@@ -146,6 +178,7 @@ impl Committer {
                 removals,
                 rows,
                 guarded,
+                merged,
                 appended,
                 done,
             })
@@ -185,6 +218,33 @@ fn kept_guarded(tables: &Tables, rows: &[Rows], guarded: Vec<Guarded>) -> Rows {
         }
     }
     kept
+}
+
+/// The merged rows' new values: each key's stored value (read once) merged with every value
+/// the group brings for it, in order. A read that fails merges with nothing.
+fn merged_rows(tables: &Tables, merged: Vec<Merged>) -> Rows {
+    let mut values: std::collections::HashMap<(Table, Vec<u8>), Vec<u8>> =
+        std::collections::HashMap::new();
+    let mut order: Vec<(Table, Vec<u8>)> = Vec::new();
+    for row in merged {
+        let slot = (row.table, row.key);
+        let value = match values.get(&slot) {
+            Some(current) => (row.merge)(Some(current), &row.value),
+            None => {
+                order.push(slot.clone());
+                let stored = tables.get(slot.0).get(&slot.1).ok().flatten();
+                (row.merge)(stored.as_deref(), &row.value)
+            }
+        };
+        values.insert(slot, value);
+    }
+    order
+        .into_iter()
+        .filter_map(|slot| {
+            let value = values.remove(&slot)?;
+            Some((slot.0, slot.1, value))
+        })
+        .collect()
 }
 
 /// The key of a log row: its prefix, then the number of the commit that wrote it.
@@ -268,12 +328,14 @@ fn run(
         let mut rows = Vec::with_capacity(group.len());
         let mut removals = Vec::new();
         let mut guarded = Vec::new();
+        let mut merged = Vec::new();
         let mut appended = Vec::new();
         for Pending {
             context,
             removals: call_removals,
             rows: call_rows,
             guarded: call_guarded,
+            merged: call_merged,
             appended: call_appended,
             done,
         } in group
@@ -281,10 +343,12 @@ fn run(
             removals.extend(call_removals);
             rows.push(call_rows);
             guarded.extend(call_guarded);
+            merged.extend(call_merged);
             appended.extend(call_appended);
             waiting.push((context, done));
         }
-        let kept = kept_guarded(tables, &rows, guarded);
+        let mut kept = kept_guarded(tables, &rows, guarded);
+        kept.extend(merged_rows(tables, merged));
         // A failed commit leaves its number unused, which is harmless: numbers only have to
         // be new, not consecutive.
         let logs = if appended.is_empty() {

@@ -1,7 +1,7 @@
 //! Impressions and clicks in the embedded store: the full and thin rows of each impression,
 //! clicks and the click index, read a partition (or a page of one) at a time.
 
-use super::committer::Guarded;
+use super::committer::{Guarded, Merged};
 use super::engine::{Table, corrupt, engine_error};
 use super::{EmbeddedStore, keys, rows};
 use crate::domain::event::{Click, Impression};
@@ -46,16 +46,47 @@ fn full_impression(partition: &EventPartition, key: &[u8], value: &[u8]) -> Opti
     })
 }
 
-/// A copies-index row of one impression copy: its value is the copy's reason code.
-fn copy_row(partition: &EventPartition, event: &Impression) -> Guarded {
-    let mut key = keys::copy_prefix(partition, event.impression_id);
-    key.extend_from_slice(&keys::ordered_i64(event.timestamp.epoch_millis()));
-    Guarded {
+/// Copies of one id kept in its copies-index row at most, the earliest: what counting needs.
+const MAX_COPIES_KEPT: usize = 256;
+
+/// An impression copy's entry in its id's copies-index row: its time, then its reason code.
+fn copy_entry(event: &Impression) -> Vec<u8> {
+    let mut entry = event.timestamp.epoch_millis().to_be_bytes().to_vec();
+    entry.push(event.invalid.map_or(0, InvalidReason::code));
+    entry
+}
+
+/// A copies-index row with `new`'s entry added: entries by time, one per time, valid if any
+/// copy of that time is (a stored row that does not decode is replaced).
+pub(super) fn merge_copies(stored: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
+    let mut entries: Vec<(i64, u8)> = stored
+        .and_then(rows::decode_copy_entries)
+        .unwrap_or_default();
+    for (at, code) in rows::decode_copy_entries(new).unwrap_or_default() {
+        match entries.binary_search_by_key(&at, |(time, _)| *time) {
+            Ok(found) => {
+                if code == 0 {
+                    entries[found].1 = 0;
+                }
+            }
+            Err(position) => entries.insert(position, (at, code)),
+        }
+    }
+    entries.truncate(MAX_COPIES_KEPT);
+    entries
+        .iter()
+        .flat_map(|(at, code)| at.to_be_bytes().into_iter().chain([*code]))
+        .collect()
+}
+
+/// The copies-index row of one impression copy: one row per partition and id, so a lookup is
+/// a point read the engine's filters answer, merged in the commit thread.
+fn copy_row(partition: &EventPartition, event: &Impression) -> Merged {
+    Merged {
         table: Table::ImpressionCopy,
-        key,
-        value: vec![event.invalid.map_or(0, InvalidReason::code)],
-        // An invalid copy never hides a valid one of the same id and time.
-        keeps: rows::visit_is_valid,
+        key: keys::copy_prefix(partition, event.impression_id),
+        value: copy_entry(event),
+        merge: merge_copies,
     }
 }
 
@@ -120,8 +151,9 @@ impl EventStore for EmbeddedStore {
         partition: &EventPartition,
         impressions: &[Impression],
     ) -> Result<(), StoreError> {
-        let mut rows = Vec::with_capacity(impressions.len() * 3);
+        let mut rows = Vec::with_capacity(impressions.len() * 2);
         let mut guarded = Vec::new();
+        let mut copies = Vec::with_capacity(impressions.len());
         for event in impressions {
             let key = keys::event_key(partition, event.timestamp.instant(), event.impression_id);
             let full = (
@@ -130,17 +162,16 @@ impl EventStore for EmbeddedStore {
                 rows::impression_value(event),
             );
             let thin = (Table::ImpressionSummary, key, rows::summary_value(event));
-            let copy = copy_row(partition, event);
+            copies.push(copy_row(partition, event));
             if event.invalid.is_none() {
-                rows.extend([full, thin, (copy.table, copy.key, copy.value)]);
+                rows.extend([full, thin]);
             } else {
                 guarded.push(guard(full, rows::impression_is_valid));
                 guarded.push(guard(thin, rows::summary_is_valid));
-                guarded.push(copy);
             }
         }
         self.committer
-            .commit_guarded("writing impressions", rows, guarded)
+            .commit_merged("writing impressions", rows, guarded, copies)
             .await
     }
 
@@ -266,5 +297,36 @@ impl EventStore for EmbeddedStore {
             invalid: any_valid(clicks.iter().map(|copy| copy.invalid)),
             ..*first
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(at: i64, code: u8) -> Vec<u8> {
+        let mut entry = at.to_be_bytes().to_vec();
+        entry.push(code);
+        entry
+    }
+
+    #[test]
+    fn copies_merge_by_time_and_a_valid_copy_wins() {
+        let one = merge_copies(None, &entry(2_000, 1));
+        let two = merge_copies(Some(&one), &entry(1_000, 0));
+        let again = merge_copies(Some(&two), &entry(2_000, 0));
+        assert_eq!(
+            rows::decode_copy_entries(&again),
+            Some(vec![(1_000, 0), (2_000, 0)])
+        );
+        let invalid_later = merge_copies(Some(&again), &entry(1_000, 2));
+        assert_eq!(
+            invalid_later, again,
+            "an invalid copy never hides a valid one"
+        );
+        assert_eq!(
+            rows::decode_copy_entries(&merge_copies(Some(b"damaged"), &entry(5, 0))),
+            Some(vec![(5, 0)])
+        );
     }
 }

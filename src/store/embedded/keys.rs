@@ -80,8 +80,8 @@ pub(crate) fn decode_event_key(key: &[u8]) -> Option<(DateTime<Utc>, ImpressionI
     ))
 }
 
-/// The prefix of one impression id's rows in a partition's copies index; each row then adds
-/// the copy's time ([`ordered_i64`] of its milliseconds).
+/// The key of one impression id's row in a partition's copies index (every copy of the id in
+/// the partition, merged into one value).
 pub(crate) fn copy_prefix(partition: &EventPartition, id: ImpressionId) -> Vec<u8> {
     let mut key = partition_prefix(partition);
     key.extend_from_slice(id.as_uuid().as_bytes());

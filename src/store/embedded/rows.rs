@@ -93,6 +93,22 @@ pub(crate) fn impression_value(event: &Impression) -> Vec<u8> {
     value
 }
 
+/// A copies-index row's entries: (milliseconds since the epoch, reason code), 9 bytes each.
+pub(crate) fn decode_copy_entries(value: &[u8]) -> Option<Vec<(i64, u8)>> {
+    if !value.len().is_multiple_of(9) {
+        return None;
+    }
+    value
+        .chunks_exact(9)
+        .map(|entry| {
+            Some((
+                i64::from_be_bytes(entry.get(..8)?.try_into().ok()?),
+                *entry.get(8)?,
+            ))
+        })
+        .collect()
+}
+
 /// The full row's fields besides its key.
 pub(crate) struct FullRow {
     pub(crate) ad_id: AdId,

@@ -4,12 +4,12 @@
 //! every ad's users together under the day's prefix, a kind byte apart, so a day's rows are a
 //! few prefix scans (each ad's users only when asked for) and are dropped with one.
 
-use super::EmbeddedStore;
 use super::committer::Removals;
 use super::engine::{Rows, Table, corrupt};
 use super::events::{click_row, summary_row};
 use super::keys::{self, decode_ordered_i64, ordered_i64};
 use super::rollup_keys::{campaign_day_prefix, counts_value, decode_counts_value};
+use super::{EmbeddedStore, rows};
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
@@ -187,24 +187,30 @@ impl SliceStore for EmbeddedStore {
         ids: &[ImpressionId],
     ) -> Result<Vec<CopyRow>, StoreError> {
         const CONTEXT: &str = "reading the copies index";
-        let mut prefixes: Vec<Vec<u8>> = ids
-            .iter()
-            .map(|id| keys::copy_prefix(partition, *id))
-            .collect();
+        let mut ids = ids.to_vec();
         // In key order: neighbouring lookups share the engine's blocks.
-        prefixes.sort_unstable();
-        prefixes.dedup();
+        ids.sort_unstable();
+        ids.dedup();
+        let partition = *partition;
         self.blocking(move |tables| {
             let table = tables.get(Table::ImpressionCopy);
-            let mut copies = Vec::with_capacity(prefixes.len());
-            for prefix in prefixes {
-                for row in table.prefix(&prefix) {
-                    let (key, value) = row
-                        .into_inner()
-                        .map_err(|error| super::engine::engine_error(CONTEXT, error))?;
-                    let copy = key
-                        .get(keys::PARTITION_LEN..)
-                        .and_then(|rest| decode_copy(rest, &value))
+            let mut copies = Vec::with_capacity(ids.len());
+            for id in ids {
+                let stored = table
+                    .get(keys::copy_prefix(&partition, id))
+                    .map_err(|error| super::engine::engine_error(CONTEXT, error))?;
+                let Some(stored) = stored else {
+                    continue;
+                };
+                let entries = rows::decode_copy_entries(&stored).ok_or_else(|| corrupt(CONTEXT))?;
+                for (at, code) in entries {
+                    let copy = DateTime::from_timestamp_millis(at)
+                        .zip(InvalidReason::from_code(code).ok())
+                        .map(|(at, invalid)| CopyRow {
+                            impression_id: id,
+                            timestamp: EventTime::from_stored(at),
+                            invalid,
+                        })
                         .ok_or_else(|| corrupt(CONTEXT))?;
                     copies.push(copy);
                 }
