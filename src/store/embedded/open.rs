@@ -6,6 +6,7 @@ use super::{EmbeddedConfig, EngineMemory, Fsync, access, site_keys};
 use crate::domain::access::SiteProfile;
 use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
+use fjall::config::PinningPolicy;
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
 /// The on-disk layout this build reads and writes. Format 4 stores beacons a commit's worth to
@@ -86,7 +87,17 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
         delivery_windows: open("delivery_windows")?,
         owner_listing: open("owner_listing")?,
         site_features: open("site_feature_visits")?,
-        impression_copy: open("impression_copy")?,
+        // Ingest looks every impression up here: filters and indexes stay in memory (a day or
+        // two of copies, about 1.5 bytes of filter per impression), or a lookup reads a
+        // level's whole filter block through the cache.
+        impression_copy: db
+            .keyspace("impression_copy", || {
+                KeyspaceCreateOptions::default()
+                    .max_memtable_size(memory.memtable_bytes)
+                    .filter_block_pinning_policy(PinningPolicy::all(true))
+                    .index_block_pinning_policy(PinningPolicy::all(true))
+            })
+            .map_err(|error| engine_error("opening tables", error))?,
         open_day: open("open_day")?,
         meta,
         persist: match config.fsync {
