@@ -536,6 +536,8 @@ async fn main() {
         if ingest_rounds > 0 {
             ingest_with_and_without(&name, Arc::clone(&store), ingest_rounds).await;
         }
-        phases(&name, store, &sizes, rounds, &metrics).await;
+        if !sizes.is_empty() {
+            phases(&name, store, &sizes, rounds, &metrics).await;
+        }
     }
 }

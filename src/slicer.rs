@@ -164,10 +164,18 @@ impl SliceAggregator {
         let read_started = read_start();
         let rows = store.read_open_day(campaign, day, false).await?;
         let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
+        // A slice marked within the margin is left for a later pass: an aggregate read now
+        // could not answer for it (see `SealState::is_current`), and while a backfill keeps
+        // marking it, it is read raw anyway.
+        let settled = |state: &SealState| {
+            state
+                .late_at
+                .is_none_or(|marked| marked + SealState::MARGIN < now)
+        };
         let due: Vec<Slice> = slices_of_day(day)
             .filter(|slice| {
-                options.rule.may_aggregate(*slice, now)
-                    && !states.get(slice).is_some_and(SealState::is_current)
+                let state = states.get(slice).copied().unwrap_or_default();
+                options.rule.may_aggregate(*slice, now) && !state.is_current() && settled(&state)
             })
             .collect();
         if due.is_empty() {
