@@ -1,8 +1,8 @@
 //! The write path: validated events are placed in their partitions (campaign, UTC day, bucket
 //! in force at the event's own time) and written partition by partition, several at once.
 //! An answer is given only after every write was acknowledged, and, for impressions, after
-//! they are counted in this process's live delivery counts and every slice they change after
-//! it closed is marked (docs/DESIGN.md, "Open days from closed slices").
+//! they are counted in this process's live delivery counts and every closed slice they change
+//! is marked (docs/DESIGN.md, "Open days from closed slices").
 
 use crate::delivery::live::LiveDelivery;
 use crate::domain::bucket::BucketCount;
@@ -12,14 +12,13 @@ use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealingRule;
-use crate::domain::slices::{Slice, SliceRule, slice_of, touched_slices};
+use crate::domain::slices::{Slice, SliceRule, slice_of};
 use crate::domain::time::Day;
-use crate::domain::traffic::any_valid;
 use crate::processes::ProcessRegistry;
 use crate::query::aggregate::BillableWindow;
 use crate::remembered::Remembered;
 use crate::settings::SettingsCache;
-use crate::store::{CopyRow, Store, StoreError};
+use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -54,9 +53,6 @@ fn add_marks(marks: &mut SliceMarks, campaign: CampaignKey, slices: Vec<Slice>) 
         marks.entry((campaign, day)).or_default().insert(slice);
     }
 }
-
-/// Copies of one impression id recorded as duplicates, earliest first.
-const MAX_COPIES_RECORDED: usize = 64;
 
 /// Campaign-days remembered as indexed; past this, the memory starts over.
 const INDEXED_DAYS_REMEMBERED: usize = 100_000;
@@ -134,13 +130,6 @@ impl Ingestor {
                     .map(|event| (partition.campaign, event.timestamp.instant()))
             })
             .collect();
-        let written: Vec<(EventPartition, Vec<ImpressionId>)> = partitions
-            .iter()
-            .map(|(partition, events)| {
-                let ids = events.iter().map(|event| event.impression_id).collect();
-                (*partition, ids)
-            })
-            .collect();
         self.write_all(partitions, |store, partition, events| async move {
             store.write_impressions(&partition, &events).await
         })
@@ -158,91 +147,8 @@ impl Ingestor {
             let late = self.slices.late_slices(at, self.window.length(), now);
             add_marks(&mut marks, campaign, late);
         }
-        self.record_duplicates(written, &mut marks).await?;
         self.mark_slices(marks).await?;
         self.mark_late(late).await
-    }
-
-    /// Finds the ids just written that the day now holds with more than one timestamp, reading
-    /// the copies index after the write: of two copies written at once, the later read sees
-    /// both. Their copies are recorded, and every slice they touch is marked, so no slice
-    /// aggregate or raw read counts such an id anywhere but at its earliest copy.
-    async fn record_duplicates(
-        &self,
-        written: Vec<(EventPartition, Vec<ImpressionId>)>,
-        marks: &mut SliceMarks,
-    ) -> Result<(), StoreError> {
-        let histories = self
-            .campaign_histories(written.iter().map(|(p, _)| p.campaign))
-            .await?;
-        let mut reads: Vec<(EventPartition, Vec<ImpressionId>)> = Vec::new();
-        for (partition, ids) in written {
-            let history = histories.get(&partition.campaign);
-            // A copy written under another bucket count in force that day lies in that
-            // count's bucket of its id.
-            let mut by_partition: BTreeMap<EventPartition, Vec<ImpressionId>> = BTreeMap::new();
-            for count in history.map_or_else(Vec::new, |history| {
-                history.counts_during(partition.day, self.settings.read_staleness())
-            }) {
-                for id in &ids {
-                    let other = EventPartition {
-                        bucket: count.bucket_of(id.as_uuid()),
-                        ..partition
-                    };
-                    if other != partition {
-                        by_partition.entry(other).or_default().push(*id);
-                    }
-                }
-            }
-            reads.push((partition, ids));
-            reads.extend(by_partition);
-        }
-        let store = &self.store;
-        let found: Vec<(EventPartition, Vec<CopyRow>)> = stream::iter(reads)
-            .map(|(partition, ids)| async move {
-                let copies = store.impression_copies(&partition, &ids).await?;
-                Ok::<_, StoreError>((partition, copies))
-            })
-            .buffer_unordered(self.write_concurrency)
-            .try_collect()
-            .await?;
-        let mut copies: BTreeMap<(CampaignKey, Day, ImpressionId), Vec<CopyRow>> = BTreeMap::new();
-        for (partition, rows) in found {
-            for row in rows {
-                copies
-                    .entry((partition.campaign, partition.day, row.impression_id))
-                    .or_default()
-                    .push(row);
-            }
-        }
-        let mut duplicates: BTreeMap<(CampaignKey, Day), Vec<CopyRow>> = BTreeMap::new();
-        for ((campaign, day, _), mut rows) in copies {
-            rows.sort_by_key(|row| row.timestamp);
-            rows.dedup_by_key(|row| row.timestamp);
-            if rows.len() < 2 {
-                continue;
-            }
-            // A client that stores one id under thousands of timestamps gets its earliest
-            // copies recorded, the first carrying whether any copy is valid: what counting needs.
-            if rows.len() > MAX_COPIES_RECORDED {
-                let valid = any_valid(rows.iter().map(|row| row.invalid));
-                rows.truncate(MAX_COPIES_RECORDED);
-                rows[0].invalid = valid;
-            }
-            for row in &rows {
-                let touched = touched_slices(row.timestamp.instant(), self.window.length());
-                add_marks(marks, campaign, touched);
-            }
-            duplicates.entry((campaign, day)).or_default().extend(rows);
-        }
-        // Recorded before the marks: whoever sees a mark finds the duplicates too.
-        stream::iter(duplicates)
-            .map(|((campaign, day), rows)| async move {
-                store.write_duplicates(campaign, day, &rows).await
-            })
-            .buffer_unordered(self.write_concurrency)
-            .try_collect::<()>()
-            .await
     }
 
     /// Marks the slices a write changed after they closed.
@@ -414,15 +320,7 @@ impl Ingestor {
         &self,
         events: &[E],
     ) -> Result<HashMap<CampaignKey, Arc<SettingsHistory>>, StoreError> {
-        self.campaign_histories(events.iter().map(CampaignEvent::campaign))
-            .await
-    }
-
-    async fn campaign_histories(
-        &self,
-        campaigns: impl Iterator<Item = CampaignKey>,
-    ) -> Result<HashMap<CampaignKey, Arc<SettingsHistory>>, StoreError> {
-        let campaigns: HashSet<CampaignKey> = campaigns.collect();
+        let campaigns: HashSet<CampaignKey> = events.iter().map(CampaignEvent::campaign).collect();
         stream::iter(campaigns)
             .map(|campaign| async move {
                 let history = self.settings.history(&Owner::Campaign(campaign)).await?;

@@ -155,6 +155,7 @@ impl Sealer {
                     rule,
                     now: Utc::now(),
                     concurrency,
+                    find_duplicates: true,
                 };
                 read_open_day(store, &open).await?.0
             }

@@ -13,7 +13,7 @@ use crate::domain::ids::CampaignKey;
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day};
+use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day, touched_slices};
 use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
@@ -21,7 +21,7 @@ use crate::query::plan::campaign_partitions;
 use crate::query::span::{Duplicates, SpanAggregate, aggregate_span};
 use crate::sealer::read_start;
 use crate::settings::SettingsCache;
-use crate::store::{RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError};
+use crate::store::{CopyRow, RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -199,11 +199,13 @@ impl SliceAggregator {
                 campaign,
                 &partitions,
                 Span::of_slices(first, last),
-                &duplicates,
+                (&duplicates, true),
                 options.window,
                 options.fan_out.concurrency,
             )
             .await?;
+            self.record_duplicates(campaign, day, &duplicates, &aggregate, (first, last))
+                .await?;
             let mut by_slice = split_by_slice(aggregate);
             for slice in first..=last {
                 let aggregate = slice_aggregate(by_slice.remove(&slice).unwrap_or_default());
@@ -218,6 +220,48 @@ impl SliceAggregator {
             tokio::time::sleep(started.elapsed()).await;
         }
         Ok(due.len())
+    }
+
+    /// Records the duplicates a stretch's aggregation found that the day did not hold yet (an
+    /// impression id stored again with another timestamp), then marks every other slice a copy
+    /// of theirs touches: that slice's aggregate may count the id where it no longer counts.
+    /// Recorded before the marks, so whoever sees a mark finds them.
+    async fn record_duplicates(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        recorded: &Duplicates,
+        aggregate: &SpanAggregate,
+        (first, last): (Slice, Slice),
+    ) -> Result<(), StoreError> {
+        let new: Vec<CopyRow> = aggregate
+            .found_duplicates
+            .iter()
+            .filter(|copy| !recorded.holds(copy))
+            .copied()
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.as_ref();
+        store.write_duplicates(campaign, day, &new).await?;
+        let new_ids: std::collections::HashSet<_> =
+            new.iter().map(|copy| copy.impression_id).collect();
+        let mut marks: std::collections::BTreeSet<Slice> = std::collections::BTreeSet::new();
+        for copy in &aggregate.found_duplicates {
+            if new_ids.contains(&copy.impression_id) {
+                let at = copy.timestamp.instant();
+                marks.extend(touched_slices(at, self.options.window.length()));
+            }
+        }
+        let marks: Vec<Slice> = marks
+            .into_iter()
+            .filter(|slice| !(first..=last).contains(slice) && slices_of_day(day).contains(slice))
+            .collect();
+        if marks.is_empty() {
+            return Ok(());
+        }
+        store.mark_slices(campaign, day, &marks, Utc::now()).await
     }
 
     /// Aggregates due slices every `interval` until the task is aborted.

@@ -79,23 +79,6 @@ impl SettingsHistory {
             .map_or(BucketCount::ONE, |entry| entry.buckets)
     }
 
-    /// Every bucket count in force at some instant of UTC `day` (widened backwards by
-    /// `staleness`, as [`Self::buckets_to_read`] is), each once.
-    pub(crate) fn counts_during(&self, day: Day, staleness: Duration) -> Vec<BucketCount> {
-        let start = day.start_utc() - staleness;
-        let end = day.next().start_utc();
-        let mut counts = vec![self.buckets_at(start)];
-        for entry in &self.0 {
-            if entry.effective_from > start
-                && entry.effective_from < end
-                && !counts.contains(&entry.buckets)
-            {
-                counts.push(entry.buckets);
-            }
-        }
-        counts
-    }
-
     /// How many buckets a reader of UTC `day` must cover: every bucket id of every count in
     /// force at some instant of the day. `staleness` widens the window backwards by how long a
     /// server may have used a cached, older configuration, so a change at midnight that some

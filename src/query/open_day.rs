@@ -31,6 +31,10 @@ pub(crate) struct OpenDayRead {
     pub(crate) rule: SliceRule,
     pub(crate) now: DateTime<Utc>,
     pub(crate) concurrency: usize,
+    /// Whether the stretches read raw look their ids up in the copies index (a seal: exact
+    /// even where the aggregator has not found a duplicate yet) or take the recorded
+    /// duplicates as they are (a summary).
+    pub(crate) find_duplicates: bool,
 }
 
 /// A day's counts by slice and ad, and its users by slice (every ad together) and, when the
@@ -163,7 +167,7 @@ pub(crate) async fn read_open_day(
             read.campaign,
             &read.partitions,
             span,
-            &duplicates,
+            (&duplicates, read.find_duplicates),
             read.window,
             read.concurrency,
         )

@@ -28,11 +28,22 @@ pub(crate) struct Duplicates(HashMap<ImpressionId, Vec<CopyRow>>);
 
 impl Duplicates {
     pub(crate) fn new(rows: Vec<CopyRow>) -> Self {
-        let mut copies: HashMap<ImpressionId, Vec<CopyRow>> = HashMap::new();
+        let mut duplicates = Self::default();
+        duplicates.add(&rows);
+        duplicates
+    }
+
+    fn add(&mut self, rows: &[CopyRow]) {
         for row in rows {
-            copies.entry(row.impression_id).or_default().push(row);
+            self.0.entry(row.impression_id).or_default().push(*row);
         }
-        Self(copies)
+    }
+
+    /// Whether `copy` is recorded already.
+    pub(crate) fn holds(&self, copy: &CopyRow) -> bool {
+        self.0
+            .get(&copy.impression_id)
+            .is_some_and(|copies| copies.iter().any(|held| held.timestamp == copy.timestamp))
     }
 
     /// The earliest copy of `id` and whether any copy is valid, if `id` has duplicates.
@@ -50,6 +61,9 @@ pub(crate) struct SpanAggregate {
     pub(crate) users: BTreeMap<(Slice, AdId), UniqueSketch>,
     /// Raw rows read (impressions, the window's reach-back included, and clicks).
     pub(crate) rows_read: usize,
+    /// Every copy of each id read here that the copies index holds with more than one
+    /// timestamp (when asked to look).
+    pub(crate) found_duplicates: Vec<CopyRow>,
 }
 
 impl SpanAggregate {
@@ -64,7 +78,7 @@ pub(crate) async fn aggregate_span(
     campaign: CampaignKey,
     partitions: &[EventPartition],
     span: Span,
-    duplicates: &Duplicates,
+    (duplicates, find_duplicates): (&Duplicates, bool),
     window: BillableWindow,
     concurrency: usize,
 ) -> Result<SpanAggregate, StoreError> {
@@ -75,10 +89,17 @@ pub(crate) async fn aggregate_span(
         from: opening,
         to: span.to,
     };
-    let (earliest, impressions_read) =
-        earliest_copies(store, partitions, read, duplicates, concurrency).await?;
+    let (earliest, impressions_read, found) = earliest_copies(
+        store,
+        partitions,
+        read,
+        (duplicates, find_duplicates),
+        concurrency,
+    )
+    .await?;
     let mut aggregate = SpanAggregate {
         rows_read: impressions_read,
+        found_duplicates: found,
         ..SpanAggregate::default()
     };
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
@@ -127,32 +148,60 @@ pub(crate) async fn aggregate_span(
     Ok(aggregate)
 }
 
+/// Copies of one impression id recorded as duplicates, earliest first.
+const MAX_COPIES_RECORDED: usize = 64;
+
 /// Each id of `read` at its earliest copy in the day, valid if any copy is; ids whose earliest
-/// copy lies outside `read` are left out. Returns them and how many rows were read.
+/// copy lies outside `read` are left out. With `find`, every id read is looked up in its
+/// partition's copies index first, and the ids found with more than one timestamp are
+/// returned (and counted) as duplicates too. Returns the earliest copies, how many rows were
+/// read, and the duplicates found.
 async fn earliest_copies(
     store: &dyn Store,
     partitions: &[EventPartition],
     read: Span,
-    duplicates: &Duplicates,
+    (duplicates, find): (&Duplicates, bool),
     concurrency: usize,
-) -> Result<(HashMap<ImpressionId, ImpressionSummaryRow>, usize), StoreError> {
+) -> Result<
+    (
+        HashMap<ImpressionId, ImpressionSummaryRow>,
+        usize,
+        Vec<CopyRow>,
+    ),
+    StoreError,
+> {
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
     let mut rows_read = 0;
+    let mut read_ids: Vec<(EventPartition, Vec<ImpressionId>)> = Vec::new();
     let mut reads = stream::iter(partitions.iter().copied())
         .map(|partition| async move {
-            store
+            let rows = store
                 .read_impression_summaries_between(&partition, read)
-                .await
+                .await?;
+            Ok::<_, StoreError>((partition, rows))
         })
         .buffer_unordered(concurrency);
-    while let Some(rows) = reads.next().await {
-        let rows = rows?;
+    while let Some(result) = reads.next().await {
+        let (partition, rows) = result?;
         rows_read += rows.len();
+        if find && !rows.is_empty() {
+            read_ids.push((
+                partition,
+                rows.iter().map(|row| row.impression_id).collect(),
+            ));
+        }
         for row in rows {
             keep_earliest(&mut earliest, row);
         }
     }
-    earliest.retain(|id, row| match duplicates.earliest(*id) {
+    let found = if find {
+        found_duplicates(store, read_ids, concurrency).await?
+    } else {
+        Vec::new()
+    };
+    let mut all = duplicates.clone();
+    all.add(&found);
+    earliest.retain(|id, row| match all.earliest(*id) {
         None => true,
         Some((first, invalid)) => {
             row.invalid = any_valid([row.invalid, invalid]);
@@ -160,7 +209,41 @@ async fn earliest_copies(
             first >= row.timestamp
         }
     });
-    Ok((earliest, rows_read))
+    Ok((earliest, rows_read, found))
+}
+
+/// Every copy of the ids of each partition that the copies index holds with more than one
+/// timestamp (at most the earliest [`MAX_COPIES_RECORDED`] of an id, the first carrying
+/// whether any copy is valid).
+async fn found_duplicates(
+    store: &dyn Store,
+    read_ids: Vec<(EventPartition, Vec<ImpressionId>)>,
+    concurrency: usize,
+) -> Result<Vec<CopyRow>, StoreError> {
+    let found: Vec<Vec<CopyRow>> = stream::iter(read_ids)
+        .map(|(partition, ids)| async move { store.impression_copies(&partition, &ids).await })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    let mut by_id: HashMap<ImpressionId, Vec<CopyRow>> = HashMap::new();
+    for copy in found.into_iter().flatten() {
+        by_id.entry(copy.impression_id).or_default().push(copy);
+    }
+    let mut duplicates = Vec::new();
+    for mut copies in by_id.into_values() {
+        copies.sort_by_key(|copy| copy.timestamp);
+        copies.dedup_by_key(|copy| copy.timestamp);
+        if copies.len() < 2 {
+            continue;
+        }
+        let valid = any_valid(copies.iter().map(|copy| copy.invalid));
+        copies.truncate(MAX_COPIES_RECORDED);
+        if let Some(first) = copies.first_mut() {
+            first.invalid = valid;
+        }
+        duplicates.extend(copies);
+    }
+    Ok(duplicates)
 }
 
 /// The first click ever of each impression whose first click lies in `span`, valid if any of
