@@ -75,6 +75,9 @@ fn split_by_slice(aggregate: SpanAggregate) -> HashMap<Slice, SpanAggregate> {
     slices
 }
 
+/// Raw rows from which a stretch's aggregation counts as work that must give way.
+const BUSY_STRETCH_ROWS: usize = 10_000;
+
 /// What is stored of one slice's stretch: counts and users by ad, and every ad's users
 /// together.
 fn slice_aggregate(aggregate: SpanAggregate) -> SliceAggregate {
@@ -206,6 +209,7 @@ impl SliceAggregator {
             .await?;
             self.record_duplicates(campaign, day, &duplicates, &aggregate, (first, last))
                 .await?;
+            let busy = aggregate.rows_read >= BUSY_STRETCH_ROWS;
             let mut by_slice = split_by_slice(aggregate);
             for slice in first..=last {
                 let aggregate = slice_aggregate(by_slice.remove(&slice).unwrap_or_default());
@@ -215,9 +219,12 @@ impl SliceAggregator {
             }
             metrics::counter!("adevents_slices_aggregated_total")
                 .increment((last - first + 1) as u64);
-            // Background work gives way: at most about half of one core, so ingestion keeps
-            // the machine while a backlog of slices (a bulk load of late events) is worked off.
-            tokio::time::sleep(started.elapsed()).await;
+            // Background work gives way: busy a quarter of the time at most (here and in the
+            // store) while it works off a backlog (a bulk load of late events), so ingestion
+            // keeps the machine; quiet stretches cost next to nothing and wait for nothing.
+            if busy {
+                tokio::time::sleep(started.elapsed() * 3).await;
+            }
         }
         Ok(due.len())
     }

@@ -195,7 +195,9 @@ async fn earliest_copies(
         }
     }
     let found = if find {
-        found_duplicates(store, read_ids, concurrency).await?
+        // One lookup at a time: on Cassandra each is an `IN` over a large partition, far
+        // dearer for the node than for this process, and this is background work.
+        found_duplicates(store, read_ids, 1).await?
     } else {
         Vec::new()
     };
