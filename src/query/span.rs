@@ -195,8 +195,8 @@ async fn earliest_copies(
         }
     }
     let found = if find {
-        // One lookup at a time: on Cassandra each is an `IN` over a large partition, far
-        // dearer for the node than for this process, and this is background work.
+        // One partition's lookups at a time: on Cassandra each id is a point read in a large
+        // partition, dearer for the node than for this process, and this is background work.
         found_duplicates(store, read_ids, 1).await?
     } else {
         Vec::new()

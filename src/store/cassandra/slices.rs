@@ -29,8 +29,6 @@ use scylla::{DeserializeRow, SerializeRow};
 use uuid::Uuid;
 
 const CAMPAIGN_DAY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
-/// Ids per copies-index read: one partition, a few rows each.
-const IDS_PER_READ: usize = 100;
 /// Copies-index reads in flight for one call.
 const READS_IN_FLIGHT: usize = 16;
 /// Rows written at once.
@@ -86,7 +84,7 @@ impl SliceStatements {
                 ),
                 format!(
                     "SELECT impression_id, timestamp, valid, invalid FROM {keyspace}.impression_copy \
-                     WHERE {EVENT_PARTITION} AND impression_id IN ?"
+                     WHERE {EVENT_PARTITION} AND impression_id = ?"
                 ),
                 format!("UPDATE {keyspace}.slice_state SET marked_at = ? WHERE {CAMPAIGN_DAY} AND slice = ?"),
                 format!(
@@ -287,16 +285,14 @@ impl SliceStore for CassandraStore {
         let statement = &self.slice_statements().await?.select_copies;
         let (advertiser_id, campaign_id, day, bucket) = partition_values(partition);
         let session = &self.session;
-        let chunks: Vec<Vec<Uuid>> = ids
-            .chunks(IDS_PER_READ)
-            .map(|chunk| chunk.iter().map(|id| id.as_uuid()).collect())
-            .collect();
-        let copies: Vec<Vec<StoredCopy>> = stream::iter(chunks)
-            .map(|chunk| async move {
+        // One read per id, a bounded number at once: principle 4 (fan out, never IN).
+        let ids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
+        let copies: Vec<Vec<StoredCopy>> = stream::iter(ids)
+            .map(|id| async move {
                 read_all(
                     session,
                     statement,
-                    (advertiser_id, campaign_id, day, bucket, chunk),
+                    (advertiser_id, campaign_id, day, bucket, id),
                     "reading the copies index",
                 )
                 .await
