@@ -167,7 +167,9 @@ pub(crate) async fn read_open_day(
             read.campaign,
             &read.partitions,
             span,
-            (&duplicates, read.find_duplicates),
+            // A day read raw whole holds every copy of its ids itself: lookups only help where
+            // aggregates answer for part of it.
+            (&duplicates, read.find_duplicates && from_aggregates > 0),
             read.window,
             read.concurrency,
         )
