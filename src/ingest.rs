@@ -130,10 +130,12 @@ impl Ingestor {
                     .map(|event| (partition.campaign, event.timestamp.instant()))
             })
             .collect();
-        self.write_all(partitions, |store, partition, events| async move {
-            store.write_impressions(&partition, &events).await
-        })
-        .await?;
+        let duplicate_copies = self
+            .write_all(partitions, |store, partition, events| async move {
+                let copies = store.write_impressions(&partition, &events).await?;
+                Ok((partition.campaign, copies))
+            })
+            .await?;
         // Counted once stored, before the answer: delivery includes every acknowledged one.
         self.delivery.count(&countable);
         for (campaign, day) in &counted_days {
@@ -143,7 +145,12 @@ impl Ingestor {
         // missed the event, one aggregated after it (less the margin) saw it.
         let now = Utc::now();
         let mut marks = SliceMarks::new();
-        for (campaign, at) in times {
+        // Every copy of an id the store found stored with more than one timestamp: read raw
+        // together, they count once at the earliest, at once.
+        let copies = duplicate_copies.into_iter().flat_map(|(campaign, copies)| {
+            copies.into_iter().map(move |at| (campaign, at.instant()))
+        });
+        for (campaign, at) in times.into_iter().chain(copies) {
             let late = self.slices.late_slices(at, self.window.length(), now);
             add_marks(&mut marks, campaign, late);
         }
@@ -331,19 +338,21 @@ impl Ingestor {
             .await
     }
 
-    async fn write_all<E, W, F>(
+    /// Writes each partition's events with `write`, a bounded number at once; returns what
+    /// each write returned.
+    async fn write_all<E, T, W, F>(
         &self,
         partitions: BTreeMap<EventPartition, Vec<E>>,
         write: W,
-    ) -> Result<(), StoreError>
+    ) -> Result<Vec<T>, StoreError>
     where
         W: Fn(Arc<dyn Store>, EventPartition, Vec<E>) -> F,
-        F: std::future::Future<Output = Result<(), StoreError>>,
+        F: std::future::Future<Output = Result<T, StoreError>>,
     {
         stream::iter(partitions)
             .map(|(partition, events)| write(Arc::clone(&self.store), partition, events))
             .buffer_unordered(self.write_concurrency)
-            .try_collect::<()>()
+            .try_collect()
             .await
     }
 }

@@ -18,7 +18,7 @@ use crate::domain::time::Day;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
 use crate::query::plan::campaign_partitions;
-use crate::query::span::{Duplicates, SpanAggregate, aggregate_span};
+use crate::query::span::{Duplicates, SpanAggregate, aggregate_spans};
 use crate::sealer::read_start;
 use crate::settings::SettingsCache;
 use crate::store::{CopyRow, RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError};
@@ -197,11 +197,11 @@ impl SliceAggregator {
         let duplicates = Duplicates::new(rows.duplicates);
         for (first, last) in stretches(&due) {
             let started = Instant::now();
-            let aggregate = aggregate_span(
+            let aggregate = aggregate_spans(
                 store,
                 campaign,
                 &partitions,
-                Span::of_slices(first, last),
+                &[Span::of_slices(first, last)],
                 (&duplicates, true),
                 options.window,
                 options.fan_out.concurrency,

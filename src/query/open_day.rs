@@ -5,7 +5,7 @@
 //! its cost differs, bounded by the raw stretches' events rather than by the day's.
 
 use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
-use super::span::{Duplicates, SpanAggregate, aggregate_span};
+use super::span::{Duplicates, SpanAggregate, aggregate_spans};
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
@@ -158,15 +158,17 @@ pub(crate) async fn read_open_day(
 
     let raw_started = Instant::now();
     let duplicates = Duplicates::new(rows.duplicates);
-    let mut rows_read = 0;
-    for span in raw_stretches(read.day, |slice| {
+    let stretches = raw_stretches(read.day, |slice| {
         answering.contains(&slice) && !undecodable.contains(&slice)
-    }) {
-        let aggregate = aggregate_span(
+    });
+    let mut rows_read = 0;
+    if !stretches.is_empty() {
+        // Read together, so that two copies of an id in different stretches count once.
+        let aggregate = aggregate_spans(
             store,
             read.campaign,
             &read.partitions,
-            span,
+            &stretches,
             // A day read raw whole holds every copy of its ids itself: lookups only help where
             // aggregates answer for part of it.
             (&duplicates, read.find_duplicates && from_aggregates > 0),
@@ -174,7 +176,7 @@ pub(crate) async fn read_open_day(
             read.concurrency,
         )
         .await?;
-        rows_read += aggregate.rows_read;
+        rows_read = aggregate.rows_read;
         day.add_span(aggregate, per_ad);
     }
     metrics::histogram!("adevents_open_day_read_seconds", "part" => "raw")

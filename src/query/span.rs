@@ -1,12 +1,13 @@
-//! One stretch of a campaign's UTC day aggregated from its raw partitions, slice by slice:
-//! what the slice aggregator stores of a closed slice and what a summary reads raw of a day not
-//! yet sealed (docs/DESIGN.md, "Open days from closed slices").
+//! Stretches of a campaign's UTC day aggregated together from its raw partitions, slice by
+//! slice: what the slice aggregator stores of closed slices and what a summary reads raw of a
+//! day not yet sealed (docs/DESIGN.md, "Open days from closed slices").
 //!
-//! A stretch is counted exactly as the whole day would count it ([`super::aggregate`]):
-//! - an impression counts at its earliest copy in the day: within the stretch's own rows, and
-//!   beyond them through the day's recorded duplicates (the only ids stored with more than one
+//! The stretches are counted exactly as the whole day would count them ([`super::aggregate`]):
+//! - an impression counts at its earliest copy in the day: within the rows of every stretch
+//!   read together (so two copies read raw count once however far apart they lie), and beyond
+//!   them through the day's recorded duplicates (the only ids stored with more than one
 //!   timestamp), so an id whose earliest copy lies elsewhere is left to that slice;
-//! - a billable window counts at its earliest impression: the stretch's read reaches back to
+//! - a billable window counts at its earliest impression: each stretch's read reaches back to
 //!   the start of the window holding its first instant, so a window opened just before it is
 //!   not counted again;
 //! - a click counts at its impression's first click ever, looked up in the click index.
@@ -54,7 +55,7 @@ impl Duplicates {
     }
 }
 
-/// A stretch's counts and users reached, by slice and ad.
+/// Stretches' counts and users reached, by slice and ad.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SpanAggregate {
     pub(crate) counts: BTreeMap<(Slice, AdId), SliceCounts>,
@@ -72,27 +73,31 @@ impl SpanAggregate {
     }
 }
 
-/// Reads `span` of one UTC day (its `partitions`) and aggregates it.
-pub(crate) async fn aggregate_span(
+/// Reads `spans` of one UTC day (its `partitions`), oldest first and apart, and aggregates
+/// them together.
+pub(crate) async fn aggregate_spans(
     store: &dyn Store,
     campaign: CampaignKey,
     partitions: &[EventPartition],
-    span: Span,
+    spans: &[Span],
     (duplicates, find_duplicates): (&Duplicates, bool),
     window: BillableWindow,
     concurrency: usize,
 ) -> Result<SpanAggregate, StoreError> {
     let concurrency = concurrency.max(1);
     // Windows divide the day and are aligned at the epoch: the reach-back stays in the day.
-    let opening = window.start_of(window.of(EventTime::from_stored(span.from)));
-    let read = Span {
-        from: opening,
-        to: span.to,
-    };
+    let reads: Vec<Span> = spans
+        .iter()
+        .map(|span| Span {
+            from: window.start_of(window.of(EventTime::from_stored(span.from))),
+            to: span.to,
+        })
+        .collect();
+    let in_spans = |at: EventTime| spans.iter().any(|span| span.contains(at.instant()));
     let (earliest, impressions_read, found) = earliest_copies(
         store,
         partitions,
-        read,
+        &reads,
         (duplicates, find_duplicates),
         concurrency,
     )
@@ -105,7 +110,7 @@ pub(crate) async fn aggregate_span(
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
     for row in earliest.into_values() {
         let at = row.timestamp;
-        let in_span = span.contains(at.instant());
+        let in_span = in_spans(at);
         if row.invalid.is_some() {
             if in_span {
                 aggregate
@@ -129,14 +134,14 @@ pub(crate) async fn aggregate_span(
             .or_insert((at, row.ad_id));
     }
     for (at, ad) in windows.into_values() {
-        if span.contains(at.instant()) {
+        if in_spans(at) {
             aggregate
                 .counts(slice_of(at.instant()), ad)
                 .billable_impressions += 1;
         }
     }
     let (clicks, clicks_read) =
-        first_clicks_in(store, campaign, partitions, span, concurrency).await?;
+        first_clicks_in(store, campaign, partitions, spans, concurrency).await?;
     aggregate.rows_read += clicks_read;
     for click in clicks {
         let counts = aggregate.counts(slice_of(click.timestamp.instant()), click.ad_id);
@@ -148,18 +153,26 @@ pub(crate) async fn aggregate_span(
     Ok(aggregate)
 }
 
+/// Every partition paired with every span: the reads of a fan-out.
+fn partition_spans(partitions: &[EventPartition], spans: &[Span]) -> Vec<(EventPartition, Span)> {
+    spans
+        .iter()
+        .flat_map(|span| partitions.iter().map(|partition| (*partition, *span)))
+        .collect()
+}
+
 /// Copies of one impression id recorded as duplicates, earliest first.
 const MAX_COPIES_RECORDED: usize = 64;
 
-/// Each id of `read` at its earliest copy in the day, valid if any copy is; ids whose earliest
-/// copy lies outside `read` are left out. With `find`, every id read is looked up in its
+/// Each id of `reads` at its earliest copy in the day, valid if any copy is; ids whose
+/// earliest copy lies outside `reads` are left out. With `find`, every id read is looked up in its
 /// partition's copies index first, and the ids found with more than one timestamp are
 /// returned (and counted) as duplicates too. Returns the earliest copies, how many rows were
 /// read, and the duplicates found.
 async fn earliest_copies(
     store: &dyn Store,
     partitions: &[EventPartition],
-    read: Span,
+    reads: &[Span],
     (duplicates, find): (&Duplicates, bool),
     concurrency: usize,
 ) -> Result<
@@ -173,8 +186,8 @@ async fn earliest_copies(
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
     let mut rows_read = 0;
     let mut read_ids: Vec<(EventPartition, Vec<ImpressionId>)> = Vec::new();
-    let mut reads = stream::iter(partitions.iter().copied())
-        .map(|partition| async move {
+    let mut reads = stream::iter(partition_spans(partitions, reads))
+        .map(|(partition, read)| async move {
             let rows = store
                 .read_impression_summaries_between(&partition, read)
                 .await?;
@@ -248,17 +261,17 @@ async fn found_duplicates(
     Ok(duplicates)
 }
 
-/// The first click ever of each impression whose first click lies in `span`, valid if any of
+/// The first click ever of each impression whose first click lies in `spans`, valid if any of
 /// its clicks is; and how many click rows were read.
 async fn first_clicks_in(
     store: &dyn Store,
     campaign: CampaignKey,
     partitions: &[EventPartition],
-    span: Span,
+    spans: &[Span],
     concurrency: usize,
 ) -> Result<(Vec<crate::store::ClickRow>, usize), StoreError> {
-    let mut reads = stream::iter(partitions.iter().copied())
-        .map(|partition| async move { store.read_clicks_between(&partition, span).await })
+    let mut reads = stream::iter(partition_spans(partitions, spans))
+        .map(|(partition, span)| async move { store.read_clicks_between(&partition, span).await })
         .buffer_unordered(concurrency);
     let mut clicked = HashSet::new();
     let mut rows_read = 0;
@@ -271,7 +284,11 @@ async fn first_clicks_in(
         .map(|impression_id| store.first_click(campaign, impression_id))
         .buffer_unordered(concurrency)
         .try_filter_map(|first| async move {
-            Ok(first.filter(|first| span.contains(first.timestamp.instant())))
+            Ok(first.filter(|first| {
+                spans
+                    .iter()
+                    .any(|span| span.contains(first.timestamp.instant()))
+            }))
         })
         .try_collect()
         .await?;

@@ -21,6 +21,7 @@ use crate::domain::sealing::LateMark;
 use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
+use crate::domain::time::EventTime;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -60,7 +61,7 @@ impl EventStore for Instrumented {
         &self,
         partition: &EventPartition,
         impressions: &[Impression],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<EventTime>, StoreError> {
         let call = self.inner.write_impressions(partition, impressions);
         timed("write_impressions", call).await
     }

@@ -43,7 +43,7 @@ use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
 use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
-use crate::domain::time::Day;
+use crate::domain::time::{Day, EventTime};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -52,12 +52,17 @@ use uuid::Uuid;
 #[async_trait]
 pub trait EventStore: Send + Sync {
     /// Writes impressions that all belong to `partition`: the full row and the thin summary
-    /// row of each. Idempotent: writing the same impression again overwrites it.
+    /// row of each, and each copy's entry in the copies index. Idempotent: writing the same
+    /// impression again overwrites it. Returns the times of every copy of the written ids
+    /// that the partition holds with more than one timestamp, as far as the store learns them
+    /// while writing: the embedded store merges each id's copies row in its commit thread and
+    /// knows at once; Cassandra does not read them back and returns none (the slice
+    /// aggregator finds them there).
     async fn write_impressions(
         &self,
         partition: &EventPartition,
         impressions: &[Impression],
-    ) -> Result<(), StoreError>;
+    ) -> Result<Vec<EventTime>, StoreError>;
 
     /// Writes clicks that all belong to `partition`, and each one into its impression's click
     /// index. Idempotent.

@@ -6,6 +6,7 @@ use super::{CassandraStore, event_reads, event_writes};
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::time::EventTime;
 use crate::store::{
     ClickRow, EventStore, ImpressionPage, ImpressionSummaryRow, PageCursor, StoreError,
 };
@@ -17,9 +18,10 @@ impl EventStore for CassandraStore {
         &self,
         partition: &EventPartition,
         impressions: &[Impression],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<EventTime>, StoreError> {
         let statements = &self.prepared().await?.events;
-        event_writes::write_impressions(&self.writer(statements), partition, impressions).await
+        event_writes::write_impressions(&self.writer(statements), partition, impressions).await?;
+        Ok(Vec::new())
     }
 
     async fn write_clicks(

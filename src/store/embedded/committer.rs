@@ -61,8 +61,11 @@ struct Pending {
     guarded: Vec<Guarded>,
     merged: Vec<Merged>,
     appended: Vec<Appended>,
-    done: oneshot::Sender<Result<(), StoreError>>,
+    done: oneshot::Sender<Result<MergedValues, StoreError>>,
 }
+
+/// The values a call's merged rows hold once its group is committed, in the call's order.
+pub(crate) type MergedValues = Vec<Vec<u8>>;
 
 pub(crate) struct Committer {
     queue: mpsc::SyncSender<Pending>,
@@ -116,6 +119,7 @@ impl Committer {
     ) -> Result<(), StoreError> {
         self.submit(context, removals, rows, Vec::new(), Vec::new(), Vec::new())
             .await
+            .map(drop)
     }
 
     /// Applies `rows`, and each of `guarded` unless its key holds a value it keeps,
@@ -128,17 +132,19 @@ impl Committer {
     ) -> Result<(), StoreError> {
         self.submit(context, Vec::new(), rows, guarded, Vec::new(), Vec::new())
             .await
+            .map(drop)
     }
 
     /// Applies `rows`, each of `guarded` unless its key holds a value it keeps, and each of
-    /// `merged` merged with its stored value, atomically; returns once they are durable.
+    /// `merged` merged with its stored value, atomically; returns once they are durable, with
+    /// the value each of `merged` then holds (merged with its group's other writes too).
     pub(crate) async fn commit_merged(
         &self,
         context: &'static str,
         rows: Rows,
         guarded: Vec<Guarded>,
         merged: Vec<Merged>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<MergedValues, StoreError> {
         self.submit(context, Vec::new(), rows, guarded, merged, Vec::new())
             .await
     }
@@ -158,6 +164,7 @@ impl Committer {
             records,
         )
         .await
+        .map(drop)
     }
 
     async fn submit(
@@ -168,7 +175,7 @@ impl Committer {
         guarded: Vec<Guarded>,
         merged: Vec<Merged>,
         appended: Vec<Appended>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<MergedValues, StoreError> {
         let (done, committed) = oneshot::channel();
         let stopped =
             || StoreError::internal_message(format!("{context}: the commit thread stopped"));
@@ -343,12 +350,35 @@ fn run(
             removals.extend(call_removals);
             rows.push(call_rows);
             guarded.extend(call_guarded);
-            merged.extend(call_merged);
             appended.extend(call_appended);
-            waiting.push((context, done));
+            let slots: Vec<(Table, Vec<u8>)> = call_merged
+                .iter()
+                .map(|row| (row.table, row.key.clone()))
+                .collect();
+            merged.extend(call_merged);
+            waiting.push((context, slots, done));
         }
         let mut kept = kept_guarded(tables, &rows, guarded);
-        kept.extend(merged_rows(tables, merged));
+        let merged = merged_rows(tables, merged);
+        let merged_values: std::collections::HashMap<(Table, &[u8]), &Vec<u8>> = merged
+            .iter()
+            .map(|(table, key, value)| ((*table, key.as_slice()), value))
+            .collect();
+        let answers: Vec<MergedValues> = waiting
+            .iter()
+            .map(|(_, slots, _)| {
+                slots
+                    .iter()
+                    .map(|(table, key)| {
+                        merged_values
+                            .get(&(*table, key.as_slice()))
+                            .map(|value| (*value).clone())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .collect();
+        kept.extend(merged);
         // A failed commit leaves its number unused, which is harmless: numbers only have to
         // be new, not consecutive.
         let logs = if appended.is_empty() {
@@ -389,9 +419,9 @@ fn run(
             Err(Some(error)) => Some(error.to_string()),
             Err(None) => Some("the storage engine panicked".to_owned()),
         };
-        for (context, done) in waiting {
+        for ((context, _, done), values) in waiting.into_iter().zip(answers) {
             let result = match &outcome {
-                Ok(()) => Ok(()),
+                Ok(()) => Ok(values),
                 Err(Some(error)) => Err(engine_failure(context, Arc::clone(error))),
                 Err(None) => Err(StoreError::internal_message(format!(
                     "{context}: the storage engine panicked while committing"

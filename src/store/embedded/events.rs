@@ -150,7 +150,7 @@ impl EventStore for EmbeddedStore {
         &self,
         partition: &EventPartition,
         impressions: &[Impression],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<EventTime>, StoreError> {
         let mut rows = Vec::with_capacity(impressions.len() * 2);
         let mut guarded = Vec::new();
         let mut copies = Vec::with_capacity(impressions.len());
@@ -170,9 +170,19 @@ impl EventStore for EmbeddedStore {
                 guarded.push(guard(thin, rows::summary_is_valid));
             }
         }
-        self.committer
+        let copies = self
+            .committer
             .commit_merged("writing impressions", rows, guarded, copies)
-            .await
+            .await?;
+        // Only an id stored with more than one timestamp (a client bug) has several entries.
+        Ok(copies
+            .iter()
+            .filter_map(|row| rows::decode_copy_entries(row))
+            .filter(|entries| entries.len() > 1)
+            .flatten()
+            .filter_map(|(millis, _)| DateTime::from_timestamp_millis(millis))
+            .map(EventTime::from_stored)
+            .collect())
     }
 
     async fn write_clicks(
