@@ -123,7 +123,15 @@ impl Queries {
         dimension: &report::Dimension,
         limit: usize,
     ) -> Result<report::Report, QueryError> {
-        report::campaign_report(&self.reader, campaign, range, dimension, limit).await
+        match dimension {
+            report::Dimension::AdId => {
+                let window = self.options.billable_window;
+                report::ad_report(&self.reader, campaign, range, window, limit).await
+            }
+            report::Dimension::UserData(_) => {
+                report::campaign_report(&self.reader, campaign, range, dimension, limit).await
+            }
+        }
     }
 
     /// Opens a bulk export of a campaign's impressions over `range`.

@@ -1,14 +1,20 @@
 //! Reports by one dimension ("what kind of users clicked on what kind of ad"): impressions,
-//! clicks and CTR per value of `ad_id` or of one `user_data` key. The range's clicks are read
+//! clicks and CTR per value of `ad_id` or of one `user_data` key.
+//!
+//! By `ad_id` a report is the summary's ad rows ([`ad_report`]), answered like a summary from
+//! sealed rollups and the closed slices of open days, so its cost does not grow with the
+//! range's events. By a `user_data` key, which no aggregate keeps, the range's clicks are read
 //! into memory by fan-out, then its impressions are streamed partition by partition and each
 //! is counted under its value; memory holds the clicked ids and one counter per value.
 
 use super::Reader;
+use super::aggregate::BillableWindow;
 use super::budget::{PartitionBudget, QueryError};
 use super::clicks::first_clicked_between;
 use super::impressions::ImpressionScan;
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
+use super::summary::{Grouping, campaign_summary};
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
@@ -94,10 +100,37 @@ impl ReportRow {
     }
 }
 
-/// The report's rows, most impressions first, then by value (`null` last), at most `limit`
-/// of them and a row summing the rest. Impressions count as in the summary (once per UTC day,
-/// at the earliest time); a row's clicks are those of its impressions whose first click falls
-/// in the range, each once. Reports read raw partitions, every day costing its bucket count.
+/// The report by `ad_id`: the summary's ad rows, most impressions first, then by ad, at most
+/// `limit` of them and a row summing the rest. Impressions and clicks count exactly as in the
+/// summary (a click at its impression's first click, when that lies in the range).
+pub(crate) async fn ad_report(
+    reader: &Reader,
+    campaign: CampaignKey,
+    range: &QueryRange,
+    window: BillableWindow,
+    limit: usize,
+) -> Result<Report, QueryError> {
+    let summary = campaign_summary(reader, campaign, range, Grouping::Ad, window).await?;
+    let rows = summary
+        .by_ad
+        .into_iter()
+        // An ad with invalid traffic only has no valid count to report.
+        .filter(|(_, counts)| counts.impressions > 0 || counts.clicks > 0)
+        .map(|(ad, counts)| ReportRow {
+            value: Some(ad.to_string()),
+            impressions: counts.impressions,
+            clicks: counts.clicks,
+            other: false,
+        })
+        .collect();
+    Ok(limited(sorted(rows), limit))
+}
+
+/// The report's rows by a `user_data` key, most impressions first, then by value (`null`
+/// last), at most `limit` of them and a row summing the rest. Impressions count as in the
+/// summary (once per UTC day, at the earliest time); a row's clicks are those of its
+/// impressions whose first click falls in the range, each once. These reports read raw
+/// partitions, every day costing its bucket count.
 pub(crate) async fn campaign_report(
     reader: &Reader,
     campaign: CampaignKey,
@@ -144,7 +177,7 @@ pub(crate) async fn campaign_report(
             }
         }
     }
-    let mut rows: Vec<ReportRow> = counts
+    let rows: Vec<ReportRow> = counts
         .into_iter()
         .map(|(value, (impressions, clicks))| ReportRow {
             value,
@@ -153,6 +186,11 @@ pub(crate) async fn campaign_report(
             other: false,
         })
         .collect();
+    Ok(limited(sorted(rows), limit))
+}
+
+/// Most impressions first, then by value, `null` last.
+fn sorted(mut rows: Vec<ReportRow>) -> Vec<ReportRow> {
     rows.sort_by(|a, b| {
         b.impressions
             .cmp(&a.impressions)
@@ -163,7 +201,7 @@ pub(crate) async fn campaign_report(
                 (None, None) => std::cmp::Ordering::Equal,
             })
     });
-    Ok(limited(rows, limit))
+    rows
 }
 
 /// The first `limit` rows, and one summing the rest when there is a rest.

@@ -6,11 +6,12 @@
 //! Cassandra); and a background aggregator makes a marked slice answer from its aggregate
 //! again within seconds.
 
-use crate::common::events::{Campaign, configure_buckets, post_all, summary};
+use crate::common::events::{Campaign, configure_buckets, get, post_all, summary};
 use crate::common::{Backend, TestServer, eventually, test_options};
 use adevents::app::{App, Options};
 use adevents::domain::time::Day;
 use chrono::{DateTime, Duration, DurationRound, Utc};
+use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration as StdDuration;
 use uuid::Uuid;
@@ -67,6 +68,16 @@ async fn assert_same_as_raw(
             answer["aggregated_slices"] = Value::Null;
             assert_eq!(answer, expected, "{when}: server {index}, {query}");
         }
+    }
+    // Reports by ad are the summary's ad rows, from the same aggregates.
+    let (from, to) = (first.date_naive(), Utc::now().date_naive());
+    let path = format!("{}/report", campaign.path());
+    let query = format!("from={from}&to={to}&dimension=ad_id");
+    let (_, expected) = get(raw, &path, &query).await;
+    for (index, server) in servers.iter().enumerate() {
+        let (status, report) = get(server, &path, &query).await;
+        assert_eq!(status, StatusCode::OK, "{report}");
+        assert_eq!(report, expected, "{when}: server {index}, report by ad");
     }
     aggregated
 }

@@ -111,6 +111,12 @@ async fn a_report_by_country_and_by_ad_matches_counts_computed_from_the_events(b
     count(None, ads[0], false);
     // Outside the range altogether.
     impressions.push(campaign.impression(Uuid::new_v4(), ads[1], at("2026-09-30T23:59:59Z")));
+    // Shown before the range, first clicked in it: by ad, a click as in the summary; by a
+    // user_data key (the impression's own value), nothing.
+    let early_id = Uuid::new_v4();
+    impressions.push(campaign.impression(early_id, ads[2], at("2026-09-30T23:58:00Z")));
+    clicks.push(campaign.click(early_id, ads[2], at("2026-10-01T00:01:00Z")));
+    by_ad.entry(Some(ads[2].to_string())).or_default().1 += 1;
     post_all(&server, "/v1/impressions", &impressions, 500).await;
     post_all(&server, "/v1/impressions", &resent, 500).await;
     post_all(&server, "/v1/clicks", &clicks, 500).await;

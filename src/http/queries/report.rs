@@ -46,8 +46,10 @@ pub(crate) struct ReportAnswer {
     tag = "queries",
     security(("bearer" = ["read"])),
     summary = "Impressions, clicks and CTR per value of ad_id or of one user_data key.",
-    description = "Clicks are the first clicks, in the range, of impressions shown in the range. \
-        Rows: most impressions first, then by value; null (impressions without the key) last.",
+    description = "By ad_id: the summary's ad rows (clicks as in the summary, answered from \
+        rollups and slice aggregates). By user_data.<key>: clicks are the first clicks, in the \
+        range, of impressions shown in the range (raw events). Rows: most impressions first, \
+        then by value; null (impressions without the key) last.",
     params(
         ("advertiser_id" = inline(Id), Path),
         ("campaign_id" = inline(Id), Path),
