@@ -21,7 +21,9 @@ use crate::query::plan::campaign_partitions;
 use crate::query::span::{Duplicates, SpanAggregate, aggregate_spans};
 use crate::sealer::read_start;
 use crate::settings::SettingsCache;
-use crate::store::{CopyRow, RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError};
+use crate::store::{
+    CopyRow, OpenDayParts, RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError,
+};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -165,7 +167,9 @@ impl SliceAggregator {
         // Before anything is read: a mark written after this (less the margin) makes the
         // aggregates below stale, one written before it was written after its events.
         let read_started = read_start();
-        let rows = store.read_open_day(campaign, day, false).await?;
+        let rows = store
+            .read_open_day(campaign, day, OpenDayParts::States)
+            .await?;
         let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
         // A slice marked within the margin is left for a later pass: an aggregate read now
         // could not answer for it (see `SealState::is_current`), and while a backfill keeps

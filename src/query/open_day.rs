@@ -12,7 +12,7 @@ use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day};
 use crate::domain::time::Day;
-use crate::store::{ReachLevel, Store, StoreError};
+use crate::store::{OpenDayParts, ReachLevel, Store, StoreError};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
@@ -100,7 +100,12 @@ pub(crate) async fn read_open_day(
 ) -> Result<(DayAggregate, usize), StoreError> {
     let started = Instant::now();
     let per_ad = per_ad(&read.levels);
-    let rows = store.read_open_day(read.campaign, read.day, per_ad).await?;
+    let parts = if per_ad {
+        OpenDayParts::AggregatesWithAdUsers
+    } else {
+        OpenDayParts::Aggregates
+    };
+    let rows = store.read_open_day(read.campaign, read.day, parts).await?;
     let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
     let answering: HashSet<Slice> = slices_of_day(read.day)
         .filter(|slice| {

@@ -3,10 +3,10 @@
 
 use super::{
     AccessStore, ClickRow, CopyRow, DeliveryStore, EventStore, FeatureVisits, ImpressionPage,
-    ImpressionSummaryRow, LiveCountRow, OpenDayRows, PageCursor, ProcessStore, ReachLevel, Rollup,
-    RollupStore, SealState, SealStore, SealedCounts, SettingsStore, SiteRollup, SketchBatch,
-    SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError, VisitRow,
-    VisitStore, WindowPublication,
+    ImpressionSummaryRow, LiveCountRow, OpenDayParts, OpenDayRows, PageCursor, ProcessStore,
+    ReachLevel, Rollup, RollupStore, SealState, SealStore, SealedCounts, SettingsStore, SiteRollup,
+    SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError,
+    VisitRow, VisitStore, WindowPublication,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -466,9 +466,9 @@ impl SliceStore for Instrumented {
         &self,
         campaign: CampaignKey,
         day: Day,
-        ad_users: bool,
+        parts: OpenDayParts,
     ) -> Result<OpenDayRows, StoreError> {
-        let call = self.inner.read_open_day(campaign, day, ad_users);
+        let call = self.inner.read_open_day(campaign, day, parts);
         timed("read_open_day", call).await
     }
 

@@ -26,9 +26,9 @@ pub(crate) use crate::domain::sealing::SealState;
 pub(crate) use error::StoreError;
 pub(crate) use rows::{
     ClickRow, CopyRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow,
-    OpenDayRows, PageCursor, ReachLevel, Rollup, RollupReach, RollupSlice, SiteRollup, SketchBatch,
-    SketchPartition, SketchRow, SliceAggregate, SliceAggregateRow, SliceVisits, VisitRow,
-    WindowPublication,
+    OpenDayParts, OpenDayRows, PageCursor, ReachLevel, Rollup, RollupReach, RollupSlice,
+    SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceAggregateRow,
+    SliceVisits, VisitRow, WindowPublication,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -404,14 +404,14 @@ pub trait SliceStore: Send + Sync {
         copies: &[CopyRow],
     ) -> Result<(), StoreError>;
 
-    /// A campaign-day's slice states, duplicates and aggregates, each ad's users only when
-    /// `ad_users` (a summary by ad, a seal): the rest need the slices' users of every ad
-    /// together, a sketch per slice rather than one per slice and ad.
+    /// A campaign-day's slice states and duplicates, and its aggregates as `parts` asks:
+    /// each ad's users only for a summary by ad or a seal, since the rest need the slices'
+    /// users of every ad together, a sketch per slice rather than one per slice and ad.
     async fn read_open_day(
         &self,
         campaign: CampaignKey,
         day: Day,
-        ad_users: bool,
+        parts: OpenDayParts,
     ) -> Result<OpenDayRows, StoreError>;
 
     /// Stores one slice's aggregate (replacing any earlier one), then its state as aggregated

@@ -250,6 +250,18 @@ pub struct SliceAggregate {
     pub(crate) users: Vec<u8>,
 }
 
+/// Which rows of an unsealed campaign-day's slices a read fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenDayParts {
+    /// The slices' states and the day's duplicates: what the aggregator needs to find its due
+    /// slices, without the sketches it would only throw away.
+    States,
+    /// Also each slice's counts by ad and the users of every ad together (a summary).
+    Aggregates,
+    /// Also each ad's users by slice (a summary by ad, a seal).
+    AggregatesWithAdUsers,
+}
+
 /// What is stored of an unsealed campaign-day's slices: each slice's marks and aggregate
 /// state, the copies of ids stored with more than one timestamp, and the aggregates.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

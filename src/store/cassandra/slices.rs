@@ -17,8 +17,8 @@ use crate::domain::sealing::SealState;
 use crate::domain::slices::{Slice, Span};
 use crate::domain::time::{Day, EventTime};
 use crate::store::{
-    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregate,
-    SliceAggregateRow, SliceStore, StoreError,
+    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayParts, OpenDayRows, RollupSlice,
+    SliceAggregate, SliceAggregateRow, SliceStore, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -362,14 +362,16 @@ impl SliceStore for CassandraStore {
         &self,
         campaign: CampaignKey,
         day: Day,
-        ad_users: bool,
+        parts: OpenDayParts,
     ) -> Result<OpenDayRows, StoreError> {
         const CONTEXT: &str = "reading an open day's slices";
         let statements = self.slice_statements().await?;
         let key = campaign_day(campaign, day);
         let session = &self.session;
         let aggregates = async {
-            if ad_users {
+            if parts == OpenDayParts::States {
+                Ok(Vec::new())
+            } else if parts == OpenDayParts::AggregatesWithAdUsers {
                 let rows: Vec<StoredAggregateWithUsers> = read_all(
                     session,
                     &statements.select_aggregates_with_users,
@@ -388,11 +390,18 @@ impl SliceStore for CassandraStore {
                 Ok(rows.into_iter().map(|row| (row, Vec::new())).collect())
             }
         };
+        let users = async {
+            if parts == OpenDayParts::States {
+                Ok(Vec::new())
+            } else {
+                read_all::<StoredUsers>(session, &statements.select_users, key, CONTEXT).await
+            }
+        };
         let (states, duplicates, aggregates, users) = futures::try_join!(
             read_all::<StoredState>(session, &statements.select_states, key, CONTEXT),
             read_all::<StoredCopy>(session, &statements.select_duplicates, key, CONTEXT),
             aggregates,
-            read_all::<StoredUsers>(session, &statements.select_users, key, CONTEXT),
+            users,
         )?;
         let base = day.first_slice();
         Ok(OpenDayRows {

@@ -17,8 +17,8 @@ use crate::domain::slices::{Slice, Span};
 use crate::domain::time::{Day, EventTime};
 use crate::domain::traffic::InvalidReason;
 use crate::store::{
-    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayRows, RollupSlice, SliceAggregate,
-    SliceAggregateRow, SliceStore, StoreError,
+    ClickRow, CopyRow, ImpressionSummaryRow, OpenDayParts, OpenDayRows, RollupSlice,
+    SliceAggregate, SliceAggregateRow, SliceStore, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -285,13 +285,16 @@ impl SliceStore for EmbeddedStore {
         &self,
         campaign: CampaignKey,
         day: Day,
-        ad_users: bool,
+        parts: OpenDayParts,
     ) -> Result<OpenDayRows, StoreError> {
         const CONTEXT: &str = "reading an open day's slices";
-        let mut kinds = vec![STATE, DUPLICATE, AGGREGATE, USERS];
-        if ad_users {
-            kinds.push(AD_USERS);
-        }
+        let kinds = match parts {
+            OpenDayParts::States => vec![STATE, DUPLICATE],
+            OpenDayParts::Aggregates => vec![STATE, DUPLICATE, AGGREGATE, USERS],
+            OpenDayParts::AggregatesWithAdUsers => {
+                vec![STATE, DUPLICATE, AGGREGATE, USERS, AD_USERS]
+            }
+        };
         let rows = self
             .blocking(move |tables| {
                 let table = tables.get(Table::OpenDay);
