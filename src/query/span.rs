@@ -165,8 +165,8 @@ fn partition_spans(partitions: &[EventPartition], spans: &[Span]) -> Vec<(EventP
 const MAX_COPIES_RECORDED: usize = 64;
 
 /// Each id of `reads` at its earliest copy in the day, valid if any copy is; ids whose
-/// earliest copy lies outside `reads` are left out. With `find`, every id read is looked up in its
-/// partition's copies index first, and the ids found with more than one timestamp are
+/// earliest copy lies outside `reads` are left out. With `find`, every id read is looked up in
+/// its partition's copies index first, and the ids found with more than one timestamp are
 /// returned (and counted) as duplicates too. Returns the earliest copies, how many rows were
 /// read, and the duplicates found.
 async fn earliest_copies(
