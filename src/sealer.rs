@@ -155,7 +155,7 @@ impl Sealer {
                     rule,
                     now: Utc::now(),
                     concurrency,
-                    find_duplicates: true,
+                    find_duplicates: Some(history.counts_in_force(day, settings.read_staleness())),
                 };
                 read_open_day(store, &open).await?.0
             }

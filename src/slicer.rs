@@ -198,6 +198,7 @@ impl SliceAggregator {
         .into_iter()
         .flat_map(|(_, partitions)| partitions)
         .collect();
+        let counts = history.counts_in_force(day, self.settings.read_staleness());
         let duplicates = Duplicates::new(rows.duplicates);
         for (first, last) in stretches(&due) {
             let started = Instant::now();
@@ -206,7 +207,7 @@ impl SliceAggregator {
                 campaign,
                 &partitions,
                 &[Span::of_slices(first, last)],
-                (&duplicates, true),
+                (&duplicates, Some(&counts)),
                 options.window,
                 options.fan_out.concurrency,
             )

@@ -79,6 +79,23 @@ impl SettingsHistory {
             .map_or(BucketCount::ONE, |entry| entry.buckets)
     }
 
+    /// Every bucket count in force at some instant of UTC `day` (widened backwards by
+    /// `staleness`, as [`Self::buckets_to_read`]), fewest first: a copy of an event lies in
+    /// the partition its id has under one of them.
+    pub(crate) fn counts_in_force(&self, day: Day, staleness: Duration) -> Vec<BucketCount> {
+        let start = day.start_utc() - staleness;
+        let end = day.next().start_utc();
+        let mut counts = vec![self.buckets_at(start)];
+        for entry in &self.0 {
+            if entry.effective_from > start && entry.effective_from < end {
+                counts.push(entry.buckets);
+            }
+        }
+        counts.sort();
+        counts.dedup();
+        counts
+    }
+
     /// How many buckets a reader of UTC `day` must cover: every bucket id of every count in
     /// force at some instant of the day. `staleness` widens the window backwards by how long a
     /// server may have used a cached, older configuration, so a change at midnight that some
@@ -158,6 +175,15 @@ mod tests {
                 .get(),
             2
         );
+        let counts = |d: u32, staleness: Duration| -> Vec<u16> {
+            let counts = history.counts_in_force(day(d), staleness);
+            counts.iter().map(BucketCount::get).collect()
+        };
+        assert_eq!(counts(9, none), [1]);
+        assert_eq!(counts(10, none), [1, 8]);
+        assert_eq!(counts(11, none), [8]);
+        assert_eq!(counts(20, none), [2]);
+        assert_eq!(counts(20, Duration::seconds(10)), [2, 8]);
     }
 
     #[test]

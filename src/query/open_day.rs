@@ -6,6 +6,7 @@
 
 use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
 use super::span::{Duplicates, SpanAggregate, aggregate_spans};
+use crate::domain::bucket::BucketCount;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
@@ -31,10 +32,10 @@ pub(crate) struct OpenDayRead {
     pub(crate) rule: SliceRule,
     pub(crate) now: DateTime<Utc>,
     pub(crate) concurrency: usize,
-    /// Whether the stretches read raw look their ids up in the copies index (a seal: exact
-    /// even where the aggregator has not found a duplicate yet) or take the recorded
-    /// duplicates as they are (a summary).
-    pub(crate) find_duplicates: bool,
+    /// The bucket counts in force that day, when the stretches read raw look their ids up in
+    /// the copies index under each (a seal: exact even where the aggregator has not found a
+    /// duplicate yet); `None` takes the recorded duplicates as they are (a summary).
+    pub(crate) find_duplicates: Option<Vec<BucketCount>>,
 }
 
 /// A day's counts by slice and ad, and its users by slice (every ad together) and, when the
@@ -176,7 +177,12 @@ pub(crate) async fn read_open_day(
             &stretches,
             // A day read raw whole holds every copy of its ids itself: lookups only help where
             // aggregates answer for part of it.
-            (&duplicates, read.find_duplicates && from_aggregates > 0),
+            (
+                &duplicates,
+                read.find_duplicates
+                    .as_deref()
+                    .filter(|_| from_aggregates > 0),
+            ),
             read.window,
             read.concurrency,
         )

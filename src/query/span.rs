@@ -12,6 +12,7 @@
 //!   not counted again;
 //! - a click counts at its impression's first click ever, looked up in the click index.
 
+use crate::domain::bucket::BucketCount;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
@@ -21,7 +22,7 @@ use crate::domain::traffic::{InvalidReason, any_valid};
 use crate::query::aggregate::{BillableWindow, SliceCounts, keep_earliest};
 use crate::store::{CopyRow, ImpressionSummaryRow, Store, StoreError};
 use futures::{StreamExt, TryStreamExt, stream};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The copies of every id a campaign-day stored with more than one timestamp.
 #[derive(Debug, Clone, Default)]
@@ -80,7 +81,7 @@ pub(crate) async fn aggregate_spans(
     campaign: CampaignKey,
     partitions: &[EventPartition],
     spans: &[Span],
-    (duplicates, find_duplicates): (&Duplicates, bool),
+    (duplicates, find_duplicates): (&Duplicates, Option<&[BucketCount]>),
     window: BillableWindow,
     concurrency: usize,
 ) -> Result<SpanAggregate, StoreError> {
@@ -165,15 +166,16 @@ fn partition_spans(partitions: &[EventPartition], spans: &[Span]) -> Vec<(EventP
 const MAX_COPIES_RECORDED: usize = 64;
 
 /// Each id of `reads` at its earliest copy in the day, valid if any copy is; ids whose
-/// earliest copy lies outside `reads` are left out. With `find`, every id read is looked up in
-/// its partition's copies index first, and the ids found with more than one timestamp are
-/// returned (and counted) as duplicates too. Returns the earliest copies, how many rows were
+/// earliest copy lies outside `reads` are left out. With `find` (the bucket counts in force that
+/// day), every id read is looked up in the copies index of each partition a copy of it can lie
+/// in (one per count: a copy is written under the count in force at its own time), and the ids
+/// found with more than one timestamp are returned (and counted) as duplicates too. Returns the earliest copies, how many rows were
 /// read, and the duplicates found.
 async fn earliest_copies(
     store: &dyn Store,
     partitions: &[EventPartition],
     reads: &[Span],
-    (duplicates, find): (&Duplicates, bool),
+    (duplicates, find): (&Duplicates, Option<&[BucketCount]>),
     concurrency: usize,
 ) -> Result<
     (
@@ -197,7 +199,7 @@ async fn earliest_copies(
     while let Some(result) = reads.next().await {
         let (partition, rows) = result?;
         rows_read += rows.len();
-        if find && !rows.is_empty() {
+        if find.is_some() && !rows.is_empty() {
             read_ids.push((
                 partition,
                 rows.iter().map(|row| row.impression_id).collect(),
@@ -207,12 +209,11 @@ async fn earliest_copies(
             keep_earliest(&mut earliest, row);
         }
     }
-    let found = if find {
+    let found = match find {
         // One partition's lookups at a time: on Cassandra each id is a point read in a large
         // partition, dearer for the node than for this process, and this is background work.
-        found_duplicates(store, read_ids, 1).await?
-    } else {
-        Vec::new()
+        Some(counts) => found_duplicates(store, lookups(read_ids, counts), 1).await?,
+        None => Vec::new(),
     };
     let mut all = duplicates.clone();
     all.add(&found);
@@ -225,6 +226,30 @@ async fn earliest_copies(
         }
     });
     Ok((earliest, rows_read, found))
+}
+
+/// The partitions to look each read id up in: under every bucket count in force that day
+/// (usually one, so the partition it was read from).
+fn lookups(
+    read_ids: Vec<(EventPartition, Vec<ImpressionId>)>,
+    counts: &[BucketCount],
+) -> Vec<(EventPartition, Vec<ImpressionId>)> {
+    let mut by_partition: BTreeMap<EventPartition, BTreeSet<ImpressionId>> = BTreeMap::new();
+    for (read_from, ids) in read_ids {
+        for id in ids {
+            for count in counts {
+                let partition = EventPartition {
+                    bucket: count.bucket_of(id.as_uuid()),
+                    ..read_from
+                };
+                by_partition.entry(partition).or_default().insert(id);
+            }
+        }
+    }
+    by_partition
+        .into_iter()
+        .map(|(partition, ids)| (partition, ids.into_iter().collect()))
+        .collect()
 }
 
 /// Every copy of the ids of each partition that the copies index holds with more than one

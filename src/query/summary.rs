@@ -348,7 +348,7 @@ pub(crate) async fn campaign_summary(
                 rule,
                 now,
                 concurrency: per_day,
-                find_duplicates: false,
+                find_duplicates: None,
             };
             let (open, aggregated) = read_open_day(store, &read).await?;
             return Ok::<_, StoreError>((day, open, Source::Slices(aggregated)));

@@ -3,8 +3,8 @@
 //! events, earlier clicks, billable windows across a slice's end, retries, a second server
 //! taking half the events, and fresh server instances at once, and under an id stored again
 //! with another timestamp (at once on the embedded store, once the aggregator has found it on
-//! Cassandra); and a background aggregator makes a marked slice answer from its aggregate
-//! again within seconds.
+//! Cassandra, and across a bucket-count change made that day); and a background aggregator
+//! makes a marked slice answer from its aggregate again within seconds.
 
 use crate::common::events::{Campaign, configure_buckets, get, post_all, summary};
 use crate::common::{Backend, TestServer, eventually, test_options};
@@ -19,6 +19,7 @@ use uuid::Uuid;
 conformance!(
     an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_duplicates,
     a_marked_slice_answers_from_its_aggregate_again_within_the_interval,
+    a_duplicate_across_a_bucket_change_made_that_day_is_found,
 );
 
 /// Options whose slices are aggregated only when the test says so (or never, for the raw
@@ -370,4 +371,61 @@ async fn a_marked_slice_answers_from_its_aggregate_again_within_the_interval(bac
     assert_eq!(answer["totals"], expected["totals"]);
     assert_eq!(answer["rows"], expected["rows"]);
     assert_eq!(answer["totals"]["impressions"], 31);
+}
+
+async fn a_duplicate_across_a_bucket_change_made_that_day_is_found(backend: Backend) {
+    let campaign = Campaign::fresh();
+    let start = (Utc::now() - Duration::minutes(80))
+        .duration_trunc(Duration::minutes(15))
+        .expect("truncated");
+    let slice = |n: i64| start + Duration::minutes(15 * n);
+    // One bucket until 20 minutes into the first slice, eight from then on: a copy is written
+    // under the count in force at its own time, so the id's two copies lie in two partitions.
+    let change = start + Duration::minutes(20);
+    configure_buckets(backend, &campaign, 8, &change.to_rfc3339()).await;
+    let server = backend.server_with(options(true)).await;
+    let raw = backend.server_with(options(false)).await;
+    let aggregator = App::new(backend.store().await, options(true));
+    // An id whose bucket under eight is not its bucket under one (bucket 0).
+    let twice = std::iter::repeat_with(Uuid::new_v4)
+        .find(|id| !xxhash_rust::xxh3::xxh3_64(id.as_bytes()).is_multiple_of(8))
+        .expect("an id");
+    let ad = Uuid::new_v4();
+    let mut impressions: Vec<Value> = (0..40)
+        .map(|i| {
+            impression(
+                &campaign,
+                Uuid::new_v4(),
+                ad,
+                Uuid::new_v4(),
+                start + Duration::seconds(i * 90 + 7),
+            )
+        })
+        .collect();
+    impressions.push(impression(
+        &campaign,
+        twice,
+        ad,
+        Uuid::new_v4(),
+        slice(0) + Duration::minutes(5),
+    ));
+    post_all(&server, "/v1/impressions", &impressions, 100).await;
+    tokio::time::sleep(StdDuration::from_secs(6)).await;
+    aggregate(&aggregator, &campaign, start).await;
+
+    // The later copy, late, in another slice and under the other count: the aggregator looks
+    // its id up under both counts, finds the earlier copy and records the duplicate.
+    let later_copy = impression(
+        &campaign,
+        twice,
+        ad,
+        Uuid::new_v4(),
+        slice(3) + Duration::minutes(5),
+    );
+    post_all(&server, "/v1/impressions", &[later_copy], 100).await;
+    tokio::time::sleep(StdDuration::from_secs(6)).await;
+    aggregate(&aggregator, &campaign, start).await;
+    assert_same_as_raw(&[&server], &raw, &campaign, start, "across the change").await;
+    let totals = summary(&server, &campaign, &queries(start)[3]).await;
+    assert_eq!(totals["totals"]["impressions"], 41);
 }
