@@ -234,6 +234,10 @@ fn lookups(
     read_ids: Vec<(EventPartition, Vec<ImpressionId>)>,
     counts: &[BucketCount],
 ) -> Vec<(EventPartition, Vec<ImpressionId>)> {
+    // Under one count, an id's partition is the one it was read from.
+    if counts.len() <= 1 {
+        return read_ids;
+    }
     let mut by_partition: BTreeMap<EventPartition, BTreeSet<ImpressionId>> = BTreeMap::new();
     for (read_from, ids) in read_ids {
         for id in ids {

@@ -174,9 +174,11 @@ impl EventStore for EmbeddedStore {
             .committer
             .commit_merged("writing impressions", rows, guarded, copies)
             .await?;
-        // Only an id stored with more than one timestamp (a client bug) has several entries.
+        // Only an id stored with more than one timestamp (a client bug) has several entries:
+        // the usual single entry is passed over without decoding.
         Ok(copies
             .iter()
+            .filter(|row| row.len() > rows::COPY_ENTRY_LEN)
             .filter_map(|row| rows::decode_copy_entries(row))
             .filter(|entries| entries.len() > 1)
             .flatten()

@@ -93,13 +93,16 @@ pub(crate) fn impression_value(event: &Impression) -> Vec<u8> {
     value
 }
 
+/// The bytes of one entry of a copies-index row: its time, then its reason code.
+pub(crate) const COPY_ENTRY_LEN: usize = 9;
+
 /// A copies-index row's entries: (milliseconds since the epoch, reason code), 9 bytes each.
 pub(crate) fn decode_copy_entries(value: &[u8]) -> Option<Vec<(i64, u8)>> {
-    if !value.len().is_multiple_of(9) {
+    if !value.len().is_multiple_of(COPY_ENTRY_LEN) {
         return None;
     }
     value
-        .chunks_exact(9)
+        .chunks_exact(COPY_ENTRY_LEN)
         .map(|entry| {
             Some((
                 i64::from_be_bytes(entry.get(..8)?.try_into().ok()?),
