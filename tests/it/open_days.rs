@@ -36,6 +36,27 @@ fn impression(campaign: &Campaign, id: Uuid, ad: Uuid, user: Uuid, at: DateTime<
     event
 }
 
+/// `count` impressions of `ad`, each of a new user, `every` apart from `first`.
+fn spread(
+    campaign: &Campaign,
+    ad: Uuid,
+    count: i32,
+    first: DateTime<Utc>,
+    every: Duration,
+) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            impression(
+                campaign,
+                Uuid::new_v4(),
+                ad,
+                Uuid::new_v4(),
+                first + every * i,
+            )
+        })
+        .collect()
+}
+
 /// The queries a dashboard makes of the days from `first` to today.
 fn queries(first: DateTime<Utc>) -> Vec<String> {
     let (from, to) = (first.date_naive(), Utc::now().date_naive());
@@ -223,22 +244,11 @@ async fn an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_d
     // An id stored twice, late, in aggregated slices apart, one copy through each server: the
     // two stretches read raw are read together, so it counts once, at its earlier copy.
     let twice = Uuid::new_v4();
-    let later_copy = impression(
-        &campaign,
-        twice,
-        ads[0],
-        users[2],
-        slice(3) + Duration::minutes(4),
-    );
-    let earlier_copy = impression(
-        &campaign,
-        twice,
-        ads[1],
-        users[2],
-        slice(0) + Duration::minutes(7),
-    );
-    post_all(&first_server, "/v1/impressions", &[later_copy], 100).await;
-    post_all(&second_server, "/v1/impressions", &[earlier_copy], 100).await;
+    let copy = |ad: Uuid, at: DateTime<Utc>| vec![impression(&campaign, twice, ad, users[2], at)];
+    let later_copy = copy(ads[0], slice(3) + Duration::minutes(4));
+    let earlier_copy = copy(ads[1], slice(0) + Duration::minutes(7));
+    post_all(&first_server, "/v1/impressions", &later_copy, 100).await;
+    post_all(&second_server, "/v1/impressions", &earlier_copy, 100).await;
     let apart = assert_same_as_raw(&servers, &raw, &campaign, start, "stored twice").await;
     // (Not `aggregated - 2` exactly: another test's aggregator may meanwhile aggregate a slice
     // that has just closed.)
@@ -330,17 +340,7 @@ async fn a_marked_slice_answers_from_its_aggregate_again_within_the_interval(bac
         .duration_trunc(Duration::minutes(15))
         .expect("truncated");
     let ad = Uuid::new_v4();
-    let events: Vec<Value> = (0..30)
-        .map(|i| {
-            impression(
-                &campaign,
-                Uuid::new_v4(),
-                ad,
-                Uuid::new_v4(),
-                start + Duration::seconds(i * 20),
-            )
-        })
-        .collect();
+    let events = spread(&campaign, ad, 30, start, Duration::seconds(20));
     post_all(&server, "/v1/impressions", &events, 100).await;
     let query = queries(start).remove(0);
     // docs/API.md: a slice answers from its aggregate within the interval (1 s here), the
@@ -391,17 +391,13 @@ async fn a_duplicate_across_a_bucket_change_made_that_day_is_found(backend: Back
         .find(|id| !xxhash_rust::xxh3::xxh3_64(id.as_bytes()).is_multiple_of(8))
         .expect("an id");
     let ad = Uuid::new_v4();
-    let mut impressions: Vec<Value> = (0..40)
-        .map(|i| {
-            impression(
-                &campaign,
-                Uuid::new_v4(),
-                ad,
-                Uuid::new_v4(),
-                start + Duration::seconds(i * 90 + 7),
-            )
-        })
-        .collect();
+    let mut impressions = spread(
+        &campaign,
+        ad,
+        40,
+        start + Duration::seconds(7),
+        Duration::seconds(90),
+    );
     impressions.push(impression(
         &campaign,
         twice,
