@@ -127,6 +127,7 @@ pub(crate) fn router(state: AppState) -> App {
         ))
         .routes(routes!(admin::tag_secrets::delete_tag_secret))
         .routes(routes!(browser::assets::tracker))
+        .routes(routes!(browser::assets::measurement_script))
         .routes(routes!(browser::assets::dashboard))
         .route(
             "/dashboard/app.js",
