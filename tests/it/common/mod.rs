@@ -6,6 +6,7 @@
 //! names). If it is not there, tests fail: they never skip.
 
 pub mod beacons;
+pub mod browser;
 pub mod events;
 pub mod process;
 pub mod proxy;
