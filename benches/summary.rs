@@ -88,6 +88,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
                 user_data: UserData::default(),
                 user_agent: None,
                 invalid: None,
+                pixel_arrival: None,
             };
             if i % 100 == 0 {
                 let click = |after: i64| Click {

@@ -97,6 +97,7 @@ async fn load(
             user_data: UserData::default(),
             user_agent: None,
             invalid: None,
+            pixel_arrival: None,
         };
         let click_at = at + Duration::seconds(20);
         if i % 100 == 0 && click_at < to {
@@ -195,6 +196,7 @@ fn trickle(
                     user_data: UserData::default(),
                     user_agent: None,
                     invalid: None,
+                    pixel_arrival: None,
                 })
                 .collect();
             if !events.is_empty() {

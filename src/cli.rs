@@ -6,6 +6,7 @@ use crate::app::{Options, ServiceOptions};
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::SliceRule;
+use crate::domain::view::ViewWindow;
 use crate::http::{BodyLimits, ConnectionLimits, EdgeOptions, InFlight, RateLimits};
 use crate::query::aggregate::BillableWindow;
 use crate::query::{FanOut, QueryOptions};
@@ -171,6 +172,15 @@ pub struct ServeArgs {
     /// before it).
     #[arg(long, env = "ADEVENTS_TAG_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub(crate) tag_ttl: Duration,
+    /// How long after an impression's `t` (or its pixel's arrival, when later) the view
+    /// reports of `/v.js` count; a day is sealed only once this and `--tag-ttl` have passed
+    /// since its end.
+    #[arg(long, env = "ADEVENTS_VIEW_WINDOW", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub(crate) view_window: Duration,
+    /// The (impression, client) pairs whose view reports this process remembers, to store
+    /// each report once and at most 5 per client; past it the oldest are forgotten.
+    #[arg(long, env = "ADEVENTS_VIEW_MEMORY_ENTRIES", default_value_t = 500_000, value_parser = clap::value_parser!(u32).range(1000..))]
+    pub(crate) view_memory_entries: u32,
     /// How long after the impression's `t` a click redirect (`GET /c`) counts.
     #[arg(long, env = "ADEVENTS_CLICK_TTL", default_value = "30days", value_parser = humantime::parse_duration)]
     pub(crate) click_ttl: Duration,
@@ -317,9 +327,12 @@ impl ServeArgs {
                 click_lookback_days: self.limits.click_lookback,
                 open_days: (!self.slice_interval.is_zero())
                     .then(|| SliceRule::new(self.slice_grace)),
+                view_window: ViewWindow::new(self.view_window),
             },
             sealer: SealerOptions {
+                // The composition root lengthens it by --tag-ttl and --view-window.
                 rule: SealingRule::new(self.rollup_grace),
+                view_window: ViewWindow::new(self.view_window),
                 lookback_days: self.seal_lookback_days,
                 interval: self.seal_interval.max(Duration::from_secs(1)),
                 window: self.billable_window,
@@ -358,6 +371,8 @@ impl ServeArgs {
             },
             tag_ttl: self.tag_ttl,
             click_ttl: self.click_ttl,
+            view_window: self.view_window,
+            view_memory_entries: self.view_memory_entries as usize,
         };
         Options { service, edge }
     }

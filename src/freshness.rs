@@ -16,6 +16,9 @@ pub(crate) struct Report {
     pub(crate) sealed_through: Option<Day>,
     /// Owner-days whose late events wait for their next seal.
     pub(crate) late_days: usize,
+    /// How long after its end a UTC day is sealed: past its grace (the longer of the
+    /// rollup grace and the time its last impression's view reports may take), plus the margin.
+    pub(crate) seal_delay: chrono::TimeDelta,
 }
 
 pub(crate) struct Freshness {
@@ -48,6 +51,7 @@ impl Freshness {
             processes,
             sealed_through: progress.sealed_through,
             late_days: progress.late_days,
+            seal_delay: self.sealer.rule().seal_delay() + crate::domain::sealing::SealState::MARGIN,
         })
     }
 

@@ -14,6 +14,7 @@ use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::{Slice, SliceRule, slice_of};
 use crate::domain::time::Day;
+use crate::domain::view::ViewReportEvent;
 use crate::processes::ProcessRegistry;
 use crate::query::aggregate::BillableWindow;
 use crate::remembered::Remembered;
@@ -153,6 +154,40 @@ impl Ingestor {
         for (campaign, at) in times.into_iter().chain(copies) {
             let late = self.slices.late_slices(at, self.window.length(), now);
             add_marks(&mut marks, campaign, late);
+        }
+        self.mark_slices(marks).await?;
+        self.mark_late(late).await
+    }
+
+    /// Stores view reports in their impressions' partitions. A report for a closed slice marks
+    /// it, and one for a day past its grace marks the day, as a late impression would: the
+    /// join is made when a slice, a seal or a raw read counts the day, so whatever aggregated
+    /// the impression before must count again.
+    pub(crate) async fn view_reports(
+        &self,
+        reports: Vec<ViewReportEvent>,
+    ) -> Result<(), StoreError> {
+        let partitions = self.partition(reports).await?;
+        let late = self.index_days(&partitions, &[]).await?;
+        let times: Vec<(CampaignKey, DateTime<Utc>)> = partitions
+            .iter()
+            .flat_map(|(partition, reports)| {
+                reports
+                    .iter()
+                    .map(|report| (partition.campaign, report.impression_time.instant()))
+            })
+            .collect();
+        self.write_all(partitions, |store, partition, reports| async move {
+            store.write_view_reports(&partition, &reports).await
+        })
+        .await?;
+        let now = Utc::now();
+        let mut marks = SliceMarks::new();
+        for (campaign, at) in times {
+            let slice = slice_of(at);
+            if self.slices.is_late(slice, now) {
+                add_marks(&mut marks, campaign, vec![slice]);
+            }
         }
         self.mark_slices(marks).await?;
         self.mark_late(late).await

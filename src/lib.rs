@@ -66,3 +66,4 @@ pub mod simulate;
 pub mod slicer;
 pub mod store;
 pub mod telemetry;
+pub(crate) mod views;

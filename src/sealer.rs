@@ -20,6 +20,7 @@ use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::SliceRule;
 use crate::domain::time::Day;
+use crate::domain::view::ViewWindow;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
 use crate::query::features::sealed_feature_values;
@@ -49,6 +50,7 @@ pub struct SealerOptions {
     /// How often the background sealer looks.
     pub(crate) interval: Duration,
     pub(crate) window: BillableWindow,
+    pub(crate) view_window: ViewWindow,
     pub(crate) fan_out: FanOut,
     /// When slices of days not yet sealed close (`None`: slices are not aggregated, and a
     /// seal reads the day raw).
@@ -62,6 +64,7 @@ impl Default for SealerOptions {
             lookback_days: 7,
             interval: Duration::from_secs(60),
             window: BillableWindow::DEFAULT,
+            view_window: ViewWindow::default(),
             fan_out: FanOut { concurrency: 64 },
             open_days: Some(SliceRule::default()),
         }
@@ -135,7 +138,7 @@ impl Sealer {
             day,
             &history,
             settings.read_staleness(),
-            ReachLevel::ALL.to_vec(),
+            (ReachLevel::ALL.to_vec(), self.options.view_window),
         );
         let store = self.store.as_ref();
         let concurrency = self.options.fan_out.concurrency;
@@ -152,6 +155,7 @@ impl Sealer {
                     partitions: read.partitions.clone(),
                     levels: read.levels.clone(),
                     window: self.options.window,
+                    view_window: self.options.view_window,
                     rule,
                     now: Utc::now(),
                     concurrency,

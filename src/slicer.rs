@@ -15,6 +15,7 @@ use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day, touched_slices};
 use crate::domain::time::Day;
+use crate::domain::view::ViewWindow;
 use crate::query::FanOut;
 use crate::query::aggregate::BillableWindow;
 use crate::query::plan::campaign_partitions;
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 pub struct SlicerOptions {
     pub(crate) rule: SliceRule,
     pub(crate) window: BillableWindow,
+    pub(crate) view_window: ViewWindow,
     pub(crate) fan_out: FanOut,
     /// How often it looks for slices to aggregate.
     pub(crate) interval: Duration,
@@ -101,6 +103,7 @@ fn slice_aggregate(aggregate: SpanAggregate) -> SliceAggregate {
                     billable_impressions: counts.billable_impressions,
                     invalid_impressions: counts.invalid_impressions,
                     invalid_clicks: counts.invalid_clicks,
+                    views: counts.views,
                 },
                 users: ad_users
                     .map(UniqueSketch::to_bytes)
@@ -208,7 +211,7 @@ impl SliceAggregator {
                 &partitions,
                 &[Span::of_slices(first, last)],
                 (&duplicates, Some(&counts)),
-                options.window,
+                (options.window, options.view_window),
                 options.fan_out.concurrency,
             )
             .await?;

@@ -199,6 +199,7 @@ pub async fn load_month(
             user_data: UserData::default(),
             user_agent: None,
             invalid: None,
+            pixel_arrival: None,
         };
         if attributes {
             let country = countries[rng.random_range(0..countries.len())];

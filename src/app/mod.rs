@@ -18,6 +18,7 @@ use crate::delivery::DeliveryService;
 use crate::delivery::live::{LiveDelivery, spawn_flusher as spawn_delivery_flusher};
 use crate::delivery::rebuild::DayRepair;
 use crate::domain::owner::OwnerKind;
+use crate::domain::view::ViewWindow;
 use crate::freshness::Freshness;
 use crate::http::{AppState, Handlers};
 use crate::ingest::Ingestor;
@@ -30,6 +31,7 @@ use crate::settings::{Settings, SettingsCache};
 use crate::slicer::{SliceAggregator, SlicerOptions};
 use crate::store::instrumented::Instrumented;
 use crate::store::{AccessStore, Store, StoreError};
+use crate::views::ViewReports;
 use running::Running;
 use std::future::Future;
 use std::sync::Arc;
@@ -58,6 +60,15 @@ impl App {
         let open_days = service.slice_interval.map(|_| service.slices);
         service.queries.open_days = open_days;
         service.sealer.open_days = open_days;
+        // The view window is an edge option (`/v` checks it first); every count joins by it,
+        // and a day waits for its last impression's reports before it is sealed.
+        let view_window = ViewWindow::new(edge.view_window);
+        service.queries.view_window = view_window;
+        service.sealer.view_window = view_window;
+        service.sealer.rule = service
+            .sealer
+            .rule
+            .with_joins_open_for(edge.tag_ttl.saturating_add(edge.view_window));
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store));
         let settings_cache = Arc::new(SettingsCache::new(
             Arc::clone(&store) as Arc<dyn crate::store::SettingsStore>,
@@ -87,16 +98,22 @@ impl App {
             service.sealer,
             Arc::clone(&seal_progress),
         );
+        let ingestor = Arc::new(Ingestor::new(
+            Arc::clone(&store),
+            Arc::clone(&settings_cache),
+            service.write_concurrency,
+            rule,
+            Arc::clone(&live_delivery),
+            Arc::clone(&registry),
+            (service.slices, service.queries.billable_window),
+        ));
         let handlers = Handlers {
-            ingestor: Arc::new(Ingestor::new(
-                Arc::clone(&store),
-                Arc::clone(&settings_cache),
-                service.write_concurrency,
-                rule,
-                Arc::clone(&live_delivery),
-                Arc::clone(&registry),
-                (service.slices, service.queries.billable_window),
+            views: Arc::new(ViewReports::new(
+                Arc::clone(&ingestor),
+                edge.view_memory_entries,
+                edge.tag_ttl.saturating_add(edge.view_window),
             )),
+            ingestor,
             beacons: Arc::new(BeaconIngestor::new(
                 Arc::clone(&store),
                 Arc::clone(&settings_cache),
@@ -176,6 +193,7 @@ impl App {
             SlicerOptions {
                 rule: self.options.slices,
                 window: self.options.queries.billable_window,
+                view_window: self.options.queries.view_window,
                 fan_out: self.options.queries.fan_out,
                 interval,
             },

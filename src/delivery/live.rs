@@ -536,6 +536,7 @@ mod tests {
             user_data: UserData::default(),
             user_agent: None,
             invalid: None,
+            pixel_arrival: None,
         }
     }
 

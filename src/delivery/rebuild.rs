@@ -97,7 +97,7 @@ pub(crate) async fn rebuild_campaign_day(
         day,
         &history,
         settings.read_staleness(),
-        Vec::new(),
+        (Vec::new(), crate::domain::view::ViewWindow::default()),
     );
     let windows = billable_windows_of_day(store, &read, window, fan_out.concurrency).await?;
     let published = store.is_shared() && !rule.may_seal(day, gone.last_report_at);

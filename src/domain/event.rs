@@ -20,6 +20,16 @@ pub struct Impression {
     pub user_agent: Option<UserAgent>,
     /// Why this copy is invalid traffic; `None`: valid.
     pub invalid: Option<InvalidReason>,
+    /// When the impression pixel of this copy arrived (`None`: an ad server's POST): a view
+    /// report counts within the view window after the later of this and `timestamp`.
+    pub pixel_arrival: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Impression {
+    /// The client the ad was rendered for, as far as this copy tells it.
+    pub(crate) fn client(&self) -> super::view::Client {
+        super::view::Client::of(self.user_ip, self.user_agent.as_ref())
+    }
 }
 
 /// A click on an impression. Identified by the impression it clicks: however often an
@@ -62,6 +72,19 @@ impl CampaignEvent for Click {
     }
     fn timestamp(&self) -> EventTime {
         self.timestamp
+    }
+    fn bucket_key(&self) -> ImpressionId {
+        self.impression_id
+    }
+}
+
+/// A view report lives in its impression's partition: its impression's time and id place it.
+impl CampaignEvent for super::view::ViewReportEvent {
+    fn campaign(&self) -> CampaignKey {
+        self.campaign
+    }
+    fn timestamp(&self) -> EventTime {
+        self.impression_time
     }
     fn bucket_key(&self) -> ImpressionId {
         self.impression_id

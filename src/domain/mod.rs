@@ -20,3 +20,4 @@ pub(crate) mod tag;
 pub mod time;
 pub(crate) mod traffic;
 pub mod user_data;
+pub mod view;

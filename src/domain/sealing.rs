@@ -7,10 +7,13 @@ use super::time::Day;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::time::Duration;
 
-/// How long after a UTC day ends its events are still on time.
+/// How long after a UTC day ends its events are still on time, and when it may be sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SealingRule {
     grace: TimeDelta,
+    /// How long after the day ends a join may still change it (a pixel fired `--tag-ttl`
+    /// late, then its view reports): the day is sealed only past both.
+    joins_open: TimeDelta,
 }
 
 impl Default for SealingRule {
@@ -18,6 +21,7 @@ impl Default for SealingRule {
     fn default() -> Self {
         Self {
             grace: TimeDelta::hours(1),
+            joins_open: TimeDelta::zero(),
         }
     }
 }
@@ -27,7 +31,25 @@ impl SealingRule {
     pub(crate) fn new(grace: Duration) -> Self {
         Self {
             grace: TimeDelta::from_std(grace).unwrap_or(TimeDelta::hours(1)),
+            joins_open: TimeDelta::zero(),
         }
+    }
+
+    /// A rule under which a day is also sealed only once `open` has passed since its end, for
+    /// the joins still open then (a pixel fired up to `--tag-ttl` after its impression, then
+    /// its view reports up to `--view-window` after that). Events still mark a day late by
+    /// the grace alone: a mark before the seal costs nothing, and a day sealed by hand
+    /// (`adevents rollup`) is marked again by whatever comes after.
+    pub(crate) fn with_joins_open_for(self, open: Duration) -> Self {
+        Self {
+            joins_open: TimeDelta::from_std(open).unwrap_or(TimeDelta::MAX),
+            ..self
+        }
+    }
+
+    /// How long after a UTC day ends it may be sealed (less the margin).
+    pub(crate) fn seal_delay(&self) -> TimeDelta {
+        self.grace.max(self.joins_open)
     }
 
     /// Whether an event for UTC `day` arriving `now` is late: its day may already be sealed,
@@ -39,7 +61,7 @@ impl SealingRule {
     /// Whether `day` may be sealed `now`: past the grace period, with a margin for clock
     /// differences between servers.
     pub(crate) fn may_seal(&self, day: Day, now: DateTime<Utc>) -> bool {
-        now >= day.next().start_utc() + self.grace + SealState::MARGIN
+        now >= day.next().start_utc() + self.seal_delay() + SealState::MARGIN
     }
 }
 
@@ -94,6 +116,12 @@ mod tests {
         assert!(rule.is_late(day, at("2026-11-26T01:00:00Z")));
         assert!(!rule.may_seal(day, at("2026-11-26T01:00:04Z")));
         assert!(rule.may_seal(day, at("2026-11-26T01:00:05Z")));
+
+        // With view reports open 1 h 10 min after the day: late as before, sealed later.
+        let joins = rule.with_joins_open_for(Duration::from_secs(4200));
+        assert!(joins.is_late(day, at("2026-11-26T01:00:00Z")));
+        assert!(!joins.may_seal(day, at("2026-11-26T01:10:04Z")));
+        assert!(joins.may_seal(day, at("2026-11-26T01:10:05Z")));
     }
 
     #[test]

@@ -95,13 +95,27 @@ fn beacons() -> OpenApiRouter<AppState> {
 }
 
 /// Ad tags are requested by viewers' browsers, from any page; they answer no CORS (an image and
-/// a navigation need none).
+/// a navigation need none), but view reports are posted by a script on any page, as beacons.
 fn ad_tags() -> OpenApiRouter<AppState> {
+    let view_reports = OpenApiRouter::new()
+        .routes(routes!(tags::view_report::post_view_report))
+        .route(
+            "/v",
+            axum::routing::options(tags::view_report::options_view_report),
+        )
+        .layer(
+            CorsLayer::new()
+                .allow_origin(tower_http::cors::Any)
+                .allow_methods([Method::POST])
+                .allow_headers([header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(86_400)),
+        );
     OpenApiRouter::new()
         .routes(routes!(tags::pixel_click::get_pixel))
         .routes(routes!(tags::pixel_click::get_click))
         .route("/i", head(tags::pixel_click::head_pixel))
         .route("/c", head(tags::pixel_click::head_click))
+        .merge(view_reports)
 }
 
 /// The whole API as one service, for the server's connections.

@@ -17,6 +17,7 @@ use crate::ivt::Classifier;
 use crate::query::Queries;
 use crate::readiness::Readiness;
 use crate::settings::Settings;
+use crate::views::ViewReports;
 use axum::http::HeaderValue;
 use ipnet::IpNet;
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub struct EdgeOptions {
     pub tag_ttl: Duration,
     /// How long after the impression's `t` a click redirect still counts.
     pub(crate) click_ttl: Duration,
+    /// How long after an impression (or its pixel) its view reports count.
+    pub(crate) view_window: Duration,
+    /// The (impression, client) pairs of view reports remembered in memory.
+    pub(crate) view_memory_entries: usize,
 }
 
 impl Default for EdgeOptions {
@@ -66,6 +71,8 @@ impl Default for EdgeOptions {
             in_flight: InFlight::default(),
             tag_ttl: Duration::from_secs(3600),
             click_ttl: Duration::from_secs(30 * 24 * 3600),
+            view_window: Duration::from_secs(600),
+            view_memory_entries: 500_000,
         }
     }
 }
@@ -73,6 +80,7 @@ impl Default for EdgeOptions {
 /// The services the handlers call, as the composition root built them.
 pub(crate) struct Handlers {
     pub(crate) ingestor: Arc<Ingestor>,
+    pub(crate) views: Arc<ViewReports>,
     pub(crate) beacons: Arc<BeaconIngestor>,
     pub(crate) queries: Arc<Queries>,
     pub(crate) delivery: Arc<DeliveryService>,

@@ -17,10 +17,12 @@ use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
 use crate::domain::traffic::any_valid;
+use crate::domain::view::{ViewCounts, ViewWindow};
 use crate::query::clicks::first_clicks;
+use crate::query::views::ViewJoin;
 use crate::store::{
     ClickRow, EventStore, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice,
-    StoreError,
+    Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
@@ -74,6 +76,8 @@ pub(crate) struct SliceCounts {
     pub(crate) billable_impressions: u64,
     pub(crate) invalid_impressions: u64,
     pub(crate) invalid_clicks: u64,
+    /// The view measures of the valid impressions counted here.
+    pub(crate) views: ViewCounts,
 }
 
 impl SliceCounts {
@@ -83,6 +87,7 @@ impl SliceCounts {
         self.billable_impressions += other.billable_impressions;
         self.invalid_impressions += other.invalid_impressions;
         self.invalid_clicks += other.invalid_clicks;
+        self.views.add(&other.views);
     }
 }
 
@@ -189,6 +194,7 @@ impl DayAggregate {
                     billable_impressions: counts.billable_impressions,
                     invalid_impressions: counts.invalid_impressions,
                     invalid_clicks: counts.invalid_clicks,
+                    views: counts.views,
                 })
                 .collect(),
             reach,
@@ -211,6 +217,7 @@ impl DayAggregate {
                     billable_impressions: row.billable_impressions,
                     invalid_impressions: row.invalid_impressions,
                     invalid_clicks: row.invalid_clicks,
+                    views: row.views,
                 },
             );
         }
@@ -259,6 +266,8 @@ pub(crate) struct DayRead {
     pub(crate) partitions: Vec<EventPartition>,
     /// The levels of users reached to count.
     pub(crate) levels: Vec<ReachLevel>,
+    /// How long after an impression its view reports count.
+    pub(crate) view_window: ViewWindow,
 }
 
 impl DayRead {
@@ -269,7 +278,7 @@ impl DayRead {
         day: Day,
         history: &crate::domain::campaign::SettingsHistory,
         staleness: chrono::Duration,
-        levels: Vec<ReachLevel>,
+        (levels, view_window): (Vec<ReachLevel>, ViewWindow),
     ) -> Self {
         let plan = crate::query::plan::campaign_partitions(
             campaign,
@@ -284,6 +293,7 @@ impl DayRead {
                 .flat_map(|(_, partitions)| partitions)
                 .collect(),
             levels,
+            view_window,
         }
     }
 }
@@ -305,11 +315,13 @@ pub(crate) fn keep_earliest(
         .or_insert(row);
 }
 
-/// Each impression id of `partitions` at its earliest copy, valid if any copy is.
+/// Each impression id of `partitions` at its earliest copy, valid if any copy is; every copy
+/// is shown to `views` when given.
 async fn earliest_impressions(
     store: &dyn EventStore,
     partitions: &[EventPartition],
     concurrency: usize,
+    mut views: Option<&mut ViewJoin>,
 ) -> Result<HashMap<ImpressionId, ImpressionSummaryRow>, StoreError> {
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
     let mut reads = stream::iter(partitions.iter().copied())
@@ -317,6 +329,9 @@ async fn earliest_impressions(
         .buffer_unordered(concurrency.max(1));
     while let Some(rows) = reads.next().await {
         for row in rows? {
+            if let Some(views) = views.as_deref_mut() {
+                views.see(&row);
+            }
             keep_earliest(&mut earliest, row);
         }
     }
@@ -331,7 +346,7 @@ pub(crate) async fn billable_windows_of_day(
     window: BillableWindow,
     concurrency: usize,
 ) -> Result<HashMap<(UserId, i64), EventTime>, StoreError> {
-    let earliest = earliest_impressions(store, &read.partitions, concurrency).await?;
+    let earliest = earliest_impressions(store, &read.partitions, concurrency, None).await?;
     let mut windows: HashMap<(UserId, i64), EventTime> = HashMap::new();
     for row in earliest.into_values().filter(|row| row.invalid.is_none()) {
         windows
@@ -345,7 +360,7 @@ pub(crate) async fn billable_windows_of_day(
 /// Reads one UTC day's impression and click partitions and aggregates them, with users
 /// reached at the levels asked for; `concurrency` partition reads at a time.
 pub(crate) async fn aggregate_day(
-    store: &dyn EventStore,
+    store: &dyn Store,
     read: &DayRead,
     window: BillableWindow,
     concurrency: usize,
@@ -354,9 +369,11 @@ pub(crate) async fn aggregate_day(
         campaign,
         partitions,
         levels,
+        view_window,
     } = read;
     let concurrency = concurrency.max(1);
-    let earliest = earliest_impressions(store, partitions, concurrency).await?;
+    let mut views = ViewJoin::read(store, partitions, None, *view_window, concurrency).await?;
+    let earliest = earliest_impressions(store, partitions, concurrency, Some(&mut views)).await?;
     let mut day = DayAggregate {
         slices: BTreeMap::new(),
         reach: Reach::with_levels(levels),
@@ -368,7 +385,9 @@ pub(crate) async fn aggregate_day(
             day.slice(row.timestamp, row.ad_id).invalid_impressions += 1;
             continue;
         }
-        day.slice(row.timestamp, row.ad_id).impressions += 1;
+        let counts = day.slice(row.timestamp, row.ad_id);
+        counts.impressions += 1;
+        counts.views.count(&views.views_of(row.impression_id));
         day.reach.insert(
             row.timestamp.epoch_millis().div_euclid(HOUR_MILLIS),
             row.ad_id,

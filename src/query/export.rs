@@ -15,6 +15,7 @@ use crate::domain::event::Impression;
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
+use crate::domain::view::ImpressionViews;
 use crate::store::StoreError;
 use chrono::TimeDelta;
 use chrono::{DateTime, Utc};
@@ -76,27 +77,38 @@ impl Export {
         let clicked =
             first_click_days_in(reader.store.as_ref(), plan(readable), reader.fan_out).await?;
         Ok(Self {
-            scan: ImpressionScan::new(Arc::clone(&reader.store), range, impressions),
+            scan: ImpressionScan::new(Arc::clone(&reader.store), range, impressions)
+                .with_views(reader.view_window),
             clicked,
             lookback,
         })
     }
 
-    /// The next page of (impression, clicked); `None` at the end. A page may be empty.
-    pub(crate) async fn next_page(
-        &mut self,
-    ) -> Result<Option<Vec<(Impression, bool)>>, StoreError> {
-        Ok(self.scan.next_page().await?.map(|page| {
+    /// The next page; `None` at the end. A page may be empty.
+    pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<Exported>>, StoreError> {
+        Ok(self.scan.next_page_with_views().await?.map(|page| {
             page.into_iter()
-                .map(|impression| {
+                .map(|(impression, views)| {
                     let day = impression.timestamp.instant().date_naive();
                     let clicked = self
                         .clicked
                         .get(&impression.impression_id)
                         .is_some_and(|first| first.date() <= day + self.lookback);
-                    (impression, clicked)
+                    Exported {
+                        impression,
+                        clicked,
+                        views,
+                    }
                 })
                 .collect()
         }))
     }
+}
+
+/// One exported impression: what is stored of it, whether it was clicked, what its view
+/// reports say.
+pub(crate) struct Exported {
+    pub(crate) impression: Impression,
+    pub(crate) clicked: bool,
+    pub(crate) views: ImpressionViews,
 }

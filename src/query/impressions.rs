@@ -9,7 +9,9 @@
 use crate::domain::event::Impression;
 use crate::domain::ids::ImpressionId;
 use crate::domain::partition::EventPartition;
+use crate::domain::view::{ImpressionViews, ViewWindow};
 use crate::query::range::QueryRange;
+use crate::query::views::ViewJoin;
 use crate::store::{ImpressionPage, PageCursor, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -31,6 +33,8 @@ pub(crate) struct ImpressionScan {
     end: DateTime<Utc>,
     pending: VecDeque<EventPartition>,
     reads: FuturesUnordered<PageRead>,
+    /// Whether each partition's view reports are joined to its impressions, with this window.
+    views: Option<ViewWindow>,
 }
 
 struct PartitionScan {
@@ -39,6 +43,8 @@ struct PartitionScan {
     seen: HashSet<ImpressionId>,
     /// First copies that are invalid traffic, until the partition is read through.
     held: HashMap<ImpressionId, Impression>,
+    /// The partition's view reports and their impressions' clients, read with its first page.
+    views: Option<Arc<ViewJoin>>,
 }
 
 impl ImpressionScan {
@@ -54,12 +60,28 @@ impl ImpressionScan {
             end: range.end(),
             pending: partitions.into_iter().collect(),
             reads: FuturesUnordered::new(),
+            views: None,
         }
+    }
+
+    /// Joins each impression to its view reports (exports): a partition's reports are read
+    /// with its first page, and, when there are any, its thin rows for the clients they
+    /// are checked against.
+    pub(crate) fn with_views(mut self, window: ViewWindow) -> Self {
+        self.views = Some(window);
+        self
     }
 
     fn read(&self, mut scan: PartitionScan) -> PageRead {
         let store = Arc::clone(&self.store);
+        let views = self.views;
         Box::pin(async move {
+            if let Some(window) = views.filter(|_| scan.views.is_none()) {
+                match partition_views(store.as_ref(), &scan.partition, window).await {
+                    Ok(join) => scan.views = Some(Arc::new(join)),
+                    Err(error) => return (scan, Err(error)),
+                }
+            }
             let cursor = scan.cursor.take();
             let page = store.read_impression_page(&scan.partition, cursor).await;
             (scan, page)
@@ -69,6 +91,17 @@ impl ImpressionScan {
     /// The next page's impressions inside the range, each id once per UTC day; `None` once
     /// every partition is read. A page may be empty.
     pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<Impression>>, StoreError> {
+        Ok(self
+            .next_page_with_views()
+            .await?
+            .map(|page| page.into_iter().map(|(impression, _)| impression).collect()))
+    }
+
+    /// [`next_page`](Self::next_page) with each impression's view measures (none unless the
+    /// scan was made [`with_views`](Self::with_views)).
+    pub(crate) async fn next_page_with_views(
+        &mut self,
+    ) -> Result<Option<Vec<(Impression, ImpressionViews)>>, StoreError> {
         while self.reads.len() < PARTITIONS_IN_FLIGHT
             && let Some(partition) = self.pending.pop_front()
         {
@@ -77,6 +110,7 @@ impl ImpressionScan {
                 cursor: None,
                 seen: HashSet::new(),
                 held: HashMap::new(),
+                views: None,
             });
             self.reads.push(read);
         }
@@ -106,6 +140,7 @@ impl ImpressionScan {
                 impressions.push(impression);
             }
         }
+        let views = scan.views.clone();
         // The partition's next page is read while the caller handles this one.
         if page.next.is_some() {
             scan.cursor = page.next;
@@ -114,6 +149,32 @@ impl ImpressionScan {
         } else {
             impressions.extend(scan.held.into_values());
         }
-        Ok(Some(impressions))
+        Ok(Some(
+            impressions
+                .into_iter()
+                .map(|impression| {
+                    let measures = views
+                        .as_ref()
+                        .map(|join| join.views_of(impression.impression_id))
+                        .unwrap_or_default();
+                    (impression, measures)
+                })
+                .collect(),
+        ))
     }
+}
+
+/// One partition's view reports, and the clients of its impressions they name.
+async fn partition_views(
+    store: &dyn Store,
+    partition: &EventPartition,
+    window: ViewWindow,
+) -> Result<ViewJoin, StoreError> {
+    let mut join = ViewJoin::read(store, std::slice::from_ref(partition), None, window, 1).await?;
+    if !join.is_empty() {
+        for row in store.read_impression_summaries(partition).await? {
+            join.see(&row);
+        }
+    }
+    Ok(join)
 }

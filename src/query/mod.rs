@@ -19,11 +19,13 @@ pub(crate) mod site_day;
 pub(crate) mod span;
 pub mod summary;
 pub(crate) mod uniques;
+pub(crate) mod views;
 
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::{Listing, OwnerDays};
 use crate::domain::slices::SliceRule;
+use crate::domain::view::ViewWindow;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use aggregate::BillableWindow;
@@ -50,6 +52,8 @@ pub(crate) struct Reader {
     pub(crate) budget: PartitionBudget,
     /// When slices of days not yet sealed close; `None`: such days are read raw, whole.
     pub(crate) open_days: Option<SliceRule>,
+    /// How long after an impression its view reports count.
+    pub(crate) view_window: ViewWindow,
 }
 
 /// The query side's tunables.
@@ -67,6 +71,8 @@ pub struct QueryOptions {
     /// Days not yet sealed are answered from their closed slices' aggregates by this rule
     /// (`None`: read raw, whole; the composition root sets it from the service's options).
     pub open_days: Option<SliceRule>,
+    /// How long after an impression its view reports count.
+    pub view_window: ViewWindow,
 }
 
 impl Default for QueryOptions {
@@ -78,6 +84,7 @@ impl Default for QueryOptions {
             max_partitions: 20_000,
             click_lookback_days: 30,
             open_days: Some(SliceRule::default()),
+            view_window: ViewWindow::default(),
         }
     }
 }
@@ -99,6 +106,7 @@ impl Queries {
                     max: options.max_partitions,
                 },
                 open_days: options.open_days,
+                view_window: options.view_window,
             },
             options,
         }

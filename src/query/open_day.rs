@@ -13,6 +13,7 @@ use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day};
 use crate::domain::time::Day;
+use crate::domain::view::ViewWindow;
 use crate::store::{OpenDayParts, ReachLevel, Store, StoreError};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -29,6 +30,7 @@ pub(crate) struct OpenDayRead {
     pub(crate) partitions: Vec<EventPartition>,
     pub(crate) levels: Vec<ReachLevel>,
     pub(crate) window: BillableWindow,
+    pub(crate) view_window: ViewWindow,
     pub(crate) rule: SliceRule,
     pub(crate) now: DateTime<Utc>,
     pub(crate) concurrency: usize,
@@ -150,6 +152,7 @@ pub(crate) async fn read_open_day(
                 billable_impressions: counts.billable_impressions,
                 invalid_impressions: counts.invalid_impressions,
                 invalid_clicks: counts.invalid_clicks,
+                views: counts.views,
             },
         );
     }
@@ -183,7 +186,7 @@ pub(crate) async fn read_open_day(
                     .as_deref()
                     .filter(|_| from_aggregates > 0),
             ),
-            read.window,
+            (read.window, read.view_window),
             read.concurrency,
         )
         .await?;

@@ -20,6 +20,7 @@ use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::user_data;
+use crate::domain::view::ViewCounts;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -76,6 +77,9 @@ pub(crate) struct ReportRow {
     pub(crate) value: Option<String>,
     pub(crate) impressions: u64,
     pub(crate) clicks: u64,
+    /// The view measures, by `ad_id` only (a report by a `user_data` key reads raw pages and
+    /// does not join reports).
+    pub(crate) views: Option<ViewCounts>,
     /// This row sums the values past the report's limit.
     pub(crate) other: bool,
 }
@@ -120,6 +124,7 @@ pub(crate) async fn ad_report(
             value: Some(ad.to_string()),
             impressions: counts.impressions,
             clicks: counts.clicks,
+            views: Some(counts.views),
             other: false,
         })
         .collect();
@@ -183,6 +188,7 @@ pub(crate) async fn campaign_report(
             value,
             impressions,
             clicks,
+            views: None,
             other: false,
         })
         .collect();
@@ -213,6 +219,10 @@ fn limited(mut rows: Vec<ReportRow>, limit: usize) -> Report {
             value: None,
             impressions: rest.iter().map(|row| row.impressions).sum(),
             clicks: rest.iter().map(|row| row.clicks).sum(),
+            views: rest.iter().try_fold(ViewCounts::default(), |mut sum, row| {
+                sum.add(row.views.as_ref()?);
+                Some(sum)
+            }),
             other: true,
         });
     }
@@ -228,6 +238,7 @@ mod tests {
             value: Some(value.to_owned()),
             impressions,
             clicks,
+            views: None,
             other: false,
         }
     }

@@ -19,7 +19,9 @@ use crate::domain::sketch::{MemberHash, UniqueSketch};
 use crate::domain::slices::{Slice, Span, slice_of};
 use crate::domain::time::EventTime;
 use crate::domain::traffic::{InvalidReason, any_valid};
+use crate::domain::view::ViewWindow;
 use crate::query::aggregate::{BillableWindow, SliceCounts, keep_earliest};
+use crate::query::views::ViewJoin;
 use crate::store::{CopyRow, ImpressionSummaryRow, Store, StoreError};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -82,7 +84,7 @@ pub(crate) async fn aggregate_spans(
     partitions: &[EventPartition],
     spans: &[Span],
     (duplicates, find_duplicates): (&Duplicates, Option<&[BucketCount]>),
-    window: BillableWindow,
+    (window, view_window): (BillableWindow, ViewWindow),
     concurrency: usize,
 ) -> Result<SpanAggregate, StoreError> {
     let concurrency = concurrency.max(1);
@@ -95,12 +97,14 @@ pub(crate) async fn aggregate_spans(
         })
         .collect();
     let in_spans = |at: EventTime| spans.iter().any(|span| span.contains(at.instant()));
+    let mut views =
+        ViewJoin::read(store, partitions, Some(spans), view_window, concurrency).await?;
     let (earliest, impressions_read, found) = earliest_copies(
         store,
         partitions,
         &reads,
         (duplicates, find_duplicates),
-        concurrency,
+        (concurrency, &mut views),
     )
     .await?;
     let mut aggregate = SpanAggregate {
@@ -122,7 +126,9 @@ pub(crate) async fn aggregate_spans(
         }
         if in_span {
             let slice = slice_of(at.instant());
-            aggregate.counts(slice, row.ad_id).impressions += 1;
+            let counts = aggregate.counts(slice, row.ad_id);
+            counts.impressions += 1;
+            counts.views.count(&views.views_of(row.impression_id));
             aggregate
                 .users
                 .entry((slice, row.ad_id))
@@ -176,7 +182,7 @@ async fn earliest_copies(
     partitions: &[EventPartition],
     reads: &[Span],
     (duplicates, find): (&Duplicates, Option<&[BucketCount]>),
-    concurrency: usize,
+    (concurrency, views): (usize, &mut ViewJoin),
 ) -> Result<
     (
         HashMap<ImpressionId, ImpressionSummaryRow>,
@@ -206,6 +212,7 @@ async fn earliest_copies(
             ));
         }
         for row in rows {
+            views.see(&row);
             keep_earliest(&mut earliest, row);
         }
     }

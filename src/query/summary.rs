@@ -21,6 +21,7 @@ use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
+use crate::domain::view::ViewCounts;
 use crate::store::{ReachLevel, SealState, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -35,6 +36,8 @@ pub struct Counts {
     pub(crate) unique_users: u64,
     pub(crate) invalid_impressions: u64,
     pub(crate) invalid_clicks: u64,
+    /// The view measures of the valid impressions.
+    pub(crate) views: ViewCounts,
 }
 
 impl Counts {
@@ -94,6 +97,7 @@ impl Tally {
             unique_users: reached.min(self.counts.impressions),
             invalid_impressions: self.counts.invalid_impressions,
             invalid_clicks: self.counts.invalid_clicks,
+            views: self.counts.views,
         }
     }
 }
@@ -327,6 +331,7 @@ pub(crate) async fn campaign_summary(
     ))?;
     let now = Utc::now();
     let open_rule = reader.open_days;
+    let view_window = reader.view_window;
     let (sealed, raw): (Vec<_>, Vec<_>) = days
         .into_iter()
         .zip(states)
@@ -345,6 +350,7 @@ pub(crate) async fn campaign_summary(
                 partitions,
                 levels,
                 window,
+                view_window,
                 rule,
                 now,
                 concurrency: per_day,
@@ -357,6 +363,7 @@ pub(crate) async fn campaign_summary(
             campaign,
             partitions,
             levels,
+            view_window,
         };
         let raw = aggregate_day(store, &read, window, per_day).await?;
         Ok::<_, StoreError>((day, raw, Source::Slices(0)))

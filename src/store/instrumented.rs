@@ -6,7 +6,7 @@ use super::{
     ImpressionSummaryRow, LiveCountRow, OpenDayParts, OpenDayRows, PageCursor, ProcessStore,
     ReachLevel, Rollup, RollupStore, SealState, SealStore, SealedCounts, SettingsStore, SiteRollup,
     SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError,
-    VisitRow, VisitStore, WindowPublication,
+    ViewStore, VisitRow, VisitStore, WindowPublication,
 };
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
@@ -22,6 +22,7 @@ use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use crate::domain::time::EventTime;
+use crate::domain::view::{StoredReport, ViewReportEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -494,5 +495,26 @@ impl SliceStore for Instrumented {
     ) -> Result<(), StoreError> {
         let call = self.inner.delete_open_day(campaign, day, partitions);
         timed("delete_open_day", call).await
+    }
+}
+
+#[async_trait]
+impl ViewStore for Instrumented {
+    async fn write_view_reports(
+        &self,
+        partition: &EventPartition,
+        reports: &[ViewReportEvent],
+    ) -> Result<(), StoreError> {
+        let call = self.inner.write_view_reports(partition, reports);
+        timed("write_view_reports", call).await
+    }
+
+    async fn read_view_reports(
+        &self,
+        partition: &EventPartition,
+        span: Option<Span>,
+    ) -> Result<Vec<StoredReport>, StoreError> {
+        let call = self.inner.read_view_reports(partition, span);
+        timed("read_view_reports", call).await
     }
 }

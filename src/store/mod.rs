@@ -44,6 +44,7 @@ use crate::domain::sealing::LateMark;
 use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::{Day, EventTime};
+use crate::domain::view::{StoredReport, ViewReportEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -434,6 +435,25 @@ pub trait SliceStore: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
+/// View reports (docs/DESIGN.md, "Viewability"): kept in the partition of the impression they
+/// report on, so whatever reads a partition's impressions reads its reports beside them.
+#[async_trait]
+pub trait ViewStore: Send + Sync {
+    /// Stores reports of one partition; a report stored twice is two rows of one id.
+    async fn write_view_reports(
+        &self,
+        partition: &EventPartition,
+        reports: &[ViewReportEvent],
+    ) -> Result<(), StoreError>;
+
+    /// The reports of one partition, or of the impressions whose time lies in `span`.
+    async fn read_view_reports(
+        &self,
+        partition: &EventPartition,
+        span: Option<Span>,
+    ) -> Result<Vec<StoredReport>, StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
@@ -446,6 +466,7 @@ pub trait Store:
     + ProcessStore
     + DeliveryStore
     + SliceStore
+    + ViewStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

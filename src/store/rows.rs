@@ -6,6 +6,7 @@ use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::process::ProcessId;
 use crate::domain::time::{Day, EventTime};
 use crate::domain::traffic::InvalidReason;
+use crate::domain::view::{Client, ViewCounts};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -18,6 +19,10 @@ pub struct ImpressionSummaryRow {
     pub(crate) timestamp: EventTime,
     /// `None`: this copy is valid (rows written before invalid traffic was classified too).
     pub(crate) invalid: Option<InvalidReason>,
+    /// The client the copy was rendered for (none in rows written before viewability).
+    pub(crate) client: Client,
+    /// When this copy's pixel arrived; `None` for a POSTed copy.
+    pub(crate) pixel_arrival: Option<DateTime<Utc>>,
 }
 
 /// One stored click.
@@ -76,6 +81,65 @@ pub(crate) struct RollupSlice {
     pub(crate) billable_impressions: u64,
     pub(crate) invalid_impressions: u64,
     pub(crate) invalid_clicks: u64,
+    /// The view measures (0 in rows sealed before viewability).
+    pub(crate) views: ViewCounts,
+}
+
+impl RollupSlice {
+    /// Its counts in their stored order: the five counts, then the view measures.
+    pub(crate) fn counts(&self) -> [u64; 10] {
+        let [
+            measurable,
+            viewable,
+            engaged,
+            in_view_total,
+            in_view_measured,
+        ] = self.views.to_array();
+        [
+            self.impressions,
+            self.clicks,
+            self.billable_impressions,
+            self.invalid_impressions,
+            self.invalid_clicks,
+            measurable,
+            viewable,
+            engaged,
+            in_view_total,
+            in_view_measured,
+        ]
+    }
+
+    /// A row back from [`counts`](Self::counts) (zeros where an older row stops).
+    pub(crate) fn from_counts(slice: i64, ad_id: AdId, counts: [u64; 10]) -> Self {
+        let [
+            impressions,
+            clicks,
+            billable_impressions,
+            invalid_impressions,
+            invalid_clicks,
+            measurable,
+            viewable,
+            engaged,
+            in_view_total,
+            in_view_measured,
+        ] = counts;
+        Self {
+            slice,
+            ad_id,
+            impressions,
+            clicks,
+            billable_impressions,
+            invalid_impressions,
+            invalid_clicks,
+            views: ViewCounts::from_array([
+                measurable,
+                viewable,
+                engaged,
+                in_view_total,
+                in_view_measured,
+            ]),
+        }
+    }
 }
 
 /// How much of a sealed campaign-day one users sketch covers. A summary reads only the

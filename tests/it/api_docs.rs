@@ -38,6 +38,8 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
             "/readyz",
             "/t.js",
             "/track",
+            "/v",
+            "/v.js",
             "/v1/advertisers/{advertiser_id}/campaigns",
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}",
             "/v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/delivery",

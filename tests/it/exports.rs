@@ -69,6 +69,11 @@ fn check_record(sent: &HashMap<Uuid, Sent>, record: &Value, seen: &mut HashMap<U
         record["invalid"].is_null() || record["invalid"] == "",
         "{record}"
     );
+    // No view report was sent: not measured.
+    assert!(
+        record["measurable"] == false || record["measurable"] == "false",
+        "{record}"
+    );
     assert!(
         record["user_id"]
             .as_str()
@@ -181,7 +186,11 @@ async fn an_export_of_200_000_impressions_has_each_once_with_clicked_in_both_for
             "user_data",
             "clicked",
             "user_agent",
-            "invalid"
+            "invalid",
+            "measurable",
+            "viewable",
+            "in_view_ms",
+            "engagements"
         ]
     );
     let mut seen = HashMap::new();

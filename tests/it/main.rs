@@ -31,3 +31,4 @@ mod reports;
 mod sealing;
 mod summary;
 mod uniques;
+mod viewability;

@@ -285,7 +285,10 @@ fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> 
 
 /// Parameters from a body, by its type. `sendBeacon` with a string sends `text/plain`, which
 /// may hold urlencoded text or a JSON object; a body without a type is read the same way.
-fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+pub(crate) fn body_params(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Vec<(String, String)>, ApiError> {
     if body.is_empty() {
         return Ok(Vec::new());
     }
@@ -305,7 +308,7 @@ fn body_params(headers: &HeaderMap, body: &[u8]) -> Result<Vec<(String, String)>
             }
         }
         Some(other) => Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Type {} is not accepted by /track: send application/x-www-form-urlencoded, \
+            "Content-Type {} is not accepted here: send application/x-www-form-urlencoded, \
              text/plain or application/json",
             echo(other)
         ))),

@@ -52,9 +52,11 @@ pub(crate) fn need(method: &Method, route: &str) -> Need {
     };
     match (method, route) {
         // The ad tags are signed instead, and ignore any key.
-        (_, "/healthz" | "/readyz" | "/openapi.json" | "/track" | "/i" | "/c") => Need::Public,
+        (_, "/healthz" | "/readyz" | "/openapi.json" | "/track" | "/i" | "/c" | "/v") => {
+            Need::Public
+        }
         // The browser's assets: the dashboard asks for a key itself, per request it makes.
-        ("GET", "/t.js" | "/dashboard" | "/dashboard/app.js" | "/dashboard/app.css") => {
+        ("GET", "/t.js" | "/v.js" | "/dashboard" | "/dashboard/app.js" | "/dashboard/app.css") => {
             Need::Public
         }
         (_, "/metrics") => Need::Metrics,
@@ -190,6 +192,8 @@ mod tests {
         assert_eq!(need(&Method::HEAD, "/dashboard"), Need::Public);
         assert_eq!(need(&Method::HEAD, &campaign), Need::CampaignRead);
         assert_eq!(need(&Method::GET, "/c"), Need::Public);
+        assert_eq!(need(&Method::POST, "/v"), Need::Public);
+        assert_eq!(need(&Method::GET, "/v.js"), Need::Public);
         let secrets = "/v1/advertisers/{advertiser_id}/tag-secrets";
         assert_eq!(need(&Method::GET, secrets), Need::Admin);
         assert_eq!(need(&Method::POST, secrets), Need::Admin);

@@ -288,6 +288,7 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
             user_data: user_data?,
             user_agent,
             invalid,
+            pixel_arrival: None,
         })
     }
 

@@ -120,6 +120,10 @@ pub(crate) struct FreshnessAnswer {
     pub(crate) sealed_through: Option<String>,
     /// Campaign- and site-days a late event marked, waiting for their next seal.
     pub(crate) late_days: usize,
+    /// How long after a UTC day ends it is sealed: the longer of `--rollup-grace` and
+    /// `--tag-ttl` plus `--view-window` (the view window of the day's last impression, whose
+    /// pixel may come `--tag-ttl` late), plus 5 s.
+    pub(crate) seal_delay_seconds: i64,
 }
 
 #[utoipa::path(
@@ -157,5 +161,6 @@ pub(crate) async fn get_freshness(
             .sealed_through
             .map(|day| day.date().format("%Y-%m-%d").to_string()),
         late_days: report.late_days,
+        seal_delay_seconds: report.seal_delay.num_seconds(),
     }))
 }

@@ -9,11 +9,12 @@
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::traffic::{InvalidReason, UserAgent};
+use crate::domain::view::ImpressionViews;
 use crate::http::AppState;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::openapi::texts::Id;
 use crate::http::edge::params::{Params, RangeQuery, campaign_key};
-use crate::query::export::Export;
+use crate::query::export::{Export, Exported};
 use crate::query::recent::MAX_LIMIT;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -40,7 +41,7 @@ pub(crate) enum ExportFormat {
     Csv,
 }
 
-const CSV_COLUMNS: [&str; 11] = [
+const CSV_COLUMNS: [&str; 15] = [
     "impression_id",
     "advertiser_id",
     "campaign_id",
@@ -52,6 +53,10 @@ const CSV_COLUMNS: [&str; 11] = [
     "clicked",
     "user_agent",
     "invalid",
+    "measurable",
+    "viewable",
+    "in_view_ms",
+    "engagements",
 ];
 
 /// An impression as exports and `recent` show it: every stored field.
@@ -76,10 +81,37 @@ pub(crate) struct ImpressionRecord<'a> {
     /// Why the impression is invalid traffic (`bot_user_agent`, `prefetch`,
     /// `denied_address`); null when it is valid (any copy of it is).
     invalid: Option<&'static str>,
+    /// Exports only: what the impression's accepted view reports say.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    views: Option<ViewRecord>,
+}
+
+/// An impression's view measures, as exports give them.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ViewRecord {
+    /// An accepted report said it was measured (`measurable` or `viewable`).
+    measurable: bool,
+    /// An accepted report said it was viewable.
+    viewable: bool,
+    /// The largest `in_view_ms` an accepted report carried; null when none did.
+    in_view_ms: Option<u32>,
+    /// The engagement kinds accepted reports named, sorted.
+    engagements: Vec<&'static str>,
+}
+
+impl From<&ImpressionViews> for ViewRecord {
+    fn from(views: &ImpressionViews) -> Self {
+        Self {
+            measurable: views.measurable(),
+            viewable: views.viewable(),
+            in_view_ms: views.in_view_ms,
+            engagements: views.kinds.engagements(),
+        }
+    }
 }
 
 impl<'a> ImpressionRecord<'a> {
-    fn new(impression: &'a Impression, clicked: Option<bool>) -> Self {
+    fn new(impression: &'a Impression, clicked: Option<bool>, views: Option<ViewRecord>) -> Self {
         Self {
             impression_id: impression.impression_id.to_string(),
             advertiser_id: impression.campaign.advertiser_id.to_string(),
@@ -92,17 +124,26 @@ impl<'a> ImpressionRecord<'a> {
             clicked,
             user_agent: impression.user_agent.as_ref().map(UserAgent::as_str),
             invalid: impression.invalid.map(InvalidReason::as_str),
+            views,
         }
+    }
+
+    fn exported(row: &'a Exported) -> Self {
+        Self::new(
+            &row.impression,
+            Some(row.clicked),
+            Some(ViewRecord::from(&row.views)),
+        )
     }
 }
 
 /// One page of an export, encoded.
-fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> {
+fn encode(format: Format, page: &[Exported]) -> Result<Bytes, String> {
     let mut out = Vec::with_capacity(page.len() * 320);
     match format {
         Format::Ndjson => {
-            for (impression, clicked) in page {
-                serde_json::to_writer(&mut out, &ImpressionRecord::new(impression, Some(*clicked)))
+            for row in page {
+                serde_json::to_writer(&mut out, &ImpressionRecord::exported(row))
                     .map_err(|error| error.to_string())?;
                 out.push(b'\n');
             }
@@ -112,10 +153,16 @@ fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> 
                 .has_headers(false)
                 .terminator(csv::Terminator::CRLF)
                 .from_writer(&mut out);
-            for (impression, clicked) in page {
-                let record = ImpressionRecord::new(impression, Some(*clicked));
+            for row in page {
+                let record = ImpressionRecord::exported(row);
                 let user_data =
                     serde_json::to_string(record.user_data).map_err(|error| error.to_string())?;
+                let views = ViewRecord::from(&row.views);
+                let in_view_ms = views
+                    .in_view_ms
+                    .map(|ms| ms.to_string())
+                    .unwrap_or_default();
+                let engagements = views.engagements.join(" ");
                 writer
                     .write_record(
                         [
@@ -127,9 +174,13 @@ fn encode(format: Format, page: &[(Impression, bool)]) -> Result<Bytes, String> 
                             &record.timestamp,
                             record.user_ip.as_deref().unwrap_or(""),
                             &user_data,
-                            if *clicked { "true" } else { "false" },
+                            if row.clicked { "true" } else { "false" },
                             record.user_agent.unwrap_or(""),
                             record.invalid.unwrap_or(""),
+                            if views.measurable { "true" } else { "false" },
+                            if views.viewable { "true" } else { "false" },
+                            &in_view_ms,
+                            &engagements,
                         ]
                         .map(inert_cell),
                     )
@@ -232,7 +283,7 @@ pub(crate) async fn get_impressions(
 async fn produce(
     mut export: Export,
     format: Format,
-    first: Option<Vec<(Impression, bool)>>,
+    first: Option<Vec<Exported>>,
     pages: mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
     let mut read_ahead = Some(first);
@@ -316,7 +367,7 @@ pub(crate) async fn get_recent_impressions(
     let answer = RecentAnswer {
         impressions: impressions
             .iter()
-            .map(|impression| ImpressionRecord::new(impression, None))
+            .map(|impression| ImpressionRecord::new(impression, None, None))
             .collect(),
     };
     Ok(Json(answer).into_response())

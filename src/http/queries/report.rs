@@ -4,6 +4,7 @@ use crate::http::AppState;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::openapi::texts::Id;
 use crate::http::edge::params::{Params, RangeQuery, campaign_key};
+use crate::http::queries::summary::ViewMeasuresAnswer;
 use crate::query::report::{DEFAULT_LIMIT, Dimension, MAX_LIMIT};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -19,6 +20,9 @@ pub(crate) struct ReportRowAnswer {
     pub(crate) impressions: u64,
     pub(crate) clicks: u64,
     pub(crate) ctr: f64,
+    /// By `ad_id`: the summary's viewability measures of the ad.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) views: Option<ViewMeasuresAnswer>,
     /// Present and true on the one row summing every value past `limit`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) other: bool,
@@ -98,6 +102,7 @@ pub(crate) async fn get_report(
                 value: row.value.clone(),
                 impressions: row.impressions,
                 clicks: row.clicks,
+                views: row.views.as_ref().map(ViewMeasuresAnswer::from),
                 other: row.other,
             })
             .collect(),

@@ -1,6 +1,7 @@
 //! `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary`.
 
 use crate::domain::echo::echo;
+use crate::domain::view::ViewCounts;
 use crate::http::AppState;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::openapi::texts::Id;
@@ -31,6 +32,26 @@ pub(crate) struct CountsAnswer {
     pub(crate) invalid_impressions: u64,
     /// First clicks every copy of which is invalid traffic.
     pub(crate) invalid_clicks: u64,
+    #[serde(flatten)]
+    pub(crate) views: ViewMeasuresAnswer,
+}
+
+/// The viewability measures of valid impressions, from the reports of `/v.js` joined to them.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ViewMeasuresAnswer {
+    /// Valid impressions an accepted view report said were measured (`measurable` or
+    /// `viewable`).
+    pub(crate) measurable_impressions: u64,
+    /// Valid impressions an accepted view report said were viewable (the MRC rule).
+    pub(crate) viewable_impressions: u64,
+    /// viewable ÷ measurable impressions; `null` when none was measured.
+    pub(crate) viewable_rate: Option<f64>,
+    /// The mean `in_view_ms` of the viewable impressions that reported one, rounded half up;
+    /// `null` when none did.
+    pub(crate) avg_in_view_ms: Option<u64>,
+    /// Valid impressions with at least one engagement (hover, click, expand, play, pause,
+    /// complete).
+    pub(crate) engaged_impressions: u64,
 }
 
 impl From<&Counts> for CountsAnswer {
@@ -43,6 +64,19 @@ impl From<&Counts> for CountsAnswer {
             billable_impressions: counts.billable_impressions,
             invalid_impressions: counts.invalid_impressions,
             invalid_clicks: counts.invalid_clicks,
+            views: ViewMeasuresAnswer::from(&counts.views),
+        }
+    }
+}
+
+impl From<&ViewCounts> for ViewMeasuresAnswer {
+    fn from(views: &ViewCounts) -> Self {
+        Self {
+            measurable_impressions: views.measurable,
+            viewable_impressions: views.viewable,
+            viewable_rate: views.viewable_rate(),
+            avg_in_view_ms: views.avg_in_view_ms(),
+            engaged_impressions: views.engaged,
         }
     }
 }

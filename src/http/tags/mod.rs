@@ -3,3 +3,4 @@
 
 pub(super) mod pixel_click;
 pub(super) mod tag_query;
+pub(super) mod view_report;

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 /// Why a tag is not counted (and a click link not followed). Messages name the problem,
 /// never echo a value or say which secret exists.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum TagRefusal {
+pub(super) enum TagRefusal {
     #[error("{0}")]
     Query(#[from] QueryRefusal),
     #[error("the parameter {0} is not valid")]
@@ -44,7 +44,7 @@ enum TagRefusal {
 
 impl TagRefusal {
     /// The metric label: a fixed set.
-    fn label(&self) -> &'static str {
+    pub(super) fn label(&self) -> &'static str {
         match self {
             Self::Query(_) => "malformed",
             Self::Value(_) => "invalid_value",
@@ -57,7 +57,7 @@ impl TagRefusal {
 }
 
 /// What became of one tag request, for `adevents_tags_total`.
-fn count(tag: &'static str, outcome: &'static str) {
+pub(super) fn count(tag: &'static str, outcome: &'static str) {
     metrics::counter!("adevents_tags_total", "tag" => tag, "outcome" => outcome).increment(1);
 }
 
@@ -91,7 +91,7 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
     }
     let now = Utc::now();
     let query = parts.uri.query().unwrap_or_default();
-    let impression = match signed_impression(state, query, now).await {
+    let impression = match signed_impression(state, query, now, state.options.tag_ttl).await {
         Ok(impression) => impression,
         Err(refusal) => return refusal.label(),
     };
@@ -100,6 +100,7 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
         user_ip: address,
         invalid: state.classifier.classify(viewer.signals()),
         user_agent: viewer.user_agent,
+        pixel_arrival: Some(now),
         ..impression
     };
     let Some(_slot) = state.limiters.try_write_slot() else {
@@ -114,15 +115,17 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
     }
 }
 
-/// The impression a signed pixel URL describes, without its viewer.
-async fn signed_impression(
+/// The impression a signed pixel URL describes, without its viewer, when it arrives within
+/// `ttl` after its `t` (the pixel's own, or that and the view window for a view report).
+pub(super) async fn signed_impression(
     state: &AppState,
     query: &str,
     now: DateTime<Utc>,
+    ttl: std::time::Duration,
 ) -> Result<Impression, TagRefusal> {
     let (signed, campaign) = verified(state, query, &tag_query::PIXEL).await?;
     let issued = issued_at(&signed, now)?;
-    admits_at(issued.instant(), now, state.options.tag_ttl)?;
+    admits_at(issued.instant(), now, ttl)?;
     let user_data = match signed.get("d") {
         None => UserData::default(),
         Some(text) => serde_json::from_str::<BTreeMap<String, String>>(text)
@@ -140,6 +143,7 @@ async fn signed_impression(
         user_data,
         user_agent: None,
         invalid: None,
+        pixel_arrival: None,
     })
 }
 

@@ -12,6 +12,7 @@ use crate::domain::partition::EventPartition;
 use crate::domain::time::EventTime;
 use crate::domain::traffic::{InvalidReason, UserAgent, any_valid};
 use crate::domain::user_data::UserData;
+use crate::domain::view::{AgentTag, Client, Network};
 use crate::store::{ClickRow, ImpressionPage, ImpressionSummaryRow, PageCursor, StoreError};
 use chrono::{DateTime, Utc};
 use scylla::DeserializeRow;
@@ -43,16 +44,33 @@ struct SummaryRow {
     timestamp: DateTime<Utc>,
     valid: Option<bool>,
     invalid: Option<String>,
+    client_net: Option<Vec<u8>>,
+    client_agent: Option<i64>,
+    pixel_net: Option<Vec<u8>>,
+    pixel_agent: Option<i64>,
+    pixel_at: Option<DateTime<Utc>>,
 }
 
 impl SummaryRow {
+    /// The row as counting reads it: the client of its pixel when a pixel copy wrote one
+    /// (the browser that rendered the ad), else the client its POSTed copy carried.
     fn into_row(self) -> ImpressionSummaryRow {
+        let (network, agent) = if self.pixel_at.is_some() {
+            (self.pixel_net, self.pixel_agent)
+        } else {
+            (self.client_net, self.client_agent)
+        };
         ImpressionSummaryRow {
             impression_id: ImpressionId::new(self.impression_id),
             ad_id: AdId::new(self.ad_id),
             user_id: UserId::new(self.user_id),
             timestamp: EventTime::from_stored(self.timestamp),
             invalid: validity(self.valid, self.invalid.as_deref()),
+            client: Client {
+                network: network.as_deref().and_then(Network::from_bytes),
+                agent: agent.map(AgentTag::from_stored),
+            },
+            pixel_arrival: self.pixel_at,
         }
     }
 }
@@ -104,6 +122,8 @@ impl FullImpressionRow {
             user_data: UserData::from_stored(self.user_data.unwrap_or_default()),
             user_agent: self.user_agent.as_deref().and_then(UserAgent::new),
             invalid: validity(self.valid, self.invalid.as_deref()),
+            // Kept in the thin row, which the view join reads.
+            pixel_arrival: None,
         }
     }
 }

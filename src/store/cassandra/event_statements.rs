@@ -19,6 +19,10 @@ const MAX_CLICKS_READ: usize = 100;
 const FULL_COLUMNS: &str =
     "timestamp, impression_id, ad_id, user_id, user_ip, user_data, user_agent, valid, invalid";
 
+/// The columns of `impression_summary` that counting reads (`event_reads::SummaryRow`).
+pub(crate) const SUMMARY_COLUMNS: &str = "impression_id, ad_id, user_id, timestamp, valid, invalid, \
+     client_net, client_agent, pixel_net, pixel_agent, pixel_at";
+
 pub(crate) struct EventStatements {
     pub(crate) insert_impression: PreparedStatement,
     pub(crate) insert_impression_summary: PreparedStatement,
@@ -61,7 +65,8 @@ impl EventStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.impression_summary (advertiser_id, campaign_id, day, bucket_id, timestamp, \
-                     impression_id, ad_id, user_id, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                     impression_id, ad_id, user_id, valid, invalid, client_net, client_agent, pixel_net, pixel_agent, \
+                     pixel_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.click (advertiser_id, campaign_id, day, bucket_id, timestamp, \
@@ -76,7 +81,7 @@ impl EventStatements {
                      impression_id, timestamp, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 format!(
-                    "SELECT impression_id, ad_id, user_id, timestamp, valid, invalid FROM {keyspace}.impression_summary \
+                    "SELECT {SUMMARY_COLUMNS} FROM {keyspace}.impression_summary \
                      WHERE {EVENT_PARTITION}"
                 ),
                 format!(

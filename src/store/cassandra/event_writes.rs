@@ -8,6 +8,7 @@ use super::statements::{PartitionValues, failed, partition_values};
 use crate::domain::event::{Click, Impression};
 use crate::domain::partition::EventPartition;
 use crate::domain::traffic::{InvalidReason, UserAgent};
+use crate::domain::view::Client;
 use crate::store::StoreError;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::future::try_join_all;
@@ -139,6 +140,13 @@ struct SummaryValues {
     user_id: Uuid,
     #[scylla(flatten)]
     validity: Validity,
+    /// A POSTed copy's client and a pixel's, in cells of their own: neither kind of copy
+    /// overwrites the other's, whatever order they arrive in.
+    client_net: MaybeUnset<Vec<u8>>,
+    client_agent: MaybeUnset<i64>,
+    pixel_net: MaybeUnset<Vec<u8>>,
+    pixel_agent: MaybeUnset<i64>,
+    pixel_at: MaybeUnset<DateTime<Utc>>,
     ttl: i32,
 }
 
@@ -155,8 +163,40 @@ impl SummaryValues {
             ad_id: event.ad_id.as_uuid(),
             user_id: event.user_id.as_uuid(),
             validity: Validity::of(event.invalid),
+            client_net: MaybeUnset::Unset,
+            client_agent: MaybeUnset::Unset,
+            pixel_net: MaybeUnset::Unset,
+            pixel_agent: MaybeUnset::Unset,
+            pixel_at: MaybeUnset::Unset,
             ttl,
         }
+        .with_client(event)
+    }
+
+    fn with_client(mut self, event: &Impression) -> Self {
+        let client = event.client();
+        let network = |client: Client| {
+            client.network.map_or(MaybeUnset::Unset, |network| {
+                MaybeUnset::Set(network.as_bytes().to_vec())
+            })
+        };
+        let agent = |client: Client| {
+            client
+                .agent
+                .map_or(MaybeUnset::Unset, |agent| MaybeUnset::Set(agent.stored()))
+        };
+        match event.pixel_arrival {
+            Some(arrival) => {
+                self.pixel_net = network(client);
+                self.pixel_agent = agent(client);
+                self.pixel_at = MaybeUnset::Set(arrival);
+            }
+            None => {
+                self.client_net = network(client);
+                self.client_agent = agent(client);
+            }
+        }
+        self
     }
 }
 
@@ -418,6 +458,7 @@ mod tests {
             user_data,
             user_agent: None,
             invalid: None,
+            pixel_arrival: None,
         }
     }
 

@@ -27,6 +27,7 @@ mod session;
 mod settings;
 mod slices;
 mod statements;
+mod views;
 mod visit_batches;
 mod visits;
 
@@ -50,6 +51,7 @@ use slices::SliceStatements;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
+use views::ViewStatements;
 use visits::VisitStatements;
 
 /// Cassandra refuses a TTL above 20 years.
@@ -70,6 +72,7 @@ struct Prepared {
     delivery: DeliveryStatements,
     listings: ListingStatements,
     slices: SliceStatements,
+    views: ViewStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -136,6 +139,7 @@ impl CassandraStore {
                     delivery,
                     listings,
                     slices,
+                    views,
                 ) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
@@ -147,6 +151,7 @@ impl CassandraStore {
                     DeliveryStatements::prepare(session, keyspace),
                     ListingStatements::prepare(session, keyspace),
                     SliceStatements::prepare(session, keyspace),
+                    ViewStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -159,6 +164,7 @@ impl CassandraStore {
                     delivery,
                     listings,
                     slices,
+                    views,
                 })
             })
             .await

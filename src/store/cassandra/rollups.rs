@@ -14,6 +14,7 @@ use crate::domain::beacon::SiteId;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
+use crate::domain::view::ViewCounts;
 use crate::store::{
     FeatureVisits, ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup,
     SketchPartition, SliceVisits, StoreError,
@@ -68,8 +69,8 @@ impl RollupStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.campaign_rollup (advertiser_id, campaign_id, day, slice, ad_id, \
-                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, {VIEW_COLUMNS}) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_reach_level (advertiser_id, campaign_id, day, level, hour, \
@@ -77,7 +78,7 @@ impl RollupStatements {
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
-                     invalid_clicks FROM {keyspace}.campaign_rollup WHERE {CAMPAIGN_DAY}"
+                     invalid_clicks, {VIEW_COLUMNS} FROM {keyspace}.campaign_rollup WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach_level WHERE {CAMPAIGN_DAY} AND level = ?"
@@ -136,6 +137,15 @@ pub(crate) fn read_count(count: i64) -> u64 {
     u64::try_from(count).unwrap_or_default()
 }
 
+/// The view-measure columns of `campaign_rollup` and `slice_aggregate`, in statement order.
+pub(crate) const VIEW_COLUMNS: &str =
+    "measurable, viewable, engaged, in_view_ms_total, in_view_measured";
+
+/// The view measures back from their cells (0 where a row predates them).
+pub(crate) fn read_views(cells: [Option<i64>; 5]) -> ViewCounts {
+    ViewCounts::from_array(cells.map(|cell| read_count(cell.unwrap_or_default())))
+}
+
 /// The bound values of a `campaign_rollup` insert.
 #[derive(SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
@@ -151,6 +161,11 @@ struct SliceValues {
     billable_impressions: i64,
     invalid_impressions: i64,
     invalid_clicks: i64,
+    measurable: i64,
+    viewable: i64,
+    engaged: i64,
+    in_view_ms_total: i64,
+    in_view_measured: i64,
     written_at: i64,
 }
 
@@ -164,6 +179,12 @@ struct StoredSlice {
     // Absent in a rollup sealed before invalid traffic was counted.
     invalid_impressions: Option<i64>,
     invalid_clicks: Option<i64>,
+    // Absent in a row written before viewability.
+    measurable: Option<i64>,
+    viewable: Option<i64>,
+    engaged: Option<i64>,
+    in_view_ms_total: Option<i64>,
+    in_view_measured: Option<i64>,
 }
 
 /// The bound values of a `site_visits` insert.
@@ -269,6 +290,11 @@ impl RollupStore for CassandraStore {
                 billable_impressions: stored_count(row.billable_impressions),
                 invalid_impressions: stored_count(row.invalid_impressions),
                 invalid_clicks: stored_count(row.invalid_clicks),
+                measurable: stored_count(row.views.measurable),
+                viewable: stored_count(row.views.viewable),
+                engaged: stored_count(row.views.engaged),
+                in_view_ms_total: stored_count(row.views.in_view_ms_total),
+                in_view_measured: stored_count(row.views.in_view_measured),
                 written_at,
             },
             CONTEXT,
@@ -331,6 +357,13 @@ impl RollupStore for CassandraStore {
                     billable_impressions: read_count(row.billable_impressions),
                     invalid_impressions: read_count(row.invalid_impressions.unwrap_or_default()),
                     invalid_clicks: read_count(row.invalid_clicks.unwrap_or_default()),
+                    views: read_views([
+                        row.measurable,
+                        row.viewable,
+                        row.engaged,
+                        row.in_view_ms_total,
+                        row.in_view_measured,
+                    ]),
                 })
                 .collect(),
             reach: reach

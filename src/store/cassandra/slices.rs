@@ -6,8 +6,9 @@
 use super::CassandraStore;
 use super::config::KeyspaceName;
 use super::event_reads::{self, validity};
+use super::event_statements::SUMMARY_COLUMNS;
 use super::event_writes::Validity;
-use super::rollups::{self, campaign_day, stored_count};
+use super::rollups::{self, VIEW_COLUMNS, campaign_day, read_views, stored_count};
 use super::statements::{
     EVENT_PARTITION, execute, execute_each, partition_values, prepare_all, read_all,
 };
@@ -75,7 +76,7 @@ impl SliceStatements {
             session,
             [
                 format!(
-                    "SELECT impression_id, ad_id, user_id, timestamp, valid, invalid FROM {keyspace}.impression_summary \
+                    "SELECT {SUMMARY_COLUMNS} FROM {keyspace}.impression_summary \
                      WHERE {EVENT_PARTITION} AND timestamp >= ? AND timestamp < ?"
                 ),
                 format!(
@@ -99,8 +100,8 @@ impl SliceStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.slice_aggregate (advertiser_id, campaign_id, day, slice, ad_id, \
-                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, users) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, users, \
+                     {VIEW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "SELECT slice, marked_at, aggregated_from FROM {keyspace}.slice_state WHERE {CAMPAIGN_DAY}"
@@ -111,11 +112,11 @@ impl SliceStatements {
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
-                     invalid_clicks FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
+                     invalid_clicks, {VIEW_COLUMNS} FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
-                     invalid_clicks, users FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
+                     invalid_clicks, {VIEW_COLUMNS}, users FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.slice_users (advertiser_id, campaign_id, day, slice, users) \
@@ -187,6 +188,12 @@ struct StoredAggregate {
     billable_impressions: Option<i64>,
     invalid_impressions: Option<i64>,
     invalid_clicks: Option<i64>,
+    // Absent in a row written before viewability.
+    measurable: Option<i64>,
+    viewable: Option<i64>,
+    engaged: Option<i64>,
+    in_view_ms_total: Option<i64>,
+    in_view_measured: Option<i64>,
 }
 
 #[derive(DeserializeRow)]
@@ -198,6 +205,12 @@ struct StoredAggregateWithUsers {
     billable_impressions: Option<i64>,
     invalid_impressions: Option<i64>,
     invalid_clicks: Option<i64>,
+    // Absent in a row written before viewability.
+    measurable: Option<i64>,
+    viewable: Option<i64>,
+    engaged: Option<i64>,
+    in_view_ms_total: Option<i64>,
+    in_view_measured: Option<i64>,
     users: Option<Vec<u8>>,
 }
 
@@ -211,6 +224,11 @@ impl StoredAggregateWithUsers {
             billable_impressions: self.billable_impressions,
             invalid_impressions: self.invalid_impressions,
             invalid_clicks: self.invalid_clicks,
+            measurable: self.measurable,
+            viewable: self.viewable,
+            engaged: self.engaged,
+            in_view_ms_total: self.in_view_ms_total,
+            in_view_measured: self.in_view_measured,
         };
         (counts, self.users.unwrap_or_default())
     }
@@ -248,6 +266,11 @@ struct AggregateValues<'a> {
     invalid_impressions: i64,
     invalid_clicks: i64,
     users: &'a [u8],
+    measurable: i64,
+    viewable: i64,
+    engaged: i64,
+    in_view_ms_total: i64,
+    in_view_measured: i64,
     written_at: i64,
 }
 
@@ -427,6 +450,13 @@ impl SliceStore for CassandraStore {
                         billable_impressions: read_count(row.billable_impressions),
                         invalid_impressions: read_count(row.invalid_impressions),
                         invalid_clicks: read_count(row.invalid_clicks),
+                        views: read_views([
+                            row.measurable,
+                            row.viewable,
+                            row.engaged,
+                            row.in_view_ms_total,
+                            row.in_view_measured,
+                        ]),
                     },
                     users,
                 })
@@ -479,6 +509,11 @@ impl SliceStore for CassandraStore {
                 invalid_impressions: stored_count(row.counts.invalid_impressions),
                 invalid_clicks: stored_count(row.counts.invalid_clicks),
                 users: &row.users,
+                measurable: stored_count(row.counts.views.measurable),
+                viewable: stored_count(row.counts.views.viewable),
+                engaged: stored_count(row.counts.views.engaged),
+                in_view_ms_total: stored_count(row.counts.views.in_view_ms_total),
+                in_view_measured: stored_count(row.counts.views.in_view_measured),
                 written_at,
             },
             CONTEXT,

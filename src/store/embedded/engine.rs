@@ -49,6 +49,7 @@ pub(crate) struct Tables {
     pub(crate) impression_copy: Keyspace,
     /// The slices of unsealed campaign-days: states, duplicates and aggregates.
     pub(crate) open_day: Keyspace,
+    pub(crate) view_report: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
@@ -90,6 +91,7 @@ pub(crate) enum Table {
     SiteFeatures,
     ImpressionCopy,
     OpenDay,
+    ViewReport,
     Meta,
 }
 
@@ -126,6 +128,7 @@ impl Tables {
             Table::SiteFeatures => &self.site_features,
             Table::ImpressionCopy => &self.impression_copy,
             Table::OpenDay => &self.open_day,
+            Table::ViewReport => &self.view_report,
             Table::Meta => &self.meta,
         }
     }

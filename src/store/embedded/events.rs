@@ -43,6 +43,8 @@ fn full_impression(partition: &EventPartition, key: &[u8], value: &[u8]) -> Opti
         user_data: UserData::from_stored(row.user_data),
         user_agent: row.user_agent,
         invalid: row.invalid,
+        // Kept in the thin row, which the view join reads.
+        pixel_arrival: None,
     })
 }
 
@@ -97,12 +99,15 @@ pub(super) fn summary_row(
     value: &[u8],
 ) -> Option<ImpressionSummaryRow> {
     let (ad, user) = rows::decode_two_ids(value)?;
+    let (client, pixel_arrival) = rows::decode_summary_client(value)?;
     Some(ImpressionSummaryRow {
         impression_id,
         ad_id: AdId::new(ad),
         user_id: UserId::new(user),
         timestamp: EventTime::from_stored(at),
         invalid: rows::decode_summary_invalid(value)?,
+        client,
+        pixel_arrival,
     })
 }
 
@@ -164,7 +169,14 @@ impl EventStore for EmbeddedStore {
             let thin = (Table::ImpressionSummary, key, rows::summary_value(event));
             copies.push(copy_row(partition, event));
             if event.invalid.is_none() {
-                rows.extend([full, thin]);
+                rows.push(full);
+                if event.pixel_arrival.is_some() {
+                    rows.push(thin);
+                } else {
+                    // A POSTed copy never replaces a valid pixel's thin row: the client that
+                    // rendered the ad is the one view reports are checked against.
+                    guarded.push(guard(thin, rows::summary_is_valid_pixel));
+                }
             } else {
                 guarded.push(guard(full, rows::impression_is_valid));
                 guarded.push(guard(thin, rows::summary_is_valid));

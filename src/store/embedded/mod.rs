@@ -29,6 +29,7 @@ mod seals;
 mod settings;
 mod site_keys;
 mod slices;
+mod views;
 mod visits;
 
 use crate::store::{Store, StoreError};

@@ -99,6 +99,7 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
             })
             .map_err(|error| engine_error("opening tables", error))?,
         open_day: open("open_day")?,
+        view_report: open("view_report")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,

@@ -36,13 +36,7 @@ impl RollupStore for EmbeddedStore {
                 (
                     Table::CampaignRollup,
                     rollup_keys::rollup_key(campaign, day, row.slice, row.ad_id),
-                    rollup_keys::counts_value(&[
-                        row.impressions,
-                        row.clicks,
-                        row.billable_impressions,
-                        row.invalid_impressions,
-                        row.invalid_clicks,
-                    ]),
+                    rollup_keys::counts_value(&row.counts()),
                 )
             })
             .collect();
@@ -104,23 +98,9 @@ impl RollupStore for EmbeddedStore {
                 .map(|(key, value)| {
                     let (slice, ad_id) =
                         rollup_keys::decode_rollup_key(key).ok_or_else(|| corrupt(CONTEXT))?;
-                    let [
-                        impressions,
-                        clicks,
-                        billable_impressions,
-                        invalid_impressions,
-                        invalid_clicks,
-                    ] = rollup_keys::decode_counts_value(value, 3)
+                    let counts = rollup_keys::decode_counts_value(value, 3)
                         .ok_or_else(|| corrupt(CONTEXT))?;
-                    Ok(RollupSlice {
-                        slice,
-                        ad_id,
-                        impressions,
-                        clicks,
-                        billable_impressions,
-                        invalid_impressions,
-                        invalid_clicks,
-                    })
+                    Ok(RollupSlice::from_counts(slice, ad_id, counts))
                 })
                 .collect::<Result<_, StoreError>>()?,
             reach: reach_rows,

@@ -9,6 +9,8 @@ use crate::domain::delivery::Caps;
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdId, UserId};
 use crate::domain::traffic::{InvalidReason, UserAgent};
+use crate::domain::view::{AgentTag, Client, Network};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -49,6 +51,11 @@ fn valid_from(value: &[u8], at: usize) -> bool {
 
 pub(crate) fn summary_is_valid(value: &[u8]) -> bool {
     valid_from(value, 32)
+}
+
+/// Whether a thin row is a valid copy that came through the pixel (see [`client_part`]).
+pub(crate) fn summary_is_valid_pixel(value: &[u8]) -> bool {
+    summary_is_valid(value) && value.get(33).is_some_and(|flags| flags & HAS_PIXEL != 0)
 }
 
 pub(crate) fn click_is_valid(value: &[u8]) -> bool {
@@ -162,13 +169,37 @@ pub(crate) fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
     })
 }
 
-/// The thin row: ad, user and the copy's reason code.
+/// The thin row: ad, user, the copy's reason code, then its client part (see
+/// [`client_part`]).
 pub(crate) fn summary_value(event: &Impression) -> Vec<u8> {
-    let mut value = Vec::with_capacity(33);
+    let mut value = Vec::with_capacity(60);
     value.extend_from_slice(event.ad_id.as_uuid().as_bytes());
     value.extend_from_slice(event.user_id.as_uuid().as_bytes());
     value.push(event.invalid.map_or(0, InvalidReason::code));
+    value.extend(client_part(&event.client(), event.pixel_arrival));
     value
+}
+
+/// Which parts of the client part follow its flags byte.
+const HAS_AGENT: u8 = 1;
+const HAS_PIXEL: u8 = 2;
+
+/// What the view join needs of a copy: flags, the user agent's tag (8 bytes), the pixel's
+/// arrival (8 bytes of epoch milliseconds), the network (the rest: 3 or 6 bytes, or none).
+fn client_part(client: &Client, pixel_arrival: Option<DateTime<Utc>>) -> Vec<u8> {
+    let mut part = vec![0];
+    if let Some(agent) = client.agent {
+        part[0] |= HAS_AGENT;
+        part.extend(agent.stored().to_be_bytes());
+    }
+    if let Some(arrival) = pixel_arrival {
+        part[0] |= HAS_PIXEL;
+        part.extend(arrival.timestamp_millis().to_be_bytes());
+    }
+    if let Some(network) = client.network {
+        part.extend_from_slice(network.as_bytes());
+    }
+    part
 }
 
 /// The thin row's reason (none in an older row).
@@ -177,6 +208,32 @@ pub(crate) fn decode_summary_invalid(value: &[u8]) -> Option<Option<InvalidReaso
         None => Some(None),
         Some(code) => InvalidReason::from_code(*code).ok(),
     }
+}
+
+/// The thin row's client and pixel arrival (none in a row written before viewability).
+pub(crate) fn decode_summary_client(value: &[u8]) -> Option<(Client, Option<DateTime<Utc>>)> {
+    let Some((flags, mut rest)) = value.get(33..).and_then(<[u8]>::split_first) else {
+        return Some((Client::default(), None));
+    };
+    let mut take8 = |present: bool| -> Option<Option<i64>> {
+        if !present {
+            return Some(None);
+        }
+        let bytes: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+        rest = rest.get(8..)?;
+        Some(Some(i64::from_be_bytes(bytes)))
+    };
+    let agent = take8(flags & HAS_AGENT != 0)?.map(AgentTag::from_stored);
+    let pixel = match take8(flags & HAS_PIXEL != 0)? {
+        None => None,
+        Some(millis) => Some(DateTime::from_timestamp_millis(millis)?),
+    };
+    let network = if rest.is_empty() {
+        None
+    } else {
+        Some(Network::from_bytes(rest)?)
+    };
+    Some((Client { network, agent }, pixel))
 }
 
 pub(crate) fn decode_two_ids(value: &[u8]) -> Option<(Uuid, Uuid)> {
@@ -260,6 +317,7 @@ mod tests {
                 .expect("valid"),
             user_agent: UserAgent::new("Mozilla/5.0 (X11; Linux x86_64)"),
             invalid: Some(InvalidReason::Prefetch),
+            pixel_arrival: None,
         };
         let row = decode_impression_value(&impression_value(&event)).expect("decodes");
         assert_eq!(

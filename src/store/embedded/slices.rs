@@ -65,7 +65,7 @@ fn millis(value: &[u8]) -> Option<DateTime<Utc>> {
 }
 
 /// The key range of a partition's events in `span` (keys run newest first).
-fn span_range(partition: &EventPartition, span: Span) -> (Vec<u8>, Vec<u8>) {
+pub(super) fn span_range(partition: &EventPartition, span: Span) -> (Vec<u8>, Vec<u8>) {
     let prefix = keys::partition_prefix(partition);
     let mut start = prefix.clone();
     start.extend_from_slice(&ordered_i64(!(span.to.timestamp_millis() - 1)));
@@ -104,23 +104,9 @@ fn decode_open_day(rows: &[(fjall::Slice, fjall::Slice)]) -> Option<OpenDayRows>
             }
             DUPLICATE => day.duplicates.push(decode_copy(rest, value)?),
             AGGREGATE => {
-                let [
-                    impressions,
-                    clicks,
-                    billable,
-                    invalid_impressions,
-                    invalid_clicks,
-                ] = decode_counts_value::<5>(value, 5)?;
+                let counts = decode_counts_value(value, 5)?;
                 day.aggregates.push(SliceAggregateRow {
-                    counts: RollupSlice {
-                        slice: slice()?,
-                        ad_id: AdId::new(ad()?),
-                        impressions,
-                        clicks,
-                        billable_impressions: billable,
-                        invalid_impressions,
-                        invalid_clicks,
-                    },
+                    counts: RollupSlice::from_counts(slice()?, AdId::new(ad()?), counts),
                     users: Vec::new(),
                 });
             }
@@ -337,13 +323,7 @@ impl SliceStore for EmbeddedStore {
             let ad = counts.ad_id.as_uuid();
             let mut key = slice_prefix(campaign, day, AGGREGATE, slice);
             key.extend_from_slice(ad.as_bytes());
-            let value = counts_value(&[
-                counts.impressions,
-                counts.clicks,
-                counts.billable_impressions,
-                counts.invalid_impressions,
-                counts.invalid_clicks,
-            ]);
+            let value = counts_value(&counts.counts());
             rows.push((Table::OpenDay, key, value));
             let mut key = slice_prefix(campaign, day, AD_USERS, slice);
             key.extend_from_slice(ad.as_bytes());
