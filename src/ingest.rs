@@ -43,7 +43,16 @@ pub struct Ingestor {
     /// event's effect into the next slice.
     slices: SliceRule,
     window: BillableWindow,
+    /// When this process last marked each slice for a view report (see [`Self::view_reports`]).
+    view_marks: std::sync::Mutex<HashMap<(CampaignKey, Slice), DateTime<Utc>>>,
 }
+
+/// A slice marked this recently for a view report is not marked again for the next: a mark
+/// keeps the slice's aggregate from answering for the margin after it, so any aggregation that
+/// could answer reads after this write.
+const VIEW_MARK_REUSE: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+/// Slices remembered as marked; past this, the memory starts over.
+const VIEW_MARKS_REMEMBERED: usize = 10_000;
 
 /// The slices to mark, by campaign and UTC day.
 type SliceMarks = BTreeMap<(CampaignKey, Day), BTreeSet<Slice>>;
@@ -78,6 +87,7 @@ impl Ingestor {
             registry,
             slices,
             window,
+            view_marks: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -183,13 +193,34 @@ impl Ingestor {
         .await?;
         let now = Utc::now();
         let mut marks = SliceMarks::new();
-        for (campaign, at) in times {
-            let slice = slice_of(at);
-            if self.slices.is_late(slice, now) {
-                add_marks(&mut marks, campaign, vec![slice]);
+        {
+            let mut recent = self
+                .view_marks
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if recent.len() >= VIEW_MARKS_REMEMBERED {
+                recent.clear();
+            }
+            for (campaign, at) in times {
+                let slice = slice_of(at);
+                let marked = recent.get(&(campaign, slice));
+                if self.slices.is_late(slice, now)
+                    && marked.is_none_or(|marked| now - *marked >= VIEW_MARK_REUSE)
+                {
+                    add_marks(&mut marks, campaign, vec![slice]);
+                }
             }
         }
+        let marked: Vec<(CampaignKey, Slice)> = marks
+            .iter()
+            .flat_map(|((campaign, _), slices)| slices.iter().map(|slice| (*campaign, *slice)))
+            .collect();
         self.mark_slices(marks).await?;
+        // Remembered once written, at the time the marks carry (set before they were written).
+        self.view_marks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend(marked.into_iter().map(|key| (key, now)));
         self.mark_late(late).await
     }
 

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 pub(crate) enum Outcome {
     /// Stored (it may still be ignored by the join: another client, or past the window).
     Stored,
+    /// Stored as invalid traffic (a bot, a prefetch, a denied address): it counts nowhere.
+    StoredInvalid,
     /// This process stored the same report already.
     Repeated,
     /// Its client has sent 5 other reports for the impression.
@@ -27,13 +29,16 @@ impl Outcome {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Stored => "stored",
+            Self::StoredInvalid => "stored_invalid",
             Self::Repeated => "repeated",
             Self::PastLimit => "past_limit",
         }
     }
 }
 
-type ClientKey = (ImpressionId, Client);
+/// An impression, a client, and whether its reports are valid traffic: an invalid report
+/// (a prefetch from the viewer's own browser, say) takes none of the places of valid ones.
+type ClientKey = (ImpressionId, Client, bool);
 
 /// The reports stored per (impression, client), oldest first, forgotten when they expire or
 /// when the memory is full.
@@ -117,15 +122,23 @@ impl ViewReports {
 
     /// Stores `report` unless this process stored it, or 5 others of its client, already.
     pub(crate) async fn report(&self, report: ViewReportEvent) -> Result<Outcome, StoreError> {
-        let key = (report.impression_id, report.client);
+        let key = (
+            report.impression_id,
+            report.client,
+            report.invalid.is_none(),
+        );
         let id = report.id();
+        let stored = match report.invalid {
+            None => Outcome::Stored,
+            Some(_) => Outcome::StoredInvalid,
+        };
         if let Err(outcome) = self.lock().admit(key, id, Instant::now()) {
             return Ok(outcome);
         }
         let held = self.lock().reports.len();
         metrics::gauge!("adevents_view_join_entries").set(held as f64);
         match self.ingestor.view_reports(vec![report]).await {
-            Ok(()) => Ok(Outcome::Stored),
+            Ok(()) => Ok(stored),
             Err(error) => {
                 self.lock().release(&key, id);
                 Err(error)
@@ -166,7 +179,11 @@ mod tests {
     }
 
     fn key(n: u128) -> ClientKey {
-        (ImpressionId::new(Uuid::from_u128(n)), Client::default())
+        (
+            ImpressionId::new(Uuid::from_u128(n)),
+            Client::default(),
+            true,
+        )
     }
 
     #[test]
