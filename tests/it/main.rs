@@ -32,3 +32,4 @@ mod sealing;
 mod summary;
 mod uniques;
 mod viewability;
+mod viewability_browser;

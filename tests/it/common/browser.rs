@@ -1,7 +1,8 @@
 //! A real headless Chromium (Debian's `chromium` and `chromium-driver`, which `scripts/test`
 //! installs when missing), driven over WebDriver, for the tests of what the server serves to
-//! browsers.
+//! browsers: the tracker, the measurement script and the dashboard.
 
+use fantoccini::actions::{InputSource, MouseActions, PointerAction};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -102,6 +103,39 @@ impl Browser {
             .click()
             .await
             .expect("clicked");
+    }
+
+    /// Moves the mouse onto the middle of the element `id`.
+    pub async fn point_at(&self, id: &str) {
+        let element = self
+            .client
+            .find(Locator::Id(id))
+            .await
+            .expect("element exists");
+        let moves = MouseActions::new("mouse".to_owned()).then(PointerAction::MoveToElement {
+            element,
+            duration: None,
+            x: 0.0,
+            y: 0.0,
+        });
+        self.client
+            .perform_actions(moves)
+            .await
+            .expect("pointer moved");
+    }
+
+    /// Minimizes the window: the page's `document.visibilityState` becomes `hidden`, as when
+    /// its tab is left.
+    pub async fn hide(&self) {
+        self.client.minimize_window().await.expect("minimized");
+    }
+
+    /// Gives the window back its size, which shows the page again after [`Self::hide`].
+    pub async fn show(&self) {
+        self.client
+            .set_window_size(WINDOW.0, WINDOW.1)
+            .await
+            .expect("restored");
     }
 
     /// Waits (up to 15 s) until `script` returns `expected`; returns what it last returned.
