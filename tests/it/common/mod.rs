@@ -5,6 +5,7 @@
 //! The node is the one `scripts/test` started (or the cluster `ADEVENTS_CASSANDRA_NODES`
 //! names). If it is not there, tests fail: they never skip.
 
+pub mod ad_site;
 pub mod beacons;
 pub mod browser;
 pub mod events;
