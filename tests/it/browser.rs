@@ -4,6 +4,7 @@
 use crate::common::beacons::{register_site, uniques};
 use crate::common::browser::Browser;
 use crate::common::events::{Campaign, post_all, summary};
+use crate::common::tags::{create_secret, signed};
 use crate::common::{Backend, create_key, eventually};
 use axum::response::Html;
 use chrono::{Duration, Utc};
@@ -146,14 +147,45 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
         })
         .collect();
     post_all(&server, "/v1/clicks", &clicks, 7).await;
+    // Four of today's impressions measured in the browser: three viewable, one engaged.
+    let secret = create_secret(&server, campaign.advertiser_id).await;
+    for (impression, measured) in events.iter().step_by(3).zip([
+        "e=measurable,viewable&in_view_ms=1500",
+        "e=viewable,click&in_view_ms=2500",
+        "e=measurable,viewable&in_view_ms=1200",
+        "e=measurable&in_view_ms=300",
+    ]) {
+        let query = format!(
+            "a={}&c={}&ad={}&imp={}&u={}&t={}&k={}",
+            impression["advertiser_id"].as_str().expect("an id"),
+            impression["campaign_id"].as_str().expect("an id"),
+            impression["ad_id"].as_str().expect("an id"),
+            impression["impression_id"].as_str().expect("an id"),
+            impression["user_id"].as_str().expect("an id"),
+            now.timestamp_millis(),
+            secret.id
+        );
+        let response = crate::common::anonymous_http()
+            .post(server.url(&format!("/v?{}", signed(&secret, &query))))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(measured)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "{measured}");
+    }
     let from = yesterday.date_naive().to_string();
     let to = now.date_naive().to_string();
-    let api = summary(
-        &server,
-        &campaign,
-        &format!("from={from}&to={to}&tz=UTC&group_by=none"),
-    )
+    let range = format!("from={from}&to={to}&tz=UTC&group_by=none");
+    let joined = eventually(std::time::Duration::from_secs(15), || {
+        let (server, range) = (&server, &range);
+        async move {
+            summary(server, &campaign, range).await["totals"]["viewable_impressions"] == 3
+        }
+    })
     .await;
+    let api = summary(&server, &campaign, &range).await;
+    assert!(joined, "three viewable impressions: {api}");
     let read_key = create_key(
         &server,
         json!({"scope": "read", "advertiser_id": campaign.advertiser_id, "name": "dashboard"}),
@@ -188,6 +220,8 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
         "clicks",
         "unique_users",
         "billable_impressions",
+        "viewable_rate",
+        "engaged_impressions",
     ] {
         let expected = &api["totals"][metric];
         let value = browser.wait_for(&shown(metric), expected).await;
@@ -196,6 +230,32 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
             "{metric} in the dashboard against the API"
         );
     }
+    let rate = browser
+        .eval(
+            "return document.querySelector('#totals [data-metric=\"viewable_rate\"]').textContent;",
+        )
+        .await;
+    assert!(
+        rate.as_str()
+            .is_some_and(|text| text.contains("75") && text.ends_with('%')),
+        "the viewable rate as a percentage: {rate}"
+    );
+    // By day: yesterday measured nothing, so its rate is "—", not 0 %.
+    let by_day = browser
+        .eval(
+            "const heads = [...document.querySelectorAll('#rows thead th')].map((th) => th.textContent); \
+             const rate = heads.indexOf('Viewable rate'), engaged = heads.indexOf('Engaged impressions'); \
+             return [...document.querySelectorAll('#rows tbody tr')] \
+               .map((tr) => [tr.cells[0].textContent, tr.cells[rate].textContent, tr.cells[engaged].textContent]);",
+        )
+        .await;
+    let today_rate = by_day[1][1].as_str().unwrap_or_default();
+    assert_eq!(by_day[0], json!([from, "—", "0"]), "{by_day}");
+    assert_eq!(by_day[1][2], "1", "{by_day}");
+    assert!(
+        today_rate.contains("75") && today_rate.ends_with('%'),
+        "{by_day}"
+    );
     // Hostile values stay text: nothing was injected into the page.
     let images = browser
         .eval("return document.querySelectorAll('img').length;")

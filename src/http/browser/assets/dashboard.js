@@ -38,6 +38,9 @@
     { key: "ctr", label: "CTR", ratio: true },
     { key: "unique_users", label: "Unique users" },
     { key: "billable_impressions", label: "Billable impressions" },
+    // null (shown "—") when no impression of the period could be measured.
+    { key: "viewable_rate", label: "Viewable rate", ratio: true, hint: "Viewable impressions ÷ measurable impressions" },
+    { key: "engaged_impressions", label: "Engaged impressions", hint: "Impressions with a hover, click, expand, play, pause or complete" },
     { key: "invalid_impressions", label: "Invalid impressions" },
     { key: "invalid_clicks", label: "Invalid clicks" },
   ];
@@ -527,6 +530,7 @@
           "data-metric": m.key,
           "data-label": m.label,
           "data-value": typeof v === "number" ? v : "",
+          title: m.hint,
         }, fmtMetric(m, v));
       }),
     );
@@ -534,7 +538,7 @@
 
   // A table of `columns` ({key, label, metric?}) over `rows`, kept for the CSV download.
   function renderTable(table, columns, rows, empty) {
-    const head = node("thead", null, node("tr", null, ...columns.map((c) => node("th", { scope: "col", class: c.metric ? "num" : null }, c.label))));
+    const head = node("thead", null, node("tr", null, ...columns.map((c) => node("th", { scope: "col", class: c.metric ? "num" : null, title: c.metric ? c.metric.hint : null }, c.label))));
     const body = node("tbody");
     for (const row of rows) {
       body.append(node("tr", null, ...columns.map((c) => {
