@@ -247,6 +247,9 @@ async fn freshness_lists_this_process_and_the_days_sealed(backend: Backend) {
         assert!(day < as_of.date_naive(), "{answer}");
     }
     assert!(answer["late_days"].as_u64().is_some(), "{answer}");
+    // A day is sealed once its last impression's view reports can have come: --tag-ttl (1 h)
+    // plus --view-window (10 min) past its end, later than --rollup-grace (1 h), plus 5 s.
+    assert_eq!(answer["seal_delay_seconds"], 3600 + 600 + 5, "{answer}");
 }
 
 /// A day sealed between two answers of another server counts once in each: first from the
