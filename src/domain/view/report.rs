@@ -169,7 +169,12 @@ impl ViewReport {
         match kinds {
             None => errors.push(ViewReportError::new("e", "is required")),
             Some(list) => {
-                for name in list.split(',').filter(|name| !name.is_empty()) {
+                // "measurable, viewable" is read as the list it means.
+                for name in list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                {
                     match ViewKind::parse(name) {
                         Some(kind) => parsed = parsed.with(kind),
                         None => errors.push(ViewReportError::new(
@@ -228,7 +233,7 @@ mod tests {
     #[test]
     fn a_report_names_every_problem_with_its_fields() {
         let report = ViewReport::from_fields(fields(&[
-            ("e", "measurable,viewable,play"),
+            ("e", "measurable, viewable,play"),
             ("in_view_ms", "1200"),
             ("max_visible", "80"),
         ]))
