@@ -24,6 +24,7 @@ conformance!(
     a_sealed_day_keeps_its_view_measures_and_a_late_report_reseals_it,
     closed_slices_count_their_views_as_the_raw_read_does,
     two_processes_taking_the_impression_and_its_reports_in_any_split_agree,
+    any_page_may_post_a_report,
 );
 
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
@@ -593,5 +594,54 @@ async fn two_processes_taking_the_impression_and_its_reports_in_any_split_agree(
     assert_eq!(
         records[&crowded.impression.to_string()]["engagements"],
         json!(["hover", "pause", "play"])
+    );
+}
+
+async fn any_page_may_post_a_report(backend: Backend) {
+    let (_, server) = server(backend, std::time::Duration::from_secs(3600)).await;
+    let campaign = Campaign::fresh();
+    let secret = create_secret(&server, campaign.advertiser_id).await;
+    let shown = ad(&campaign, &secret, Uuid::new_v4(), Utc::now());
+    let origin = "https://news.example";
+    // A JSON body is not a simple request: the browser asks first.
+    let preflight = crate::common::tags::browser()
+        .request(
+            reqwest::Method::OPTIONS,
+            server.url(&format!("/v?{}", shown.query)),
+        )
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .expect("answered");
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let allowed = |response: &reqwest::Response, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_ascii_lowercase)
+    };
+    assert_eq!(
+        allowed(&preflight, "access-control-allow-origin").as_deref(),
+        Some("*")
+    );
+    assert!(
+        allowed(&preflight, "access-control-allow-methods").is_some_and(|m| m.contains("post"))
+    );
+    let posted = crate::common::tags::browser()
+        .post(server.url(&format!("/v?{}", shown.query)))
+        .header("origin", origin)
+        .header("content-type", "application/json")
+        .header("user-agent", BROWSER)
+        .body(r#"{"e": "measurable"}"#)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(posted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        allowed(&posted, "access-control-allow-origin").as_deref(),
+        Some("*")
     );
 }
