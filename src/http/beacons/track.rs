@@ -7,7 +7,7 @@ use crate::http::AppState;
 use crate::http::beacons::beacon_params::{BeaconError, parse_beacon};
 use crate::http::edge::body::{BodyLimits, read_body};
 use crate::http::edge::client_ip::client_ip;
-use crate::http::edge::error::{ApiError, ErrorAnswer, FieldError};
+use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::openapi::texts::{Guid, Site};
 use crate::http::edge::viewer::Viewer;
 use axum::extract::{Request, State};
@@ -238,22 +238,13 @@ async fn track(
 }
 
 fn invalid_beacon(errors: Vec<BeaconError>) -> ApiError {
-    let message = errors
-        .iter()
-        .map(|error| format!("{} {}", error.field, error.message))
-        .collect::<Vec<_>>()
-        .join("; ");
-    ApiError::InvalidRequest {
-        message: format!("the beacon is invalid: {message}"),
-        errors: errors
+    ApiError::invalid_fields(
+        "the beacon",
+        errors
             .into_iter()
-            .map(|error| FieldError {
-                index: None,
-                field: Some(error.field),
-                message: error.message,
-            })
+            .map(|error| (error.field, error.message))
             .collect(),
-    }
+    )
 }
 
 /// The origin of the page that sent the beacon: `Origin`, else the origin of `Referer`;

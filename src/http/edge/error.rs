@@ -115,6 +115,26 @@ impl ApiError {
             }],
         }
     }
+
+    /// A 400 for every (field, problem) of one request body, e.g. `what` = "the beacon".
+    pub(crate) fn invalid_fields(what: &str, problems: Vec<(String, String)>) -> Self {
+        let message = problems
+            .iter()
+            .map(|(field, problem)| format!("{field} {problem}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Self::InvalidRequest {
+            message: format!("{what} is invalid: {message}"),
+            errors: problems
+                .into_iter()
+                .map(|(field, message)| FieldError {
+                    index: None,
+                    field: Some(field),
+                    message,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Every error answer: `{"error": {"code", "message", "errors"?}}`.

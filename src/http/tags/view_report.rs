@@ -10,7 +10,7 @@ use crate::http::AppState;
 use crate::http::beacons::track::body_params;
 use crate::http::edge::body::{BodyLimits, read_body};
 use crate::http::edge::client_ip::client_ip;
-use crate::http::edge::error::{ApiError, ErrorAnswer, FieldError};
+use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::viewer::Viewer;
 use crate::http::tags::pixel_click::{TagRefusal, count, signed_impression};
 use axum::extract::{Request, State};
@@ -116,20 +116,11 @@ pub(crate) async fn options_view_report() -> Response {
 }
 
 fn invalid_report(errors: Vec<ViewReportError>) -> ApiError {
-    let message = errors
-        .iter()
-        .map(|error| format!("{} {}", error.field, error.message))
-        .collect::<Vec<_>>()
-        .join("; ");
-    ApiError::InvalidRequest {
-        message: format!("the view report is invalid: {message}"),
-        errors: errors
+    ApiError::invalid_fields(
+        "the view report",
+        errors
             .into_iter()
-            .map(|error| FieldError {
-                index: None,
-                field: Some(error.field),
-                message: error.message,
-            })
+            .map(|error| (error.field, error.message))
             .collect(),
-    }
+    )
 }
