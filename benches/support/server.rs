@@ -6,17 +6,32 @@ use std::time::Duration;
 
 pub const ADMIN_KEY: &str = "adevents-bench-admin-key-0123456789abcdef";
 
-/// A server process on a fresh embedded folder.
+/// A server process on an embedded folder (a fresh one unless given).
 pub struct Server {
     pub child: Child,
     pub base: String,
     pub address: std::net::SocketAddr,
-    _folder: tempfile::TempDir,
+    _folder: Option<tempfile::TempDir>,
 }
 
 impl Server {
     pub async fn start(binary: &str, extra: &[String]) -> Self {
         let folder = tempfile::tempdir().expect("a temporary folder");
+        let path = folder.path().to_owned();
+        Self::start_on(binary, &path, Some(folder), extra).await
+    }
+
+    /// A server on `folder`, kept after it stops (data loaded once and reused).
+    pub async fn start_in(binary: &str, folder: &std::path::Path, extra: &[String]) -> Self {
+        Self::start_on(binary, folder, None, extra).await
+    }
+
+    async fn start_on(
+        binary: &str,
+        path: &std::path::Path,
+        folder: Option<tempfile::TempDir>,
+        extra: &[String],
+    ) -> Self {
         let address = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port");
@@ -27,7 +42,7 @@ impl Server {
             "--store".to_owned(),
             "embedded".to_owned(),
             "--data-dir".to_owned(),
-            folder.path().display().to_string(),
+            path.display().to_string(),
         ];
         args.extend(extra.iter().cloned());
         let child = Command::new(binary)
@@ -57,11 +72,20 @@ impl Server {
         panic!("adevents did not become ready");
     }
 
-    pub fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+/// Stopped however the benchmark ends, a panic included: never left running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -77,10 +101,11 @@ pub fn admin() -> reqwest::Client {
         .expect("client")
 }
 
-/// Requests per second, latency percentiles and error lines (empty when there were none) as
-/// wrk reports them.
+/// Requests per second, requests sent, latency percentiles and error lines (empty when there
+/// were none) as wrk reports them.
 pub struct WrkResult {
     pub per_second: f64,
+    pub requests: u64,
     pub p50: String,
     pub p99: String,
     pub errors: String,
@@ -134,6 +159,13 @@ pub async fn wrk(
     };
     WrkResult {
         per_second: field("Requests/sec:").parse().unwrap_or(0.0),
+        // "  123456 requests in 20.00s, 12.34MB read"
+        requests: text
+            .lines()
+            .find(|line| line.contains(" requests in "))
+            .and_then(|line| line.split_whitespace().next())
+            .and_then(|count| count.parse().ok())
+            .unwrap_or(0),
         p50: percentile("50%"),
         p99: percentile("99%"),
         errors: [field("Non-2xx or 3xx responses:"), field("Socket errors:")]
