@@ -35,6 +35,14 @@ pub(crate) fn validity(valid: Option<bool>, invalid: Option<&str>) -> Option<Inv
     }
 }
 
+/// A client back from its two cells.
+pub(crate) fn client_of(network: Option<&[u8]>, agent: Option<i64>) -> Client {
+    Client {
+        network: network.and_then(Network::from_bytes),
+        agent: agent.map(AgentTag::from_stored),
+    }
+}
+
 /// A row of `impression_summary`.
 #[derive(DeserializeRow)]
 struct SummaryRow {
@@ -66,10 +74,7 @@ impl SummaryRow {
             user_id: UserId::new(self.user_id),
             timestamp: EventTime::from_stored(self.timestamp),
             invalid: validity(self.valid, self.invalid.as_deref()),
-            client: Client {
-                network: network.as_deref().and_then(Network::from_bytes),
-                agent: agent.map(AgentTag::from_stored),
-            },
+            client: client_of(network.as_deref(), agent),
             pixel_arrival: self.pixel_at,
         }
     }

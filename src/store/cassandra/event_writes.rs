@@ -75,6 +75,32 @@ impl Validity {
     }
 }
 
+/// A cell written only when there is a value (no tombstone).
+pub(crate) fn set_or_unset<T>(value: Option<T>) -> MaybeUnset<T> {
+    value.map_or(MaybeUnset::Unset, MaybeUnset::Set)
+}
+
+/// A client as its two cells (network, user-agent tag), each unset when unknown.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub(crate) struct ClientCells {
+    network: MaybeUnset<Vec<u8>>,
+    agent: MaybeUnset<i64>,
+}
+
+impl ClientCells {
+    pub(crate) fn of(client: Client) -> Self {
+        Self {
+            network: set_or_unset(client.network.map(|network| network.as_bytes().to_vec())),
+            agent: set_or_unset(client.agent.map(|agent| agent.stored())),
+        }
+    }
+
+    fn unset() -> Self {
+        Self::of(Client::default())
+    }
+}
+
 /// A user agent as a bound value: unset when there is none (no tombstone).
 pub(crate) fn user_agent(agent: Option<&UserAgent>) -> MaybeUnset<&str> {
     agent.map_or(MaybeUnset::Unset, |agent| MaybeUnset::Set(agent.as_str()))
@@ -142,10 +168,10 @@ struct SummaryValues {
     validity: Validity,
     /// A POSTed copy's client and a pixel's, in cells of their own: neither kind of copy
     /// overwrites the other's, whatever order they arrive in.
-    client_net: MaybeUnset<Vec<u8>>,
-    client_agent: MaybeUnset<i64>,
-    pixel_net: MaybeUnset<Vec<u8>>,
-    pixel_agent: MaybeUnset<i64>,
+    #[scylla(flatten)]
+    posted: ClientCells,
+    #[scylla(flatten)]
+    pixel: ClientCells,
     pixel_at: MaybeUnset<DateTime<Utc>>,
     ttl: i32,
 }
@@ -163,40 +189,17 @@ impl SummaryValues {
             ad_id: event.ad_id.as_uuid(),
             user_id: event.user_id.as_uuid(),
             validity: Validity::of(event.invalid),
-            client_net: MaybeUnset::Unset,
-            client_agent: MaybeUnset::Unset,
-            pixel_net: MaybeUnset::Unset,
-            pixel_agent: MaybeUnset::Unset,
-            pixel_at: MaybeUnset::Unset,
+            posted: match event.pixel_arrival {
+                None => ClientCells::of(event.client()),
+                Some(_) => ClientCells::unset(),
+            },
+            pixel: match event.pixel_arrival {
+                Some(_) => ClientCells::of(event.client()),
+                None => ClientCells::unset(),
+            },
+            pixel_at: set_or_unset(event.pixel_arrival),
             ttl,
         }
-        .with_client(event)
-    }
-
-    fn with_client(mut self, event: &Impression) -> Self {
-        let client = event.client();
-        let network = |client: Client| {
-            client.network.map_or(MaybeUnset::Unset, |network| {
-                MaybeUnset::Set(network.as_bytes().to_vec())
-            })
-        };
-        let agent = |client: Client| {
-            client
-                .agent
-                .map_or(MaybeUnset::Unset, |agent| MaybeUnset::Set(agent.stored()))
-        };
-        match event.pixel_arrival {
-            Some(arrival) => {
-                self.pixel_net = network(client);
-                self.pixel_agent = agent(client);
-                self.pixel_at = MaybeUnset::Set(arrival);
-            }
-            None => {
-                self.client_net = network(client);
-                self.client_agent = agent(client);
-            }
-        }
-        self
     }
 }
 

@@ -4,8 +4,8 @@
 
 use super::CassandraStore;
 use super::config::KeyspaceName;
-use super::event_reads::validity;
-use super::event_writes::Validity;
+use super::event_reads::{client_of, validity};
+use super::event_writes::{ClientCells, Validity, set_or_unset};
 use super::statements::{
     EVENT_PARTITION, PartitionValues, execute_each, partition_values, prepare_all, read_all,
 };
@@ -13,9 +13,7 @@ use crate::domain::ids::ImpressionId;
 use crate::domain::partition::EventPartition;
 use crate::domain::slices::Span;
 use crate::domain::time::EventTime;
-use crate::domain::view::{
-    AgentTag, Client, Network, ReportId, StoredReport, ViewKinds, ViewReport, ViewReportEvent,
-};
+use crate::domain::view::{ReportId, StoredReport, ViewKinds, ViewReport, ViewReportEvent};
 use crate::store::{StoreError, ViewStore};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -77,19 +75,14 @@ struct ReportValues {
     impression_id: Uuid,
     report_id: Uuid,
     received: DateTime<Utc>,
-    client_net: MaybeUnset<Vec<u8>>,
-    client_agent: MaybeUnset<i64>,
+    #[scylla(flatten)]
+    client: ClientCells,
     kinds: i8,
     in_view_ms: MaybeUnset<i32>,
     max_visible: MaybeUnset<i8>,
     #[scylla(flatten)]
     validity: Validity,
     ttl: i32,
-}
-
-/// A cell written only when there is a value (no tombstone).
-fn set_or_unset<T>(value: Option<T>) -> MaybeUnset<T> {
-    value.map_or(MaybeUnset::Unset, MaybeUnset::Set)
 }
 
 impl ReportValues {
@@ -105,13 +98,7 @@ impl ReportValues {
             impression_id: report.impression_id.as_uuid(),
             report_id: report.id().as_uuid(),
             received: report.received,
-            client_net: set_or_unset(
-                report
-                    .client
-                    .network
-                    .map(|network| network.as_bytes().to_vec()),
-            ),
-            client_agent: set_or_unset(report.client.agent.map(AgentTag::stored)),
+            client: ClientCells::of(report.client),
             // The bits and the bounded numbers fit their columns: at most 600,000 and 100.
             kinds: body.kinds.bits() as i8,
             in_view_ms: set_or_unset(body.in_view_ms.map(|ms| ms as i32)),
@@ -145,10 +132,7 @@ impl ReportRow {
             impression_time: EventTime::from_stored(self.timestamp),
             id: ReportId::from_stored(self.report_id),
             received: self.received,
-            client: Client {
-                network: self.client_net.as_deref().and_then(Network::from_bytes),
-                agent: self.client_agent.map(AgentTag::from_stored),
-            },
+            client: client_of(self.client_net.as_deref(), self.client_agent),
             report: ViewReport {
                 kinds: ViewKinds::from_bits(self.kinds.unwrap_or_default() as u8),
                 in_view_ms: self.in_view_ms.and_then(|ms| u32::try_from(ms).ok()),

@@ -184,9 +184,10 @@ pub(crate) fn summary_value(event: &Impression) -> Vec<u8> {
 const HAS_AGENT: u8 = 1;
 const HAS_PIXEL: u8 = 2;
 
-/// What the view join needs of a copy: flags, the user agent's tag (8 bytes), the pixel's
-/// arrival (8 bytes of epoch milliseconds), the network (the rest: 3 or 6 bytes, or none).
-fn client_part(client: &Client, pixel_arrival: Option<DateTime<Utc>>) -> Vec<u8> {
+/// What the view join needs of a copy (a thin row) or a view report: flags, the user agent's
+/// tag (8 bytes), the pixel's arrival (8 bytes of epoch milliseconds), the network (the rest:
+/// 3 or 6 bytes, or none).
+pub(crate) fn client_part(client: &Client, pixel_arrival: Option<DateTime<Utc>>) -> Vec<u8> {
     let mut part = vec![0];
     if let Some(agent) = client.agent {
         part[0] |= HAS_AGENT;
@@ -212,7 +213,12 @@ pub(crate) fn decode_summary_invalid(value: &[u8]) -> Option<Option<InvalidReaso
 
 /// The thin row's client and pixel arrival (none in a row written before viewability).
 pub(crate) fn decode_summary_client(value: &[u8]) -> Option<(Client, Option<DateTime<Utc>>)> {
-    let Some((flags, mut rest)) = value.get(33..).and_then(<[u8]>::split_first) else {
+    decode_client_part(value.get(33..).unwrap_or_default())
+}
+
+/// [`client_part`] back; an empty part is an unknown client.
+pub(crate) fn decode_client_part(part: &[u8]) -> Option<(Client, Option<DateTime<Utc>>)> {
+    let Some((flags, mut rest)) = part.split_first() else {
         return Some((Client::default(), None));
     };
     let mut take8 = |present: bool| -> Option<Option<i64>> {
@@ -300,6 +306,18 @@ mod tests {
     use crate::domain::ids::{AdvertiserId, CampaignId, CampaignKey, ImpressionId};
     use crate::domain::time::EventTime;
     use crate::domain::user_data::UserData;
+
+    #[test]
+    fn a_client_part_round_trips_and_an_empty_one_is_an_unknown_client() {
+        let agent = UserAgent::new("Mozilla/5.0 (X11; Linux x86_64)");
+        let client = Client::of(Some("2001:db8:7::1".parse().expect("ip")), agent.as_ref());
+        let arrival = DateTime::from_timestamp_millis(1_764_000_000_123);
+        for (client, arrival) in [(client, arrival), (client, None), (Client::default(), None)] {
+            let part = client_part(&client, arrival);
+            assert_eq!(decode_client_part(&part), Some((client, arrival)));
+        }
+        assert_eq!(decode_client_part(&[]), Some((Client::default(), None)));
+    }
 
     #[test]
     fn the_full_row_round_trips() {

@@ -4,14 +4,12 @@
 
 use super::engine::{Table, corrupt};
 use super::slices::span_range;
-use super::{EmbeddedStore, keys};
+use super::{EmbeddedStore, keys, rows};
 use crate::domain::partition::EventPartition;
 use crate::domain::slices::Span;
 use crate::domain::time::EventTime;
 use crate::domain::traffic::InvalidReason;
-use crate::domain::view::{
-    AgentTag, Client, Network, ReportId, StoredReport, ViewKinds, ViewReport, ViewReportEvent,
-};
+use crate::domain::view::{ReportId, StoredReport, ViewKinds, ViewReport, ViewReportEvent};
 use crate::store::{StoreError, ViewStore};
 use async_trait::async_trait;
 use chrono::DateTime;
@@ -33,8 +31,8 @@ fn report_key(partition: &EventPartition, report: &ViewReportEvent) -> Vec<u8> {
 const NO_IN_VIEW: u32 = u32::MAX;
 const NO_VISIBLE: u8 = u8::MAX;
 
-/// A report's value: kinds (1), in-view ms (4), visible percent (1), reason code (1), whether
-/// an agent tag follows (1) and the tag (8), then the network (3 or 6 bytes, or none).
+/// A report's value: kinds (1), in-view ms (4), visible percent (1), reason code (1), then its
+/// client as a thin row keeps one ([`rows::client_part`], no pixel).
 fn report_value(report: &ViewReportEvent) -> Vec<u8> {
     let body = &report.report;
     let mut value = Vec::with_capacity(24);
@@ -42,16 +40,7 @@ fn report_value(report: &ViewReportEvent) -> Vec<u8> {
     value.extend(body.in_view_ms.unwrap_or(NO_IN_VIEW).to_be_bytes());
     value.push(body.max_visible.unwrap_or(NO_VISIBLE));
     value.push(report.invalid.map_or(0, InvalidReason::code));
-    match report.client.agent {
-        None => value.push(0),
-        Some(agent) => {
-            value.push(1);
-            value.extend(agent.stored().to_be_bytes());
-        }
-    }
-    if let Some(network) = report.client.network {
-        value.extend_from_slice(network.as_bytes());
-    }
+    value.extend(rows::client_part(&report.client, None));
     value
 }
 
@@ -62,26 +51,13 @@ fn decode_report(key: &[u8], value: &[u8]) -> Option<StoredReport> {
     let in_view = u32::from_be_bytes(value.get(1..5)?.try_into().ok()?);
     let visible = *value.get(5)?;
     let invalid = InvalidReason::from_code(*value.get(6)?).ok()?;
-    let (agent, network) = match value.get(7)? {
-        0 => (None, value.get(8..)?),
-        _ => (
-            Some(AgentTag::from_stored(i64::from_be_bytes(
-                value.get(8..16)?.try_into().ok()?,
-            ))),
-            value.get(16..)?,
-        ),
-    };
-    let network = if network.is_empty() {
-        None
-    } else {
-        Some(Network::from_bytes(network)?)
-    };
+    let (client, _) = rows::decode_client_part(value.get(7..)?)?;
     Some(StoredReport {
         impression_id,
         impression_time: EventTime::from_stored(at),
         id: ReportId::from_stored(id),
         received: DateTime::from_timestamp_millis(received)?,
-        client: Client { network, agent },
+        client,
         report: ViewReport {
             kinds: ViewKinds::from_bits(*value.first()?),
             in_view_ms: (in_view != NO_IN_VIEW).then_some(in_view),
