@@ -6,6 +6,7 @@ pub mod access;
 pub mod beacon;
 pub mod bucket;
 pub mod campaign;
+pub mod conversion;
 pub(crate) mod delivery;
 pub(crate) mod echo;
 pub mod event;
