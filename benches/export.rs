@@ -66,6 +66,7 @@ async fn load(store: Arc<dyn Store>, size: usize) {
                 daily_cap: None,
                 total_cap: None,
                 tz: chrono_tz::Tz::UTC,
+                look_backs: adevents::domain::conversion::attribution::LookBacks::DEFAULT,
             },
         )
         .await

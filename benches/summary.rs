@@ -55,6 +55,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
         daily_cap: None,
         total_cap: None,
         tz: chrono_tz::Tz::UTC,
+        look_backs: adevents::domain::conversion::attribution::LookBacks::DEFAULT,
     };
     store
         .put_settings(&Owner::Campaign(campaign), &settings)

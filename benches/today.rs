@@ -221,6 +221,7 @@ async fn configure(store: &Arc<dyn Store>, campaign: CampaignKey) {
         daily_cap: None,
         total_cap: None,
         tz: chrono_tz::Tz::UTC,
+        look_backs: adevents::domain::conversion::attribution::LookBacks::DEFAULT,
     };
     store
         .put_settings(&Owner::Campaign(campaign), &settings)

@@ -151,6 +151,11 @@ pub struct ServeArgs {
     /// off (summaries then read every day not yet sealed raw).
     #[arg(long, env = "ADEVENTS_SLICE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     pub(crate) slice_interval: Duration,
+    /// How long after a conversion arrives its attribution is decided and fixed: a click or
+    /// impression stored on any server within it still counts (say the click reaches the
+    /// server after the advertiser's postback).
+    #[arg(long, env = "ADEVENTS_ATTRIBUTION_DELAY", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub(crate) attribution_delay: Duration,
     /// How many UTC days before today `impressions/recent` looks back for the newest
     /// impressions.
     #[arg(long, env = "ADEVENTS_RECENT_LOOKBACK_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=366))]
@@ -350,6 +355,7 @@ impl ServeArgs {
             },
             sketch_memory: self.limits.sketch_memory.as_u64(),
             ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
+            attribution_delay: self.attribution_delay.min(Duration::from_secs(3600)),
         };
         let edge = EdgeOptions {
             body_limits: BodyLimits {

@@ -4,6 +4,7 @@
 //! they are counted in this process's live delivery counts and every closed slice they change
 //! is marked (docs/DESIGN.md, "Open days from closed slices").
 
+use crate::conversions::indexer::EventIndexer;
 use crate::delivery::live::LiveDelivery;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
@@ -45,6 +46,9 @@ pub struct Ingestor {
     window: BillableWindow,
     /// When this process last marked each slice for a view report (see [`Self::view_reports`]).
     view_marks: std::sync::Mutex<HashMap<(CampaignKey, Slice), DateTime<Utc>>>,
+    /// The event index attribution reads, fed with every stored impression and click (none in
+    /// a standalone ingestor).
+    indexer: Option<Arc<EventIndexer>>,
 }
 
 /// A slice marked this recently for a view report is not marked again for the next: a mark
@@ -88,7 +92,50 @@ impl Ingestor {
             slices,
             window,
             view_marks: std::sync::Mutex::new(HashMap::new()),
+            indexer: None,
         }
+    }
+
+    /// Feeds `indexer` with every impression and click this ingestor stores.
+    pub(crate) fn with_indexer(mut self, indexer: Arc<EventIndexer>) -> Self {
+        self.indexer = Some(indexer);
+        self
+    }
+
+    /// Refuses a write while the event index is too far behind: what is stored must be
+    /// indexed, and what waits to be is held in memory.
+    fn check_index_room(&self) -> Result<(), StoreError> {
+        match &self.indexer {
+            Some(indexer) if !indexer.has_room() => Err(StoreError::Unavailable {
+                context: "the event index is behind; retry shortly".into(),
+                source: None,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Marks the campaign-days of `events` before they are written: with an indexer, this
+    /// process holds their index entries in memory until the next flush, and a successor
+    /// indexes the days again should it vanish first.
+    async fn mark_for_index<E: CampaignEvent>(
+        &self,
+        events: &[E],
+        already: &BTreeSet<(CampaignKey, Day)>,
+    ) -> Result<BTreeSet<(CampaignKey, Day)>, StoreError> {
+        if self.indexer.is_none() {
+            return Ok(BTreeSet::new());
+        }
+        let days: BTreeSet<(CampaignKey, Day)> = events
+            .iter()
+            .map(|event| (event.campaign(), CampaignEvent::timestamp(event).utc_day()))
+            .filter(|day| !already.contains(day))
+            .collect();
+        for (campaign, day) in &days {
+            self.registry
+                .mark(&Owner::Campaign(*campaign), *day)
+                .await?;
+        }
+        Ok(days)
     }
 
     /// An ingestor outside a server (benchmarks, tools): its live delivery counts stay in
@@ -119,6 +166,7 @@ impl Ingestor {
     }
 
     pub async fn impressions(&self, events: Vec<Impression>) -> Result<(), StoreError> {
+        self.check_index_room()?;
         let countable = self.delivery.countable(&events);
         let counted_days: BTreeSet<(CampaignKey, Day)> = countable
             .iter()
@@ -131,6 +179,7 @@ impl Ingestor {
                 .mark(&Owner::Campaign(*campaign), *day)
                 .await?;
         }
+        let indexed_days = self.mark_for_index(&events, &counted_days).await?;
         let partitions = self.partition(events).await?;
         let late = self.index_days(&partitions, &[]).await?;
         let times: Vec<(CampaignKey, DateTime<Utc>)> = partitions
@@ -141,6 +190,10 @@ impl Ingestor {
                     .map(|event| (partition.campaign, event.timestamp.instant()))
             })
             .collect();
+        let indexed: Vec<Impression> = match &self.indexer {
+            Some(_) => partitions.values().flatten().cloned().collect(),
+            None => Vec::new(),
+        };
         let duplicate_copies = self
             .write_all(partitions, |store, partition, events| async move {
                 let copies = store.write_impressions(&partition, &events).await?;
@@ -149,7 +202,10 @@ impl Ingestor {
             .await?;
         // Counted once stored, before the answer: delivery includes every acknowledged one.
         self.delivery.count(&countable);
-        for (campaign, day) in &counted_days {
+        if let Some(indexer) = &self.indexer {
+            indexer.impressions(&indexed);
+        }
+        for (campaign, day) in counted_days.iter().chain(&indexed_days) {
             self.registry.counted(&Owner::Campaign(*campaign), *day);
         }
         // Late by the time the write is done: a slice aggregated before that could have
@@ -239,6 +295,12 @@ impl Ingestor {
     }
 
     pub async fn clicks(&self, events: Vec<Click>) -> Result<(), StoreError> {
+        self.check_index_room()?;
+        let indexed_days = self.mark_for_index(&events, &BTreeSet::new()).await?;
+        let indexed: Vec<Click> = match &self.indexer {
+            Some(_) => events.clone(),
+            None => Vec::new(),
+        };
         let partitions = self.partition(events).await?;
         // A late click may become its impression's first click and move that click's count
         // from the day of the previous first click, which must then be re-aggregated too.
@@ -275,6 +337,12 @@ impl Ingestor {
             store.write_clicks(&partition, &events).await
         })
         .await?;
+        if let Some(indexer) = &self.indexer {
+            indexer.clicks(&indexed);
+        }
+        for (campaign, day) in &indexed_days {
+            self.registry.counted(&Owner::Campaign(*campaign), *day);
+        }
         let now = Utc::now();
         let mut marks = SliceMarks::new();
         let mut late_in_slice = Vec::new();

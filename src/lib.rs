@@ -6,9 +6,9 @@
 //! - [`http`]: routing, extraction into domain values, typed answers, the error mapping and
 //!   the OpenAPI document (never the store, never CQL); `server` runs it (the accept loop and
 //!   the connection guard);
-//! - the services: [`ingest`] (impressions and clicks), [`beacons`] (beacons and their live
-//!   sketches), `delivery` (live billable counts against caps), `ivt` (telling invalid
-//!   traffic), [`access`] (who may call), [`settings`] (the cache and the rules of a change),
+//! - the services: [`ingest`] (impressions and clicks), `conversions` (conversions, the event
+//!   index and attribution), [`beacons`] (beacons and their live sketches), `delivery` (live
+//!   billable counts against caps), `ivt` (telling invalid traffic), [`access`] (who may call), [`settings`] (the cache and the rules of a change),
 //!   [`sealer`] (sealing closed days), `processes` (this process among those sharing the store),
 //!   `readiness` (what `/readyz` answers), `freshness` (what `/v1/freshness` answers) and
 //!   [`query`] (planning, fan-out, aggregation);
@@ -46,6 +46,7 @@ pub mod app;
 pub mod beacons;
 pub mod cli;
 pub mod commands;
+pub(crate) mod conversions;
 mod delivery;
 pub mod domain;
 mod freshness;

@@ -14,6 +14,9 @@ pub use options::{Options, ServiceOptions};
 use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
 use crate::beacons::live::{LiveSketches, spawn_flusher};
+use crate::conversions::decider::Decider;
+use crate::conversions::indexer::EventIndexer;
+use crate::conversions::intake::ConversionIntake;
 use crate::delivery::DeliveryService;
 use crate::delivery::live::{LiveDelivery, spawn_flusher as spawn_delivery_flusher};
 use crate::delivery::rebuild::DayRepair;
@@ -48,6 +51,8 @@ pub struct App {
     seal_progress: SharedProgress,
     readiness: Arc<Readiness>,
     access: Arc<Access>,
+    indexer: Arc<EventIndexer>,
+    decider: Arc<Decider>,
     options: Arc<ServiceOptions>,
     state: AppState,
 }
@@ -98,15 +103,29 @@ impl App {
             service.sealer,
             Arc::clone(&seal_progress),
         );
-        let ingestor = Arc::new(Ingestor::new(
+        let indexer = Arc::new(EventIndexer::new(
+            Arc::clone(&store) as Arc<dyn crate::store::EventIndexStore>,
+            Arc::clone(&registry),
+        ));
+        let decider = Arc::new(Decider::new(
             Arc::clone(&store),
             Arc::clone(&settings_cache),
-            service.write_concurrency,
-            rule,
-            Arc::clone(&live_delivery),
-            Arc::clone(&registry),
-            (service.slices, service.queries.billable_window),
+            Arc::clone(&indexer),
         ));
+        let ingestor = Arc::new(
+            Ingestor::new(
+                Arc::clone(&store),
+                Arc::clone(&settings_cache),
+                service.write_concurrency,
+                rule,
+                Arc::clone(&live_delivery),
+                Arc::clone(&registry),
+                (service.slices, service.queries.billable_window),
+            )
+            .with_indexer(Arc::clone(&indexer)),
+        );
+        let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
+            .unwrap_or(chrono::TimeDelta::MAX);
         let handlers = Handlers {
             views: Arc::new(ViewReports::new(
                 Arc::clone(&ingestor),
@@ -114,6 +133,10 @@ impl App {
                 edge.tag_ttl.saturating_add(edge.view_window),
             )),
             ingestor,
+            conversions: Arc::new(ConversionIntake::new(
+                Arc::clone(&store) as Arc<dyn crate::store::ConversionStore>,
+                attribution_delay,
+            )),
             beacons: Arc::new(BeaconIngestor::new(
                 Arc::clone(&store),
                 Arc::clone(&settings_cache),
@@ -154,6 +177,8 @@ impl App {
             seal_progress,
             readiness,
             access,
+            indexer,
+            decider,
             options: Arc::new(service),
         }
     }
@@ -247,6 +272,8 @@ impl App {
         }
         let access_refresh = Arc::clone(&self.access).spawn_refresh();
         let slicer = self.slicer().map(SliceAggregator::spawn);
+        let indexer = self.indexer.start();
+        let decider = self.decider.start();
         Running::new([
             Some(sketches),
             Some(delivery),
@@ -254,6 +281,8 @@ impl App {
             Some(reports),
             Some(access_refresh),
             slicer,
+            Some(indexer),
+            Some(decider),
         ])
     }
 
@@ -268,6 +297,10 @@ impl App {
         }
         if let Err(error) = self.flush_delivery().await {
             tracing::warn!(error = %error.chain(), "could not store the last delivery counts; the next process to start rebuilds them from the stored impressions");
+            return;
+        }
+        if let Err(error) = self.indexer.flush().await {
+            tracing::warn!(error = %error.chain(), "could not write the last event index entries; the next process to start indexes those days again");
             return;
         }
         if let Err(error) = self.registry.leave().await {
@@ -305,7 +338,7 @@ impl App {
                     rule: app.options.sealer.rule,
                     fan_out: app.options.queries.fan_out,
                 };
-                match repair::repair_gone_processes(repair, app.registry.id()).await {
+                match repair::repair_gone_processes(repair, &app.indexer, app.registry.id()).await {
                     Ok(repaired) => {
                         if repaired.processes > 0 {
                             tracing::info!(

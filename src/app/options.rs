@@ -42,6 +42,9 @@ pub struct ServiceOptions {
     pub(crate) sketch_memory: u64,
     /// Client addresses whose events are invalid traffic (data-centre ranges, say).
     pub ivt_deny_cidrs: Vec<IpNet>,
+    /// How long after a conversion arrives its attribution is decided: a click still on its
+    /// way meanwhile counts.
+    pub attribution_delay: Duration,
 }
 
 impl Default for ServiceOptions {
@@ -58,6 +61,7 @@ impl Default for ServiceOptions {
             access: AccessOptions::default(),
             sketch_memory: 256 * 1024 * 1024,
             ivt_deny_cidrs: Vec::new(),
+            attribution_delay: Duration::from_secs(60),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Start-up repair: a process that went away without storing its live state (kill -9, a lost
 //! machine) left its owner-days marked; the next process to start rebuilds them from the raw
-//! events before it says it is ready, then removes the silent process.
+//! events (and indexes a campaign-day's events again for attribution) before it says it is
+//! ready, then removes the silent process.
 //!
 //! On a store several processes share, a process counts as gone once it has been silent for
 //! [`ProcessReport::SILENCE`], or when its report does not move while this one watches for
@@ -8,6 +9,8 @@
 //! embedded store, whose folder one process holds at a time, every other process is gone.
 
 use crate::beacons::rebuild::rebuild_site_day;
+use crate::conversions::indexer::EventIndexer;
+use crate::conversions::reindex::reindex_campaign_day;
 use crate::delivery::rebuild::{DayRepair, Gone, rebuild_campaign_day};
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport};
@@ -71,6 +74,7 @@ async fn gone_processes(store: &dyn Store, me: ProcessId) -> Result<Vec<Gone>, S
 /// Rebuilds what every gone process left marked, then removes it.
 pub(crate) async fn repair_gone_processes(
     repair: DayRepair<'_>,
+    indexer: &EventIndexer,
     me: ProcessId,
 ) -> Result<Repaired, StoreError> {
     let DayRepair {
@@ -89,6 +93,16 @@ pub(crate) async fn repair_gone_processes(
                 }
                 Owner::Campaign(campaign) => {
                     rebuild_campaign_day(repair, *campaign, marked.day, process).await?;
+                    let concurrency = fan_out.concurrency;
+                    reindex_campaign_day(
+                        store,
+                        settings,
+                        indexer,
+                        *campaign,
+                        marked.day,
+                        concurrency,
+                    )
+                    .await?;
                 }
             }
             repaired.days += 1;

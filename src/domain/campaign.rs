@@ -3,6 +3,7 @@
 //! same partition, before or after the change.
 
 use super::bucket::BucketCount;
+use super::conversion::attribution::LookBacks;
 use super::delivery::Caps;
 use super::time::{Day, EventTime};
 use chrono::{DateTime, Duration, Utc};
@@ -20,6 +21,8 @@ pub struct CampaignSettings {
     pub total_cap: Option<u64>,
     /// The zone of the campaign's day, for `daily_cap` and pacing.
     pub tz: Tz,
+    /// Post-click and post-view look-backs of conversions; like the caps, the latest apply.
+    pub look_backs: LookBacks,
 }
 
 impl CampaignSettings {
@@ -31,6 +34,7 @@ impl CampaignSettings {
             daily_cap: None,
             total_cap: None,
             tz: Tz::UTC,
+            look_backs: LookBacks::DEFAULT,
         }
     }
 
@@ -131,6 +135,7 @@ mod tests {
             daily_cap: None,
             total_cap: None,
             tz: chrono_tz::Tz::UTC,
+            look_backs: LookBacks::DEFAULT,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct ProcessReport {
     pub id: ProcessId,
     pub(crate) started_at: DateTime<Utc>,
     pub(crate) last_report_at: DateTime<Utc>,
+    /// Every event the process stored before this instant is in the event index (`None`: it
+    /// keeps no index, or has not written one yet).
+    pub(crate) indexed_through: Option<DateTime<Utc>>,
 }
 
 impl ProcessReport {

@@ -60,6 +60,7 @@ fn queries(state: &AppState) -> OpenApiRouter<AppState> {
             admin::sites::put_settings
         ))
         .routes(routes!(queries::uniques::get_uniques))
+        .routes(routes!(queries::conversions::get_conversions))
         .routes(routes!(queries::listings::list_campaigns))
         .routes(routes!(queries::listings::list_sites))
         .routes(routes!(queries::listings::get_features));
@@ -132,6 +133,7 @@ pub(crate) fn router(state: AppState) -> App {
         .routes(routes!(edge::openapi::get_openapi))
         .routes(routes!(ingestion::events::post_impressions))
         .routes(routes!(ingestion::events::post_clicks))
+        .routes(routes!(ingestion::events::post_conversions))
         .routes(routes!(admin::keys::create_key, admin::keys::list_keys))
         .routes(routes!(admin::keys::delete_key))
         .routes(routes!(admin::keys::key_self))

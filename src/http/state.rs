@@ -5,6 +5,7 @@
 
 use crate::access::Access;
 use crate::beacons::BeaconIngestor;
+use crate::conversions::intake::ConversionIntake;
 use crate::delivery::DeliveryService;
 use crate::domain::beacon::BeaconRules;
 use crate::freshness::Freshness;
@@ -80,6 +81,7 @@ impl Default for EdgeOptions {
 /// The services the handlers call, as the composition root built them.
 pub(crate) struct Handlers {
     pub(crate) ingestor: Arc<Ingestor>,
+    pub(crate) conversions: Arc<ConversionIntake>,
     pub(crate) views: Arc<ViewReports>,
     pub(crate) beacons: Arc<BeaconIngestor>,
     pub(crate) queries: Arc<Queries>,

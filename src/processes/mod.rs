@@ -30,6 +30,11 @@ pub(crate) struct ProcessRegistry {
     /// flushers of their own), the start of the latest flush that stored all of it counted
     /// before.
     saved_through: Mutex<HashMap<OwnerKind, Instant>>,
+    /// With an event indexer, the start of its latest flush that wrote everything queued
+    /// before it: a campaign-day's mark also waits for it.
+    index_saved: Mutex<Option<Instant>>,
+    /// The same flush's start as a time, reported to the other processes.
+    indexed_through: Mutex<Option<DateTime<Utc>>>,
 }
 
 impl ProcessRegistry {
@@ -41,6 +46,8 @@ impl ProcessRegistry {
             marks: Mutex::new(HashMap::new()),
             mark_writes: tokio::sync::Mutex::new(()),
             saved_through: Mutex::new(HashMap::new()),
+            index_saved: Mutex::new(None),
+            indexed_through: Mutex::new(None),
         }
     }
 
@@ -88,12 +95,26 @@ impl ProcessRegistry {
         *entry = (*entry).max(started);
     }
 
+    /// Says an event indexer runs: from now on campaign-days' marks also wait for its flushes.
+    pub(crate) fn expect_index(&self) {
+        lock(&self.index_saved).get_or_insert_with(Instant::now);
+    }
+
+    /// Says an index flush that started at `started` wrote every entry queued before it.
+    pub(crate) fn index_saved_through(&self, started: Instant, started_at: DateTime<Utc>) {
+        let mut saved = lock(&self.index_saved);
+        *saved = Some(saved.map_or(started, |saved| saved.max(started)));
+        let mut through = lock(&self.indexed_through);
+        *through = Some(through.map_or(started_at, |through| through.max(started_at)));
+    }
+
     /// Clears the marks of owner-days whose live state is stored and quiet.
     async fn clear_saved(&self) -> Result<usize, StoreError> {
         let saved = lock(&self.saved_through).clone();
         if saved.is_empty() {
             return Ok(0);
         }
+        let index_saved = *lock(&self.index_saved);
         let _writing = self.mark_writes.lock().await;
         let now = Instant::now();
         let saved_days: Vec<UnflushedDay> = lock(&self.marks)
@@ -102,6 +123,8 @@ impl ProcessRegistry {
                 saved
                     .get(&day.owner.kind())
                     .is_some_and(|saved| **last < *saved)
+                    && (day.owner.kind() != OwnerKind::Campaign
+                        || index_saved.is_none_or(|saved| **last < saved))
                     && now.duration_since(**last) >= MARK_LINGER
             })
             .map(|(day, _)| day.clone())
@@ -118,6 +141,7 @@ impl ProcessRegistry {
             id: self.id,
             started_at: self.started_at,
             last_report_at: Utc::now(),
+            indexed_through: *lock(&self.indexed_through),
         };
         self.store.report_process(&report).await
     }

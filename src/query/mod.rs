@@ -7,6 +7,7 @@
 pub(crate) mod aggregate;
 pub(crate) mod budget;
 pub(crate) mod clicks;
+pub(crate) mod conversions;
 pub(crate) mod export;
 pub(crate) mod features;
 pub(crate) mod impressions;
@@ -121,6 +122,16 @@ impl Queries {
     ) -> Result<summary::Summary, QueryError> {
         let window = self.options.billable_window;
         summary::campaign_summary(&self.reader, campaign, range, grouping, window).await
+    }
+
+    /// An advertiser's conversions over `range`, attributed or not.
+    pub(crate) async fn advertiser_conversions(
+        &self,
+        advertiser: crate::domain::ids::AdvertiserId,
+        range: &QueryRange,
+        grouping: conversions::ConversionGrouping,
+    ) -> Result<conversions::AdvertiserConversions, QueryError> {
+        conversions::advertiser_conversions(&self.reader, advertiser, range, grouping).await
     }
 
     /// A campaign's impressions and clicks per value of `dimension`.

@@ -71,6 +71,7 @@ mod tests {
             daily_cap: None,
             total_cap: None,
             tz: chrono_tz::Tz::UTC,
+            look_backs: crate::domain::conversion::attribution::LookBacks::DEFAULT,
         }]);
         let first = Day::new(NaiveDate::from_ymd_opt(2026, 11, 1).expect("valid"));
         let last = Day::new(NaiveDate::from_ymd_opt(2026, 11, 3).expect("valid"));

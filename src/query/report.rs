@@ -15,6 +15,7 @@ use super::impressions::ImpressionScan;
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
 use super::summary::{Grouping, campaign_summary};
+use crate::domain::conversion::counts::ConversionCounts;
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::ids::CampaignKey;
@@ -80,6 +81,8 @@ pub(crate) struct ReportRow {
     /// The view measures, by `ad_id` only (a report by a `user_data` key reads raw pages and
     /// does not join reports).
     pub(crate) views: Option<ViewCounts>,
+    /// The conversions credited, by `ad_id` only.
+    pub(crate) conversions: Option<ConversionCounts>,
     /// This row sums the values past the report's limit.
     pub(crate) other: bool,
 }
@@ -119,12 +122,15 @@ pub(crate) async fn ad_report(
         .by_ad
         .into_iter()
         // An ad with invalid traffic only has no valid count to report.
-        .filter(|(_, counts)| counts.impressions > 0 || counts.clicks > 0)
+        .filter(|(_, counts)| {
+            counts.impressions > 0 || counts.clicks > 0 || counts.conversions.conversions > 0
+        })
         .map(|(ad, counts)| ReportRow {
             value: Some(ad.to_string()),
             impressions: counts.impressions,
             clicks: counts.clicks,
             views: Some(counts.views),
+            conversions: Some(counts.conversions),
             other: false,
         })
         .collect();
@@ -189,6 +195,7 @@ pub(crate) async fn campaign_report(
             impressions,
             clicks,
             views: None,
+            conversions: None,
             other: false,
         })
         .collect();
@@ -223,6 +230,12 @@ fn limited(mut rows: Vec<ReportRow>, limit: usize) -> Report {
                 sum.add(row.views.as_ref()?);
                 Some(sum)
             }),
+            conversions: rest
+                .iter()
+                .try_fold(ConversionCounts::default(), |mut sum, row| {
+                    sum.add(row.conversions.as_ref()?);
+                    Some(sum)
+                }),
             other: true,
         });
     }
@@ -239,6 +252,7 @@ mod tests {
             impressions,
             clicks,
             views: None,
+            conversions: None,
             other: false,
         }
     }

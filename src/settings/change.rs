@@ -7,6 +7,8 @@
 use super::cache::SettingsCache;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::CampaignSettings;
+use crate::domain::conversion::LookBack;
+use crate::domain::conversion::attribution::LookBacks;
 use crate::domain::delivery::Caps;
 use crate::domain::owner::Owner;
 use crate::domain::time::MAX_FUTURE_SKEW;
@@ -34,6 +36,8 @@ pub(crate) struct SettingsChange {
     pub(crate) total_cap: Option<Option<u64>>,
     /// Campaigns only: the zone of the campaign's day. It takes effect at once.
     pub(crate) tz: Option<Tz>,
+    pub(crate) click_window: Option<LookBack>,
+    pub(crate) view_window: Option<LookBack>,
 }
 
 /// Why a change was refused.
@@ -134,10 +138,15 @@ impl Settings {
             },
             Owner::Site(_) => CampaignSettings::unconfigured().caps(),
         };
+        let look_backs = LookBacks {
+            click: change.click_window.unwrap_or(latest.look_backs.click),
+            view: change.view_window.unwrap_or(latest.look_backs.view),
+        };
         let with_caps = |entry: CampaignSettings| CampaignSettings {
             daily_cap: caps.daily_cap,
             total_cap: caps.total_cap,
             tz: caps.tz,
+            look_backs,
             ..entry
         };
         let written = match change.buckets.filter(|buckets| *buckets != latest.buckets) {
@@ -149,7 +158,9 @@ impl Settings {
                 effective_from,
                 ..latest.clone()
             })),
-            None if caps != latest.caps() => Some(with_caps(latest.clone())),
+            None if caps != latest.caps() || look_backs != latest.look_backs => {
+                Some(with_caps(latest.clone()))
+            }
             None => None,
         };
         if let Some(settings) = written {

@@ -8,11 +8,15 @@ use super::{
     SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError,
     ViewStore, VisitRow, VisitStore, WindowPublication,
 };
+use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
+use crate::domain::conversion::{ConversionId, DecidedConversion, ReceivedConversion};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
+use crate::domain::ids::AdvertiserId;
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
@@ -516,5 +520,103 @@ impl ViewStore for Instrumented {
     ) -> Result<Vec<StoredReport>, StoreError> {
         let call = self.inner.read_view_reports(partition, span);
         timed("read_view_reports", call).await
+    }
+}
+
+#[async_trait]
+impl ConversionStore for Instrumented {
+    async fn write_conversion_copies(
+        &self,
+        copies: &[ReceivedConversion],
+        due: &[DueConversion],
+    ) -> Result<(), StoreError> {
+        timed(
+            "write_conversion_copies",
+            self.inner.write_conversion_copies(copies, due),
+        )
+        .await
+    }
+
+    async fn due_conversions(
+        &self,
+        day: Day,
+        after: Option<&DueConversion>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<DueConversion>, StoreError> {
+        timed(
+            "due_conversions",
+            self.inner.due_conversions(day, after, until, limit),
+        )
+        .await
+    }
+
+    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError> {
+        timed("remove_due", self.inner.remove_due(due)).await
+    }
+
+    async fn conversion_record(
+        &self,
+        advertiser: AdvertiserId,
+        id: &ConversionId,
+    ) -> Result<ConversionRecord, StoreError> {
+        timed(
+            "conversion_record",
+            self.inner.conversion_record(advertiser, id),
+        )
+        .await
+    }
+
+    async fn decide_conversion(
+        &self,
+        decided: &DecidedConversion,
+    ) -> Result<DecidedConversion, StoreError> {
+        timed("decide_conversion", self.inner.decide_conversion(decided)).await
+    }
+
+    async fn write_decided(&self, decided: &[DecidedConversion]) -> Result<(), StoreError> {
+        timed("write_decided", self.inner.write_decided(decided)).await
+    }
+
+    async fn read_advertiser_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        day: Day,
+        bucket: u16,
+    ) -> Result<Vec<DecidedConversion>, StoreError> {
+        timed(
+            "read_advertiser_conversions",
+            self.inner
+                .read_advertiser_conversions(advertiser, day, bucket),
+        )
+        .await
+    }
+
+    async fn read_campaign_conversions(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<Vec<DecidedConversion>, StoreError> {
+        timed(
+            "read_campaign_conversions",
+            self.inner.read_campaign_conversions(campaign, day),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl EventIndexStore for Instrumented {
+    async fn write_index(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
+        timed("write_index", self.inner.write_index(entries)).await
+    }
+
+    async fn read_index(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        timed("read_index", self.inner.read_index(advertiser, week, key)).await
     }
 }

@@ -34,9 +34,11 @@ pub(crate) use rows::{
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
+use crate::domain::conversion::{ConversionId, DecidedConversion, ReceivedConversion};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
-use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
@@ -454,6 +456,97 @@ pub trait ViewStore: Send + Sync {
     ) -> Result<Vec<StoredReport>, StoreError>;
 }
 
+/// A conversion waiting for its attribution: due once `--attribution-delay` has passed since
+/// its first copy arrived.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DueConversion {
+    pub(crate) due: DateTime<Utc>,
+    pub(crate) advertiser_id: AdvertiserId,
+    pub(crate) conversion_id: ConversionId,
+}
+
+/// A conversion as stored: every copy received, and its decision once made.
+#[derive(Debug, Clone, Default)]
+pub struct ConversionRecord {
+    pub(crate) copies: Vec<ReceivedConversion>,
+    pub(crate) decision: Option<DecidedConversion>,
+}
+
+/// Conversions (docs/DESIGN.md, "Conversions"): their copies as received, each one's entry in
+/// the due list, its decision (the first one stored wins, on every process), and the decided
+/// conversions by day, for the advertiser and for the campaign credited.
+#[async_trait]
+pub trait ConversionStore: Send + Sync {
+    /// Stores copies as received, each with its entry in the due list. Durable on return.
+    async fn write_conversion_copies(
+        &self,
+        copies: &[ReceivedConversion],
+        due: &[DueConversion],
+    ) -> Result<(), StoreError>;
+
+    /// The due list's entries of the UTC day `day` (by due time), after `after` and due by
+    /// `until`, oldest first, at most `limit`.
+    async fn due_conversions(
+        &self,
+        day: Day,
+        after: Option<&DueConversion>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<DueConversion>, StoreError>;
+
+    /// Takes entries off the due list once their conversions' decided rows are stored.
+    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError>;
+
+    /// Every stored copy of a conversion and its decision, if made.
+    async fn conversion_record(
+        &self,
+        advertiser: AdvertiserId,
+        id: &ConversionId,
+    ) -> Result<ConversionRecord, StoreError>;
+
+    /// Records `decided` unless a decision of that conversion is recorded already, and answers
+    /// the recorded one: the first decision wins, whichever process made it.
+    async fn decide_conversion(
+        &self,
+        decided: &DecidedConversion,
+    ) -> Result<DecidedConversion, StoreError>;
+
+    /// Writes decided conversions where they are counted: the advertiser's day, and the
+    /// credited campaign's day. Idempotent.
+    async fn write_decided(&self, decided: &[DecidedConversion]) -> Result<(), StoreError>;
+
+    /// The decided conversions of one bucket of an advertiser's UTC day.
+    async fn read_advertiser_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        day: Day,
+        bucket: u16,
+    ) -> Result<Vec<DecidedConversion>, StoreError>;
+
+    /// The conversions credited to a campaign, of one UTC day (by the conversion's time).
+    async fn read_campaign_conversions(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<Vec<DecidedConversion>, StoreError>;
+}
+
+/// The event index (`domain::conversion::index`): written off the request path, read by
+/// attribution one key and week at a time.
+#[async_trait]
+pub trait EventIndexStore: Send + Sync {
+    /// Writes entries; an entry written again is one more row of its received time.
+    async fn write_index(&self, entries: &[IndexEntry]) -> Result<(), StoreError>;
+
+    /// The entries of `key` in the advertiser's `week`, in no promised order.
+    async fn read_index(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+    ) -> Result<Vec<IndexEntry>, StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
@@ -467,6 +560,8 @@ pub trait Store:
     + DeliveryStore
     + SliceStore
     + ViewStore
+    + ConversionStore
+    + EventIndexStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

@@ -3,6 +3,7 @@
 
 use crate::domain::access::{OriginPattern, SiteProfile};
 use crate::domain::bucket::BucketCount;
+use crate::domain::conversion::LookBack;
 use crate::http::edge::error::ApiError;
 use crate::http::edge::openapi::texts::{OriginText, TimeZone, is_origin_text};
 use crate::settings::{CurrentSettings, SettingsChange};
@@ -41,6 +42,14 @@ pub(crate) struct CampaignSettingsWire {
     /// effect at once.
     #[schema(value_type = Option<TimeZone>, inline)]
     tz: Option<String>,
+    /// Post-click look-back of conversions, `"0s"` to `"90d"` (default `"30d"`): a duration
+    /// of a whole number and a unit, d, h, m or s; takes effect at once.
+    #[schema(example = "30d")]
+    click_window: Option<String>,
+    /// Post-view look-back of conversions, `"0s"` (off) to `"30d"` (default `"1d"`); takes
+    /// effect at once.
+    #[schema(example = "1d")]
+    view_window: Option<String>,
 }
 
 /// A site settings change (`PUT`): also registers the site for beacons.
@@ -118,6 +127,18 @@ fn parse_buckets(value: Option<Value>) -> Result<Option<BucketCount>, ApiError> 
         .transpose()
 }
 
+/// A look-back as sent: absent (keep) or a duration up to `max`.
+fn parse_look_back(
+    field: &str,
+    text: Option<String>,
+    max: LookBack,
+) -> Result<Option<LookBack>, ApiError> {
+    text.map(|text| {
+        LookBack::parse(&text, max).map_err(|message| ApiError::invalid(field, message))
+    })
+    .transpose()
+}
+
 /// A cap as sent: absent (keep), null (remove) or a whole number.
 fn parse_cap(field: &str, value: Option<Value>) -> Result<Option<Option<u64>>, ApiError> {
     match value {
@@ -152,6 +173,8 @@ impl CampaignSettingsWire {
             daily_cap: parse_cap("daily_cap", self.daily_cap)?,
             total_cap: parse_cap("total_cap", self.total_cap)?,
             tz,
+            click_window: parse_look_back("click_window", self.click_window, LookBack::CLICK_MAX)?,
+            view_window: parse_look_back("view_window", self.view_window, LookBack::VIEW_MAX)?,
         })
     }
 }
@@ -220,6 +243,10 @@ pub(crate) struct CampaignSettingsAnswer {
     pub(crate) total_cap: Option<u64>,
     /// IANA zone of the campaign's day.
     pub(crate) tz: String,
+    /// Post-click look-back, in the largest whole unit (`"30d"`).
+    pub(crate) click_window: String,
+    /// Post-view look-back, in the largest whole unit (`"1d"`; `"0s"`: off).
+    pub(crate) view_window: String,
     /// The bucket count in force now.
     pub(crate) in_force: u16,
 }
@@ -232,6 +259,8 @@ impl From<&CurrentSettings> for CampaignSettingsAnswer {
             daily_cap: current.latest.daily_cap,
             total_cap: current.latest.total_cap,
             tz: current.latest.tz.name().to_owned(),
+            click_window: current.latest.look_backs.click.to_string(),
+            view_window: current.latest.look_backs.view.to_string(),
             in_force: current.in_force.get(),
         }
     }

@@ -60,10 +60,14 @@ pub(crate) fn need(method: &Method, route: &str) -> Need {
             Need::Public
         }
         (_, "/metrics") => Need::Metrics,
-        ("POST", "/v1/impressions" | "/v1/clicks") => Need::Ingest,
+        ("POST", "/v1/impressions" | "/v1/clicks" | "/v1/conversions") => Need::Ingest,
         ("GET", "/v1/keys/self" | "/v1/freshness") => Need::AnyKey,
         ("GET", route) if route == format!("{CAMPAIGN}/delivery") => Need::CampaignDelivery,
-        ("GET", "/v1/advertisers/{advertiser_id}/campaigns") => Need::CampaignRead,
+        (
+            "GET",
+            "/v1/advertisers/{advertiser_id}/campaigns"
+            | "/v1/advertisers/{advertiser_id}/conversions",
+        ) => Need::CampaignRead,
         ("GET", route) if route.starts_with(CAMPAIGN) => Need::CampaignRead,
         ("GET", route) if route.starts_with(SITE) => Need::SiteRead,
         _ => Need::Admin,

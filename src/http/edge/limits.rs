@@ -285,7 +285,9 @@ enum Kind {
 fn kind(method: &Method, route: &str) -> Option<Kind> {
     match (method.as_str(), route) {
         ("OPTIONS" | "HEAD", _) => None,
-        ("POST", "/v1/impressions" | "/v1/clicks") | (_, "/track") => Some(Kind::Write),
+        ("POST", "/v1/impressions" | "/v1/clicks" | "/v1/conversions") | (_, "/track") => {
+            Some(Kind::Write)
+        }
         ("PUT", route)
             if route.starts_with("/v1/advertisers/") || route.starts_with("/v1/sites/") =>
         {

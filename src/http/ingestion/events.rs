@@ -1,4 +1,5 @@
-//! `POST /v1/impressions` and `POST /v1/clicks`: read, validate whole, write, then answer.
+//! `POST /v1/impressions`, `/v1/clicks` and `/v1/conversions`: read, validate whole, write,
+//! then answer.
 
 use crate::access::Caller;
 use crate::domain::access::Grant;
@@ -6,6 +7,7 @@ use crate::http::AppState;
 use crate::http::edge::body::{body_format, read_body, scan};
 use crate::http::edge::client_ip::client_ip;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::ingestion::conversion_wire::ConversionWire;
 use crate::http::ingestion::wire::{ClickWire, Context, ImpressionWire, IntoEvent, parse_body};
 use axum::Json;
 use axum::extract::{Request, State};
@@ -87,6 +89,43 @@ pub(crate) async fn post_clicks(
     admit(&state, &parts, "click", accepted)?;
     state.ingestor.clicks(events).await?;
     Ok(accepted_answer("click", accepted))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/conversions",
+    tag = "ingestion",
+    summary = "Ingest conversions. A conversion is (advertiser_id, conversion_id): re-sending never changes a count, the first stored wins.",
+    security(("bearer" = ["ingest"])),
+    description = "Same body forms and limits as impressions. Each conversion is attributed \
+        once, `--attribution-delay` (default 1 minute) after it arrives, from the events \
+        stored by then: the named click or impression, else the user's latest click, else \
+        latest impression, within the campaigns' look-backs.",
+    request_body(content = Vec<ConversionWire>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Every conversion is durable", body = Accepted),
+        (status = 400, description = "Nothing stored; `errors` lists every problem by index and field", body = ErrorAnswer),
+        (status = 403, description = "A conversion of another advertiser than the ingest key's; nothing stored", body = ErrorAnswer),
+        (status = 413, description = "The body or the number of conversions is over the limit", body = ErrorAnswer),
+        (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
+        (status = 429, description = "The key is past its rate (`--rate-limit-ingest`); nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
+    )
+)]
+pub(crate) async fn post_conversions(
+    State(state): State<AppState>,
+    request: Request,
+) -> Result<Json<Accepted>, ApiError> {
+    let (parts, bytes) = read_request(&state, request, "conversion").await?;
+    let (conversions, accepted) = events_rejected_counted(
+        "conversion",
+        &parts,
+        &bytes,
+        parse::<ConversionWire>(&state, &parts, &bytes),
+    )?;
+    admit(&state, &parts, "conversion", accepted)?;
+    state.conversions.accept(conversions).await?;
+    Ok(accepted_answer("conversion", accepted))
 }
 
 /// The request's head and decoded body, within the limits.

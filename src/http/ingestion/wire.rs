@@ -153,19 +153,19 @@ pub(crate) struct Context {
 }
 
 /// Collects one item's field problems while converting it.
-struct Item<'a> {
+pub(super) struct Item<'a> {
     index: usize,
     errors: &'a mut Vec<FieldError>,
 }
 
 impl Item<'_> {
-    fn fail<T>(&mut self, field: &str, message: impl Into<String>) -> Option<T> {
+    pub(super) fn fail<T>(&mut self, field: &str, message: impl Into<String>) -> Option<T> {
         self.errors
             .push(FieldError::item(self.index, field, message));
         None
     }
 
-    fn uuid(&mut self, field: &str, value: Option<Cow<'_, str>>) -> Option<Uuid> {
+    pub(super) fn uuid(&mut self, field: &str, value: Option<Cow<'_, str>>) -> Option<Uuid> {
         match value {
             None => self.fail(field, "is required"),
             Some(text) => match parse_uuid(&text) {
@@ -178,7 +178,11 @@ impl Item<'_> {
         }
     }
 
-    fn timestamp(&mut self, value: Option<WireTimestamp>, now: DateTime<Utc>) -> Option<EventTime> {
+    pub(super) fn timestamp(
+        &mut self,
+        value: Option<WireTimestamp>,
+        now: DateTime<Utc>,
+    ) -> Option<EventTime> {
         let value_millis = match &value {
             Some(WireTimestamp::Millis(millis)) => Some(*millis),
             _ => None,
@@ -232,8 +236,12 @@ fn looks_like_seconds(millis: &Option<i64>) -> bool {
 /// Conversion of one wire item into its domain event.
 pub(crate) trait IntoEvent<'de>: Deserialize<'de> {
     type Event: Clone + PartialEq;
+    /// What makes two events of one request the same event.
+    type Identity: std::hash::Hash + Eq + std::fmt::Display;
+    /// The field that carries the identity, named when one appears twice with other fields.
+    const IDENTITY_FIELD: &'static str = "impression_id";
     fn into_event(self, item: &mut ItemContext<'_>) -> Option<Self::Event>;
-    fn identity(event: &Self::Event) -> ImpressionId;
+    fn identity(event: &Self::Event) -> Self::Identity;
     fn advertiser(event: &Self::Event) -> AdvertiserId;
 }
 
@@ -243,8 +251,16 @@ pub(crate) struct ItemContext<'a> {
     context: &'a Context,
 }
 
+impl<'a> ItemContext<'a> {
+    /// The item's problems and the request's context, for conversions in a sibling module.
+    pub(super) fn parts(&mut self) -> (&mut Item<'a>, &'a Context) {
+        (&mut self.item, self.context)
+    }
+}
+
 impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
     type Event = Impression;
+    type Identity = ImpressionId;
 
     fn into_event(self, cx: &mut ItemContext<'_>) -> Option<Impression> {
         let item = &mut cx.item;
@@ -303,6 +319,7 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
 
 impl<'de> IntoEvent<'de> for ClickWire<'de> {
     type Event = Click;
+    type Identity = ImpressionId;
 
     fn into_event(self, cx: &mut ItemContext<'_>) -> Option<Click> {
         let item = &mut cx.item;
@@ -413,7 +430,7 @@ fn convert<'de, W: IntoEvent<'de>>(
     let mut errors = Vec::new();
     let mut foreign = Vec::new();
     let mut events = Vec::with_capacity(count);
-    let mut first_seen: HashMap<ImpressionId, usize> = HashMap::with_capacity(count);
+    let mut first_seen: HashMap<W::Identity, usize> = HashMap::with_capacity(count);
     for (index, wire) in wires.enumerate() {
         let wire = match wire {
             Ok(wire) => wire,
@@ -452,7 +469,7 @@ fn convert<'de, W: IntoEvent<'de>>(
                 if *first != event {
                     errors.push(FieldError::item(
                         index,
-                        "impression_id",
+                        W::IDENTITY_FIELD,
                         format!("{id} appears at index {first_index} with different fields"),
                     ));
                 }

@@ -1,6 +1,7 @@
 //! What dashboards and ad servers read: summaries, reports, exports, uniques, listings,
-//! delivery and freshness.
+//! conversions, delivery and freshness.
 
+pub(super) mod conversions;
 pub(super) mod delivery;
 pub(super) mod export;
 pub(super) mod listings;

@@ -4,7 +4,7 @@ use crate::http::AppState;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::openapi::texts::Id;
 use crate::http::edge::params::{Params, RangeQuery, campaign_key};
-use crate::http::queries::summary::ViewMeasuresAnswer;
+use crate::http::queries::summary::{ConversionMeasuresAnswer, ViewMeasuresAnswer};
 use crate::query::report::{DEFAULT_LIMIT, Dimension, MAX_LIMIT};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -23,6 +23,9 @@ pub(crate) struct ReportRowAnswer {
     /// By `ad_id`: the summary's viewability measures of the ad.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub(crate) views: Option<ViewMeasuresAnswer>,
+    /// By `ad_id`: the summary's conversion measures of the ad.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) conversions: Option<ConversionMeasuresAnswer>,
     /// Present and true on the one row summing every value past `limit`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) other: bool,
@@ -103,6 +106,10 @@ pub(crate) async fn get_report(
                 impressions: row.impressions,
                 clicks: row.clicks,
                 views: row.views.as_ref().map(ViewMeasuresAnswer::from),
+                conversions: row
+                    .conversions
+                    .as_ref()
+                    .map(|conversions| ConversionMeasuresAnswer::new(conversions, row.clicks)),
                 other: row.other,
             })
             .collect(),

@@ -1,5 +1,7 @@
 //! `GET /v1/advertisers/{advertiser_id}/campaigns/{campaign_id}/summary`.
 
+use crate::domain::conversion::counts::ConversionCounts;
+use crate::domain::conversion::money::ValueSums;
 use crate::domain::echo::echo;
 use crate::domain::view::ViewCounts;
 use crate::http::AppState;
@@ -10,6 +12,7 @@ use crate::query::summary::{Counts, Grouping};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 /// The counts of one row, or of the totals.
@@ -34,6 +37,46 @@ pub(crate) struct CountsAnswer {
     pub(crate) invalid_clicks: u64,
     #[serde(flatten)]
     pub(crate) views: ViewMeasuresAnswer,
+    #[serde(flatten)]
+    pub(crate) conversions: ConversionMeasuresAnswer,
+}
+
+/// The conversions credited to the row (at the conversion's own time, and the credited ad).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ConversionMeasuresAnswer {
+    /// Conversions attributed to the row's ads.
+    pub(crate) conversions: u64,
+    /// Attributed to a click within its campaign's `click_window`.
+    pub(crate) post_click_conversions: u64,
+    /// Attributed to an impression within its campaign's `view_window`.
+    pub(crate) post_view_conversions: u64,
+    /// post-click conversions ÷ clicks (0 without clicks); a row's may exceed 1, since
+    /// conversions count at their own time and clicks at theirs.
+    pub(crate) conversion_rate: f64,
+    /// Exact sums of the conversions' values per currency, with the currency's minor digits
+    /// (`{"EUR": "1234.50", "JPY": "300"}`; `{}` when none).
+    pub(crate) conversion_value: BTreeMap<String, String>,
+}
+
+impl ConversionMeasuresAnswer {
+    pub(crate) fn new(conversions: &ConversionCounts, clicks: u64) -> Self {
+        Self {
+            conversions: conversions.conversions,
+            post_click_conversions: conversions.post_click,
+            post_view_conversions: conversions.post_view,
+            conversion_rate: conversions.rate(clicks),
+            conversion_value: value_strings(&conversions.value),
+        }
+    }
+}
+
+/// Sums per currency as the answer shows them.
+pub(crate) fn value_strings(value: &ValueSums) -> BTreeMap<String, String> {
+    value
+        .to_decimal_strings()
+        .into_iter()
+        .map(|(code, sum)| (code.to_owned(), sum))
+        .collect()
 }
 
 /// The viewability measures of valid impressions, from the reports of `/v.js` joined to them.
@@ -65,6 +108,7 @@ impl From<&Counts> for CountsAnswer {
             invalid_impressions: counts.invalid_impressions,
             invalid_clicks: counts.invalid_clicks,
             views: ViewMeasuresAnswer::from(&counts.views),
+            conversions: ConversionMeasuresAnswer::new(&counts.conversions, counts.clicks),
         }
     }
 }

@@ -5,14 +5,16 @@
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
-//! [`delivery`], [`listings`]),
+//! [`delivery`], [`listings`], [`conversions`], [`event_index`]),
 //! each with its prepared statements.
 
 mod access;
 mod backfill;
 pub mod config;
+mod conversions;
 mod delivery;
 mod errors;
+mod event_index;
 mod event_reads;
 mod event_statements;
 mod event_writes;
@@ -36,7 +38,9 @@ use crate::store::{Store, StoreError};
 use access::AccessStatements;
 use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
+use conversions::ConversionStatements;
 use delivery::DeliveryStatements;
+use event_index::EventIndexStatements;
 use event_statements::EventStatements;
 use event_writes::EventWriter;
 use listings::ListingStatements;
@@ -73,6 +77,8 @@ struct Prepared {
     listings: ListingStatements,
     slices: SliceStatements,
     views: ViewStatements,
+    conversions: ConversionStatements,
+    event_index: EventIndexStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -140,6 +146,8 @@ impl CassandraStore {
                     listings,
                     slices,
                     views,
+                    conversions,
+                    event_index,
                 ) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
@@ -152,6 +160,8 @@ impl CassandraStore {
                     ListingStatements::prepare(session, keyspace),
                     SliceStatements::prepare(session, keyspace),
                     ViewStatements::prepare(session, keyspace),
+                    ConversionStatements::prepare(session, keyspace),
+                    EventIndexStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -165,6 +175,8 @@ impl CassandraStore {
                     listings,
                     slices,
                     views,
+                    conversions,
+                    event_index,
                 })
             })
             .await

@@ -49,10 +49,11 @@ impl ProcessStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.server_process (shard, process_id, started_at, \
-                     last_report_at) VALUES (?, ?, ?, ?)"
+                     last_report_at, indexed_through) VALUES (?, ?, ?, ?, ?)"
                 ),
                 format!(
-                    "SELECT process_id, started_at, last_report_at FROM {keyspace}.server_process \
+                    "SELECT process_id, started_at, last_report_at, indexed_through \
+                     FROM {keyspace}.server_process \
                      WHERE shard = ?"
                 ),
                 format!("DELETE FROM {keyspace}.server_process WHERE shard = ? AND process_id = ?"),
@@ -89,6 +90,7 @@ struct StoredReport {
     process_id: Uuid,
     started_at: DateTime<Utc>,
     last_report_at: DateTime<Utc>,
+    indexed_through: Option<DateTime<Utc>>,
 }
 
 #[derive(DeserializeRow)]
@@ -106,6 +108,7 @@ impl ProcessStore for CassandraStore {
             report.id.as_uuid(),
             report.started_at,
             report.last_report_at,
+            report.indexed_through,
         );
         execute(
             &self.session,
@@ -131,6 +134,7 @@ impl ProcessStore for CassandraStore {
                 id: ProcessId::new(row.process_id),
                 started_at: row.started_at,
                 last_report_at: row.last_report_at,
+                indexed_through: row.indexed_through,
             })
             .collect())
     }

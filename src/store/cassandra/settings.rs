@@ -7,6 +7,8 @@ use super::errors::decode_error;
 use super::statements::{execute, prepare_all, read_all};
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
+use crate::domain::conversion::LookBack;
+use crate::domain::conversion::attribution::LookBacks;
 use crate::domain::owner::Owner;
 use crate::store::error::Message;
 use crate::store::{SettingsStore, StoreError};
@@ -33,12 +35,14 @@ impl SettingsStatements {
             session,
             [
                 format!(
-                    "SELECT effective_from, buckets, daily_cap, total_cap, tz FROM {keyspace}.campaign_config \
+                    "SELECT effective_from, buckets, daily_cap, total_cap, tz, click_window, view_window \
+                     FROM {keyspace}.campaign_config \
                      WHERE advertiser_id = ? AND campaign_id = ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_config (advertiser_id, campaign_id, effective_from, buckets, \
-                     daily_cap, total_cap, tz, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                     daily_cap, total_cap, tz, click_window, view_window, updated_at) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 format!(
                     "SELECT effective_from, buckets FROM {keyspace}.site_config WHERE site = ?"
@@ -67,6 +71,8 @@ struct StoredSettings {
     daily_cap: Option<i64>,
     total_cap: Option<i64>,
     tz: Option<String>,
+    click_window: Option<i32>,
+    view_window: Option<i32>,
 }
 
 /// A row of `site_config`.
@@ -102,8 +108,19 @@ impl StoredSettings {
             daily_cap: self.daily_cap.and_then(|cap| u64::try_from(cap).ok()),
             total_cap: self.total_cap.and_then(|cap| u64::try_from(cap).ok()),
             tz,
+            look_backs: LookBacks {
+                click: look_back(self.click_window, LookBacks::DEFAULT.click),
+                view: look_back(self.view_window, LookBacks::DEFAULT.view),
+            },
         })
     }
+}
+
+/// A stored look-back, or `default` for a row written before look-backs.
+fn look_back(seconds: Option<i32>, default: LookBack) -> LookBack {
+    seconds
+        .and_then(|seconds| u32::try_from(seconds).ok())
+        .map_or(default, LookBack::from_seconds)
 }
 
 #[async_trait]
@@ -139,6 +156,8 @@ impl SettingsStore for CassandraStore {
                         daily_cap: None,
                         total_cap: None,
                         tz: None,
+                        click_window: None,
+                        view_window: None,
                     })
                     .collect()
             }
@@ -169,6 +188,8 @@ impl SettingsStore for CassandraStore {
                     settings.daily_cap.and_then(|cap| i64::try_from(cap).ok()),
                     settings.total_cap.and_then(|cap| i64::try_from(cap).ok()),
                     settings.tz.name(),
+                    settings.look_backs.click.seconds() as i32,
+                    settings.look_backs.view.seconds() as i32,
                     Utc::now(),
                 );
                 execute(&self.session, &statements.insert_campaign, values, CONTEXT).await

@@ -50,6 +50,12 @@ pub(crate) struct Tables {
     /// The slices of unsealed campaign-days: states, duplicates and aggregates.
     pub(crate) open_day: Keyspace,
     pub(crate) view_report: Keyspace,
+    pub(crate) event_index: Keyspace,
+    pub(crate) conversion_copy: Keyspace,
+    pub(crate) conversion_due: Keyspace,
+    pub(crate) conversion_decision: Keyspace,
+    pub(crate) conversion: Keyspace,
+    pub(crate) campaign_conversion: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
@@ -92,6 +98,12 @@ pub(crate) enum Table {
     ImpressionCopy,
     OpenDay,
     ViewReport,
+    EventIndex,
+    ConversionCopy,
+    ConversionDue,
+    ConversionDecision,
+    Conversion,
+    CampaignConversion,
     Meta,
 }
 
@@ -129,6 +141,12 @@ impl Tables {
             Table::ImpressionCopy => &self.impression_copy,
             Table::OpenDay => &self.open_day,
             Table::ViewReport => &self.view_report,
+            Table::EventIndex => &self.event_index,
+            Table::ConversionCopy => &self.conversion_copy,
+            Table::ConversionDue => &self.conversion_due,
+            Table::ConversionDecision => &self.conversion_decision,
+            Table::Conversion => &self.conversion,
+            Table::CampaignConversion => &self.campaign_conversion,
             Table::Meta => &self.meta,
         }
     }

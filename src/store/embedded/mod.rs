@@ -15,8 +15,10 @@
 
 mod access;
 mod committer;
+mod conversions;
 mod delivery;
 mod engine;
+mod event_index;
 mod events;
 mod keys;
 mod listings;

@@ -100,6 +100,12 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
             .map_err(|error| engine_error("opening tables", error))?,
         open_day: open("open_day")?,
         view_report: open("view_report")?,
+        event_index: open("event_index")?,
+        conversion_copy: open("conversion_copy")?,
+        conversion_due: open("conversion_due")?,
+        conversion_decision: open("conversion_decision")?,
+        conversion: open("conversion")?,
+        campaign_conversion: open("campaign_conversion")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,

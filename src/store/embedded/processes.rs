@@ -28,6 +28,8 @@ fn decode_report(key: &[u8], value: &[u8]) -> Option<ProcessReport> {
         id: ProcessId::new(Uuid::from_slice(key).ok()?),
         started_at: millis(0..8)?,
         last_report_at: millis(8..16)?,
+        // One process per folder: no other's index to wait for.
+        indexed_through: None,
     })
 }
 
@@ -138,6 +140,7 @@ mod tests {
             started_at: DateTime::from_timestamp_millis(now.timestamp_millis() - 5000)
                 .expect("time"),
             last_report_at: DateTime::from_timestamp_millis(now.timestamp_millis()).expect("time"),
+            indexed_through: None,
         };
         let key = process.as_uuid().as_bytes().to_vec();
         assert_eq!(decode_report(&key, &report_value(&report)), Some(report));

@@ -5,6 +5,8 @@
 //! for a full impression, go from the address to `user_data`): they read as valid with no
 //! user agent. Newer rows add the traffic part: a reason code (0: valid), then the user agent.
 
+use crate::domain::conversion::LookBack;
+use crate::domain::conversion::attribution::LookBacks;
 use crate::domain::delivery::Caps;
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdId, UserId};
@@ -257,23 +259,29 @@ pub(crate) fn decode_one_id(value: &[u8]) -> Option<Uuid> {
 /// Marks a settings value that carries every delivery setting; older values are 2 bytes
 /// (buckets) or 10 (buckets and a daily cap).
 const SETTINGS_WITH_CAPS: u8 = 2;
+/// Marks a value that also carries the conversion look-backs (4 bytes each, before the zone).
+const SETTINGS_WITH_LOOK_BACKS: u8 = 3;
 
 /// A settings row's value: buckets, then (campaigns) the marker, both caps (a presence byte
 /// and 8 bytes each) and the zone's name.
-pub(crate) fn settings_value(buckets: u16, caps: Option<&Caps>) -> Vec<u8> {
+pub(crate) fn settings_value(buckets: u16, caps: Option<(&Caps, LookBacks)>) -> Vec<u8> {
     let mut value = buckets.to_be_bytes().to_vec();
-    if let Some(caps) = caps {
-        value.push(SETTINGS_WITH_CAPS);
+    if let Some((caps, look_backs)) = caps {
+        value.push(SETTINGS_WITH_LOOK_BACKS);
         for cap in [caps.daily_cap, caps.total_cap] {
             value.push(u8::from(cap.is_some()));
             value.extend_from_slice(&cap.unwrap_or(0).to_be_bytes());
         }
+        value.extend_from_slice(&look_backs.click.seconds().to_be_bytes());
+        value.extend_from_slice(&look_backs.view.seconds().to_be_bytes());
         value.extend_from_slice(caps.tz.name().as_bytes());
     }
     value
 }
 
-pub(crate) fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps)> {
+/// A settings value's bucket count, caps and look-backs (the defaults where it predates them).
+pub(crate) fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps, LookBacks)> {
+    let mut look_backs = LookBacks::DEFAULT;
     let buckets = u16::from_be_bytes(value.get(0..2)?.try_into().ok()?);
     let mut caps = Caps {
         daily_cap: None,
@@ -284,7 +292,8 @@ pub(crate) fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps)> {
         2 => {}
         10 => caps.daily_cap = Some(u64::from_be_bytes(value.get(2..10)?.try_into().ok()?)),
         _ => {
-            if *value.get(2)? != SETTINGS_WITH_CAPS {
+            let marker = *value.get(2)?;
+            if marker != SETTINGS_WITH_CAPS && marker != SETTINGS_WITH_LOOK_BACKS {
                 return None;
             }
             let cap = |at: usize| -> Option<Option<u64>> {
@@ -294,10 +303,25 @@ pub(crate) fn decode_settings_value(value: &[u8]) -> Option<(u16, Caps)> {
             };
             caps.daily_cap = cap(3)?;
             caps.total_cap = cap(12)?;
-            caps.tz = std::str::from_utf8(value.get(21..)?).ok()?.parse().ok()?;
+            let mut zone_at = 21;
+            if marker == SETTINGS_WITH_LOOK_BACKS {
+                let seconds = |at: usize| -> Option<LookBack> {
+                    let bytes = value.get(at..at + 4)?.try_into().ok()?;
+                    Some(LookBack::from_seconds(u32::from_be_bytes(bytes)))
+                };
+                look_backs = LookBacks {
+                    click: seconds(21)?,
+                    view: seconds(25)?,
+                };
+                zone_at = 29;
+            }
+            caps.tz = std::str::from_utf8(value.get(zone_at..)?)
+                .ok()?
+                .parse()
+                .ok()?;
         }
     }
-    Some((buckets, caps))
+    Some((buckets, caps, look_backs))
 }
 
 #[cfg(test)]
@@ -363,8 +387,8 @@ mod tests {
         );
         assert_eq!(
             decode_settings_value(&[0, 8, 0, 0, 0, 0, 0, 0, 0x13, 0x88])
-                .map(|(b, caps)| (b, caps.daily_cap)),
-            Some((8, Some(5000))),
+                .map(|(b, caps, look_backs)| (b, caps.daily_cap, look_backs)),
+            Some((8, Some(5000), LookBacks::DEFAULT)),
             "a value written before total_cap and tz"
         );
         let caps = Caps {
@@ -372,12 +396,24 @@ mod tests {
             total_cap: None,
             tz: chrono_tz::Pacific::Kiritimati,
         };
+        let look_backs = LookBacks {
+            click: LookBack::from_seconds(7 * 86_400),
+            view: LookBack::from_seconds(0),
+        };
         assert_eq!(
-            decode_settings_value(&settings_value(8, Some(&caps))),
-            Some((8, caps))
+            decode_settings_value(&settings_value(8, Some((&caps, look_backs)))),
+            Some((8, caps, look_backs))
+        );
+        let mut before_look_backs = settings_value(8, Some((&caps, look_backs)));
+        before_look_backs[2] = 2;
+        before_look_backs.drain(21..29);
+        assert_eq!(
+            decode_settings_value(&before_look_backs),
+            Some((8, caps, LookBacks::DEFAULT)),
+            "a value written before the look-backs"
         );
         assert_eq!(
-            decode_settings_value(&settings_value(8, None)).map(|(b, caps)| (b, caps.daily_cap)),
+            decode_settings_value(&settings_value(8, None)).map(|(b, caps, _)| (b, caps.daily_cap)),
             Some((8, None))
         );
     }

@@ -47,7 +47,7 @@ impl SettingsStore for EmbeddedStore {
                     Owner::Site(_) => site_keys::decode_site_settings_time(key, prefix_len),
                 }
                 .ok_or_else(|| corrupt(CONTEXT))?;
-                let (buckets, caps) =
+                let (buckets, caps, look_backs) =
                     rows::decode_settings_value(value).ok_or_else(|| corrupt(CONTEXT))?;
                 Ok(CampaignSettings {
                     buckets: BucketCount::new(buckets).map_err(|_| corrupt(CONTEXT))?,
@@ -55,6 +55,7 @@ impl SettingsStore for EmbeddedStore {
                     daily_cap: caps.daily_cap,
                     total_cap: caps.total_cap,
                     tz: caps.tz,
+                    look_backs,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -68,7 +69,7 @@ impl SettingsStore for EmbeddedStore {
     ) -> Result<(), StoreError> {
         let caps = settings.caps();
         let caps = match owner {
-            Owner::Campaign(_) => Some(&caps),
+            Owner::Campaign(_) => Some((&caps, settings.look_backs)),
             Owner::Site(_) => None,
         };
         let row = (

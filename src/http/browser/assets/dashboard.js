@@ -31,6 +31,12 @@
   const fmtCount = (v) => (typeof v === "number" && Number.isFinite(v) ? integer.format(v) : "—");
   const percentTick = new Intl.NumberFormat(undefined, { style: "percent", maximumFractionDigits: 6 });
   const fmtRatio = (v) => (typeof v === "number" && Number.isFinite(v) ? percent.format(v) : "—");
+  // A value per currency ({"EUR": "1234.50", "JPY": "300"}) as the API's exact strings, never
+  // parsed into numbers: "EUR 1234.50 · JPY 300"; `none` when there is none.
+  const fmtMoney = (v, none = "—") => {
+    const sums = v && typeof v === "object" ? Object.entries(v).filter(([, amount]) => typeof amount === "string") : [];
+    return sums.length ? sums.map(([code, amount]) => `${code} ${amount}`).join(" · ") : none;
+  };
 
   const CAMPAIGN_METRICS = [
     { key: "impressions", label: "Impressions" },
@@ -41,6 +47,10 @@
     // null (shown "—") when no impression of the period could be measured.
     { key: "viewable_rate", label: "Viewable rate", ratio: true, hint: "Viewable impressions ÷ measurable impressions" },
     { key: "engaged_impressions", label: "Engaged impressions", hint: "Impressions with a hover, click, expand, play, pause or complete" },
+    { key: "conversions", label: "Conversions", hint: "Conversions credited to the campaign, post-click and post-view" },
+    // 0 without clicks; may exceed 100 %: conversions count at their own time, clicks at theirs.
+    { key: "conversion_rate", label: "Conversion rate", ratio: true, hint: "Post-click conversions ÷ clicks" },
+    { key: "conversion_value", label: "Conversion value", money: true, hint: "The conversions' values, summed per currency" },
     { key: "invalid_impressions", label: "Invalid impressions" },
     { key: "invalid_clicks", label: "Invalid clicks" },
   ];
@@ -49,7 +59,7 @@
     { key: "unique_visitors", label: "Unique visitors" },
     { key: "invalid_visits", label: "Invalid visits" },
   ];
-  const fmtMetric = (m, v) => (m.ratio ? fmtRatio(v) : fmtCount(v));
+  const fmtMetric = (m, v) => (m.money ? fmtMoney(v) : m.ratio ? fmtRatio(v) : fmtCount(v));
 
   function node(tag, attrs, ...children) {
     const e = document.createElement(tag);
@@ -526,10 +536,10 @@
       ...metrics.map((m) => {
         const v = totals ? totals[m.key] : undefined;
         return node("div", {
-          class: `figure${m.key.startsWith("invalid") ? " minor" : ""}`,
+          class: `figure${m.key.startsWith("invalid") ? " minor" : ""}${m.money ? " money" : ""}`,
           "data-metric": m.key,
           "data-label": m.label,
-          "data-value": typeof v === "number" ? v : "",
+          "data-value": typeof v === "number" ? v : m.money && v && typeof v === "object" ? JSON.stringify(v) : "",
           title: m.hint,
         }, fmtMetric(m, v));
       }),
@@ -820,7 +830,8 @@
       return;
     }
     const lines = [table.columns.map((c) => csvCell(c.key))];
-    for (const row of table.rows) lines.push(table.columns.map((c) => csvCell(row[c.key])));
+    const cell = (c, v) => (c.metric && c.metric.money ? fmtMoney(v, "") : v);
+    for (const row of table.rows) lines.push(table.columns.map((c) => csvCell(cell(c, row[c.key]))));
     const csv = `${lines.map((cells) => cells.join(",")).join("\r\n")}\r\n`;
     const name = table.file;
     const url = URL.createObjectURL(new Blob([csv], { type: "text/csv;charset=utf-8" }));

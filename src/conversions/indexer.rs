@@ -1,0 +1,258 @@
+//! Writes the event index (`domain::conversion::index`) off the request path: ingestion hands
+//! over each stored event with its arrival, and a flush every [`FLUSH_PERIOD`] writes them in
+//! one call. A click is indexed under its user once its impression's user is known: from the
+//! impressions this process indexed lately, else from the index itself; a click whose
+//! impression is not stored yet waits a while and is tried again.
+//!
+//! What attribution may rely on: every event this process stored before
+//! [`EventIndexer::indexed_through`] is in the index (except a click still waiting for its
+//! impression). The process reports it, and deciders wait for every running process to pass
+//! a conversion's moment before they decide it (`decider`). A process that vanishes leaves
+//! its campaign-days marked, as for delivery, and the next to start indexes them again from
+//! the raw events (`app::repair`).
+
+use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
+use crate::domain::event::{Click, Impression};
+use crate::domain::ids::{AdvertiserId, ImpressionId, UserId};
+use crate::processes::ProcessRegistry;
+use crate::store::{EventIndexStore, StoreError};
+use chrono::{DateTime, TimeDelta, Utc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How often queued entries are written.
+pub(crate) const FLUSH_PERIOD: Duration = Duration::from_millis(200);
+/// Entries queued at most; past it, ingestion answers 503 until the queue drains.
+const QUEUE_CAPACITY: usize = 2_000_000;
+/// Impressions' users remembered for their clicks; past it, the memory starts over.
+const USERS_REMEMBERED: usize = 1_000_000;
+/// How long a click waits for its impression to be stored before it is indexed only by the
+/// impression's id (a user's rule then never finds it).
+const CLICK_WAITS_FOR_IMPRESSION: TimeDelta = TimeDelta::minutes(2);
+/// How far back from a click its impression is looked for: the longest click look-back.
+const IMPRESSION_LOOK_BACK: TimeDelta = TimeDelta::days(91);
+
+/// A click waiting for its impression's user.
+struct WaitingClick {
+    entry: IndexEntry,
+    since: DateTime<Utc>,
+}
+
+pub(crate) struct EventIndexer {
+    store: Arc<dyn EventIndexStore>,
+    registry: Arc<ProcessRegistry>,
+    queue: Mutex<Vec<IndexEntry>>,
+    waiting: Mutex<Vec<WaitingClick>>,
+    users: Mutex<HashMap<(AdvertiserId, ImpressionId), UserId>>,
+    indexed_through: Mutex<DateTime<Utc>>,
+    /// One flush at a time.
+    flushing: tokio::sync::Mutex<()>,
+}
+
+impl EventIndexer {
+    pub(crate) fn new(store: Arc<dyn EventIndexStore>, registry: Arc<ProcessRegistry>) -> Self {
+        registry.expect_index();
+        Self {
+            store,
+            registry,
+            queue: Mutex::new(Vec::new()),
+            waiting: Mutex::new(Vec::new()),
+            users: Mutex::new(HashMap::new()),
+            indexed_through: Mutex::new(Utc::now()),
+            flushing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Whether ingestion may store more events: the queue is below its capacity.
+    pub(crate) fn has_room(&self) -> bool {
+        lock(&self.queue).len() < QUEUE_CAPACITY
+    }
+
+    /// Queues stored impressions, under their ids and their users. Their arrival is taken
+    /// with the queue held, so a flush that starts later writes every entry that arrived
+    /// before it started.
+    pub(crate) fn impressions<'a>(&self, impressions: impl IntoIterator<Item = &'a Impression>) {
+        let mut queue = lock(&self.queue);
+        let received = Utc::now();
+        for impression in impressions {
+            queue.extend(IndexEntry::of_impression(impression, received));
+        }
+        metrics::gauge!("adevents_event_index_queued").set(queue.len() as f64);
+    }
+
+    /// Queues stored clicks, under their impressions' ids (their users' entries follow at the
+    /// flush, once found).
+    pub(crate) fn clicks<'a>(&self, clicks: impl IntoIterator<Item = &'a Click>) {
+        let mut queue = lock(&self.queue);
+        let received = Utc::now();
+        queue.extend(
+            clicks
+                .into_iter()
+                .map(|click| IndexEntry::of_click(click, received)),
+        );
+        metrics::gauge!("adevents_event_index_queued").set(queue.len() as f64);
+    }
+
+    /// Queues entries read back from the raw events (a repair), arriving now.
+    pub(crate) fn repaired(&self, entries: Vec<IndexEntry>) {
+        let mut queue = lock(&self.queue);
+        let received = Utc::now();
+        queue.extend(
+            entries
+                .into_iter()
+                .map(|entry| IndexEntry { received, ..entry }),
+        );
+    }
+
+    /// Everything this process stored before this instant is indexed (or waiting for its
+    /// impression).
+    pub(crate) fn indexed_through(&self) -> DateTime<Utc> {
+        *lock(&self.indexed_through)
+    }
+
+    /// Writes what is queued, with the user entries of the clicks whose users are found.
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        let _one = self.flushing.lock().await;
+        let started = Instant::now();
+        let (started_at, mut entries) = {
+            let mut queue = lock(&self.queue);
+            (Utc::now(), std::mem::take(&mut *queue))
+        };
+        let waiting = std::mem::take(&mut *lock(&self.waiting));
+        let clicks: Vec<WaitingClick> = entries
+            .iter()
+            .filter(|entry| entry.kind == IndexedKind::Click)
+            .map(|entry| WaitingClick {
+                entry: entry.clone(),
+                since: started_at,
+            })
+            .chain(waiting)
+            .collect();
+        self.remember_users(&entries);
+        let (found, still_waiting) = match self.users_of(clicks, started_at).await {
+            Ok(result) => result,
+            Err((error, clicks)) => {
+                self.requeue(entries, clicks, started_at);
+                return Err(error);
+            }
+        };
+        entries.extend(found);
+        if let Err(error) = self.store.write_index(&entries).await {
+            self.requeue(entries, still_waiting, started_at);
+            return Err(error);
+        }
+        lock(&self.waiting).extend(still_waiting);
+        *lock(&self.indexed_through) = started_at;
+        self.registry.index_saved_through(started, started_at);
+        metrics::counter!("adevents_event_index_entries_total").increment(entries.len() as u64);
+        Ok(())
+    }
+
+    /// Puts a failed flush's work back for the next: its queued entries ahead of those queued
+    /// since, and the clicks that were waiting before it (the others come again from the
+    /// queued entries, as do the user entries found for them).
+    fn requeue(&self, entries: Vec<IndexEntry>, waiting: Vec<WaitingClick>, flush: DateTime<Utc>) {
+        let mut queue = lock(&self.queue);
+        let newer = std::mem::take(&mut *queue);
+        queue.extend(entries.into_iter().filter(|entry| {
+            entry.kind != IndexedKind::Click || matches!(entry.key, IndexKey::Impression(_))
+        }));
+        queue.extend(newer);
+        lock(&self.waiting).extend(waiting.into_iter().filter(|click| click.since < flush));
+    }
+
+    fn remember_users(&self, entries: &[IndexEntry]) {
+        let mut users = lock(&self.users);
+        for entry in entries {
+            if let (IndexKey::Impression(id), Some(user)) = (entry.key, entry.user_id) {
+                if users.len() >= USERS_REMEMBERED {
+                    users.clear();
+                }
+                users.insert((entry.advertiser_id, id), user);
+            }
+        }
+    }
+
+    /// The user entries of the clicks whose impressions are known, and the clicks that still
+    /// wait (those waiting past [`CLICK_WAITS_FOR_IMPRESSION`] are given up).
+    async fn users_of(
+        &self,
+        clicks: Vec<WaitingClick>,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<IndexEntry>, Vec<WaitingClick>), (StoreError, Vec<WaitingClick>)> {
+        let mut found = Vec::new();
+        let mut waiting = Vec::new();
+        let mut clicks = clicks.into_iter();
+        while let Some(click) = clicks.next() {
+            let key = (click.entry.advertiser_id, click.entry.impression_id);
+            let remembered = lock(&self.users).get(&key).copied();
+            let user = match remembered {
+                Some(user) => Some(user),
+                None => match self.stored_user(&click.entry).await {
+                    Ok(user) => user,
+                    Err(error) => {
+                        let mut unresolved = vec![click];
+                        unresolved.extend(clicks);
+                        unresolved.extend(waiting);
+                        return Err((error, unresolved));
+                    }
+                },
+            };
+            match user {
+                Some(user) => found.push(click.entry.for_user(user)),
+                None if now - click.since < CLICK_WAITS_FOR_IMPRESSION => waiting.push(click),
+                None => {
+                    metrics::counter!("adevents_event_index_clicks_without_user_total")
+                        .increment(1);
+                }
+            }
+        }
+        Ok((found, waiting))
+    }
+
+    /// The user of a click's impression, from the index: its week first, then older ones.
+    async fn stored_user(&self, click: &IndexEntry) -> Result<Option<UserId>, StoreError> {
+        let at = click.timestamp.instant();
+        for week in Week::newest_first(at - IMPRESSION_LOOK_BACK, at) {
+            let entries = self
+                .store
+                .read_index(
+                    click.advertiser_id,
+                    week,
+                    IndexKey::Impression(click.impression_id),
+                )
+                .await?;
+            let user = entries
+                .iter()
+                .filter(|entry| entry.kind == IndexedKind::Impression)
+                .find_map(|entry| entry.user_id);
+            if let Some(user) = user {
+                lock(&self.users).insert((click.advertiser_id, click.impression_id), user);
+                return Ok(Some(user));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Flushes every [`FLUSH_PERIOD`] until the task is aborted.
+    pub(crate) fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let indexer = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticks = crate::periodic::ticks(FLUSH_PERIOD);
+            loop {
+                ticks.tick().await;
+                if let Err(error) = indexer.flush().await {
+                    tracing::warn!(error = %error.chain(), "cannot write the event index; retrying");
+                }
+            }
+        })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Queues and memories stay usable whatever panicked while one was held.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,67 @@
+//! Stores conversions as they arrive: each a copy with its arrival, and an entry in the due
+//! list for when its attribution may be decided. Durable before the answer; a copy this
+//! process stored lately is not stored again (a retry changes nothing either way: the first
+//! copy is the conversion), which bounds what a caller re-sending one id can make it write.
+
+use crate::domain::conversion::{Conversion, ConversionId, ReceivedConversion};
+use crate::domain::ids::AdvertiserId;
+use crate::remembered::Remembered;
+use crate::store::{ConversionStore, DueConversion, StoreError};
+use chrono::{TimeDelta, Utc};
+use std::sync::Arc;
+
+/// Conversions remembered as stored; past this, the memory starts over.
+const STORED_REMEMBERED: usize = 200_000;
+
+pub(crate) struct ConversionIntake {
+    store: Arc<dyn ConversionStore>,
+    /// `--attribution-delay`: how long after its arrival a conversion is decided.
+    delay: TimeDelta,
+    stored: Remembered<(AdvertiserId, ConversionId)>,
+}
+
+impl ConversionIntake {
+    pub(crate) fn new(store: Arc<dyn ConversionStore>, delay: TimeDelta) -> Self {
+        Self {
+            store,
+            delay,
+            stored: Remembered::new(STORED_REMEMBERED),
+        }
+    }
+
+    /// Stores the conversions (validated, one per id) that this process has not stored lately.
+    pub(crate) async fn accept(&self, conversions: Vec<Conversion>) -> Result<(), StoreError> {
+        let received = Utc::now();
+        let copies: Vec<ReceivedConversion> = conversions
+            .into_iter()
+            .filter(|conversion| {
+                !self
+                    .stored
+                    .contains(&(conversion.advertiser_id, conversion.conversion_id.clone()))
+            })
+            .map(|conversion| ReceivedConversion {
+                conversion,
+                received,
+                copy: uuid::Uuid::new_v4(),
+            })
+            .collect();
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let due: Vec<DueConversion> = copies
+            .iter()
+            .map(|copy| DueConversion {
+                due: received + self.delay,
+                advertiser_id: copy.conversion.advertiser_id,
+                conversion_id: copy.conversion.conversion_id.clone(),
+            })
+            .collect();
+        self.store.write_conversion_copies(&copies, &due).await?;
+        self.stored.remember(
+            copies
+                .into_iter()
+                .map(|copy| (copy.conversion.advertiser_id, copy.conversion.conversion_id)),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,372 @@
+//! Conversions in the embedded store: copies under (advertiser, conversion id, arrival), the due
+//! list under its due time, one decision per conversion (written only where none is: the
+//! commit thread checks and writes in one step), and decided conversions under the
+//! advertiser's day and bucket and under the credited campaign's day. Values are small
+//! postcard records.
+
+use super::committer::Guarded;
+use super::engine::{Table, corrupt};
+use super::{EmbeddedStore, keys};
+use crate::domain::conversion::money::{Currency, Money};
+use crate::domain::conversion::{
+    Action, Attribution, AttributionKind, Conversion, ConversionId, DecidedConversion,
+    ReceivedConversion, conversion_bucket,
+};
+use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::time::{Day, EventTime};
+use crate::store::{ConversionRecord, ConversionStore, DueConversion, StoreError};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A conversion and, once decided, its attribution, as one record.
+#[derive(Serialize, Deserialize)]
+struct StoredConversion {
+    advertiser: Uuid,
+    id: String,
+    action: String,
+    timestamp: i64,
+    click_id: Option<Uuid>,
+    impression_id: Option<Uuid>,
+    user_id: Option<Uuid>,
+    value: Option<(String, i64)>,
+    received: i64,
+    copy: Uuid,
+    attribution: Option<StoredAttribution>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredAttribution {
+    kind: i8,
+    campaign: Uuid,
+    ad: Uuid,
+    impression: Uuid,
+    at: i64,
+}
+
+fn stored(conversion: &Conversion, received: DateTime<Utc>, copy: Uuid) -> StoredConversion {
+    StoredConversion {
+        advertiser: conversion.advertiser_id.as_uuid(),
+        id: conversion.conversion_id.as_str().to_owned(),
+        action: conversion.action.as_str().to_owned(),
+        timestamp: conversion.timestamp.instant().timestamp_millis(),
+        click_id: conversion.click_id.map(|id| id.as_uuid()),
+        impression_id: conversion.impression_id.map(|id| id.as_uuid()),
+        user_id: conversion.user_id.map(|id| id.as_uuid()),
+        value: conversion
+            .value
+            .map(|money| (money.currency.code().to_owned(), money.minor)),
+        received: received.timestamp_millis(),
+        copy,
+        attribution: None,
+    }
+}
+
+fn encode_decided(decided: &DecidedConversion) -> Vec<u8> {
+    let mut record = stored(&decided.conversion, decided.received, Uuid::nil());
+    record.attribution = decided.attribution.map(|credit| StoredAttribution {
+        kind: credit.kind.code(),
+        campaign: credit.campaign_id.as_uuid(),
+        ad: credit.ad_id.as_uuid(),
+        impression: credit.impression_id.as_uuid(),
+        at: credit.event_time.timestamp_millis(),
+    });
+    postcard::to_stdvec(&record).unwrap_or_default()
+}
+
+fn decode(value: &[u8]) -> Option<(ReceivedConversion, Option<Attribution>)> {
+    let record: StoredConversion = postcard::from_bytes(value).ok()?;
+    let value = match record.value {
+        None => None,
+        Some((code, minor)) => Some(Money::from_minor(Currency::from_code(&code).ok()?, minor)?),
+    };
+    let conversion = Conversion {
+        advertiser_id: AdvertiserId::new(record.advertiser),
+        conversion_id: ConversionId::new(&record.id).ok()?,
+        action: Action::new(&record.action).ok()?,
+        timestamp: EventTime::from_stored(DateTime::from_timestamp_millis(record.timestamp)?),
+        click_id: record.click_id.map(ImpressionId::new),
+        impression_id: record.impression_id.map(ImpressionId::new),
+        user_id: record.user_id.map(UserId::new),
+        value,
+    };
+    let attribution = match record.attribution {
+        None => None,
+        Some(credit) => Some(Attribution {
+            kind: AttributionKind::from_code(credit.kind)?,
+            campaign_id: CampaignId::new(credit.campaign),
+            ad_id: AdId::new(credit.ad),
+            impression_id: ImpressionId::new(credit.impression),
+            event_time: DateTime::from_timestamp_millis(credit.at)?,
+        }),
+    };
+    Some((
+        ReceivedConversion {
+            conversion,
+            received: DateTime::from_timestamp_millis(record.received)?,
+            copy: record.copy,
+        },
+        attribution,
+    ))
+}
+
+fn decode_decided(value: &[u8]) -> Option<DecidedConversion> {
+    let (copy, attribution) = decode(value)?;
+    Some(DecidedConversion {
+        conversion: copy.conversion,
+        received: copy.received,
+        attribution,
+    })
+}
+
+/// Advertiser (16), the id's length (1) and the id.
+fn conversion_prefix(advertiser: AdvertiserId, id: &ConversionId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(16 + 1 + id.as_str().len() + 24);
+    key.extend_from_slice(advertiser.as_uuid().as_bytes());
+    key.push(id.as_str().len() as u8);
+    key.extend_from_slice(id.as_str().as_bytes());
+    key
+}
+
+fn copy_key(copy: &ReceivedConversion) -> Vec<u8> {
+    let conversion = &copy.conversion;
+    let mut key = conversion_prefix(conversion.advertiser_id, &conversion.conversion_id);
+    key.extend_from_slice(&keys::ordered_i64(copy.received.timestamp_millis()));
+    key.extend_from_slice(copy.copy.as_bytes());
+    key
+}
+
+/// The due list: the due time's UTC day (4), the due time (8), the advertiser (16), the id.
+fn due_key(due: &DueConversion) -> Vec<u8> {
+    let mut key = keys::day_bytes(Day::new(due.due.date_naive())).to_vec();
+    key.extend_from_slice(&keys::ordered_i64(due.due.timestamp_millis()));
+    key.extend_from_slice(due.advertiser_id.as_uuid().as_bytes());
+    key.extend_from_slice(due.conversion_id.as_str().as_bytes());
+    key
+}
+
+fn decode_due(key: &[u8]) -> Option<DueConversion> {
+    let due = keys::decode_ordered_i64(key.get(4..12)?)?;
+    Some(DueConversion {
+        due: DateTime::from_timestamp_millis(due)?,
+        advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(12..28)?).ok()?),
+        conversion_id: ConversionId::new(std::str::from_utf8(key.get(28..)?).ok()?).ok()?,
+    })
+}
+
+fn advertiser_day_prefix(advertiser: AdvertiserId, day: Day, bucket: u16) -> Vec<u8> {
+    let mut key = advertiser.as_uuid().as_bytes().to_vec();
+    key.extend_from_slice(&keys::day_bytes(day));
+    key.extend_from_slice(&bucket.to_be_bytes());
+    key
+}
+
+fn campaign_day_prefix(campaign: CampaignKey, day: Day) -> Vec<u8> {
+    let mut key = campaign.advertiser_id.as_uuid().as_bytes().to_vec();
+    key.extend_from_slice(campaign.campaign_id.as_uuid().as_bytes());
+    key.extend_from_slice(&keys::day_bytes(day));
+    key
+}
+
+/// A decided conversion's clustering part: its time (8) and id.
+fn decided_suffix(key: &mut Vec<u8>, conversion: &Conversion) {
+    key.extend_from_slice(&keys::ordered_i64(conversion.timestamp.epoch_millis()));
+    key.extend_from_slice(conversion.conversion_id.as_str().as_bytes());
+}
+
+fn keep_any(_: &[u8]) -> bool {
+    true
+}
+
+impl EmbeddedStore {
+    async fn decoded_conversions(
+        &self,
+        prefix: Vec<u8>,
+        table: Table,
+        context: &'static str,
+    ) -> Result<Vec<DecidedConversion>, StoreError> {
+        self.scan(table, prefix, None, context)
+            .await?
+            .iter()
+            .map(|(_, value)| decode_decided(value).ok_or_else(|| corrupt(context)))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl ConversionStore for EmbeddedStore {
+    async fn write_conversion_copies(
+        &self,
+        copies: &[ReceivedConversion],
+        due: &[DueConversion],
+    ) -> Result<(), StoreError> {
+        let mut rows: Vec<_> = copies
+            .iter()
+            .map(|copy| {
+                let record = stored(&copy.conversion, copy.received, copy.copy);
+                (
+                    Table::ConversionCopy,
+                    copy_key(copy),
+                    postcard::to_stdvec(&record).unwrap_or_default(),
+                )
+            })
+            .collect();
+        rows.extend(
+            due.iter()
+                .map(|entry| (Table::ConversionDue, due_key(entry), Vec::new())),
+        );
+        self.write("writing conversions", rows).await
+    }
+
+    async fn due_conversions(
+        &self,
+        day: Day,
+        after: Option<&DueConversion>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<DueConversion>, StoreError> {
+        const CONTEXT: &str = "reading due conversions";
+        let day_prefix = keys::day_bytes(day).to_vec();
+        let start = match after {
+            // Just past `after`'s key.
+            Some(after) => {
+                let mut key = due_key(after);
+                key.push(0);
+                key
+            }
+            None => day_prefix.clone(),
+        };
+        let mut end = day_prefix;
+        end.extend_from_slice(&keys::ordered_i64(
+            until.timestamp_millis().saturating_add(1),
+        ));
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .scan_range(Table::ConversionDue, start, Some(end), CONTEXT)
+            .await?;
+        rows.iter()
+            .take(limit)
+            .map(|(key, _)| decode_due(key).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError> {
+        let removals = due
+            .iter()
+            .map(|entry| (Table::ConversionDue, due_key(entry)))
+            .collect();
+        self.committer
+            .commit_replacing("removing due conversions", removals, Vec::new())
+            .await
+    }
+
+    async fn conversion_record(
+        &self,
+        advertiser: AdvertiserId,
+        id: &ConversionId,
+    ) -> Result<ConversionRecord, StoreError> {
+        const CONTEXT: &str = "reading a conversion";
+        let prefix = conversion_prefix(advertiser, id);
+        let copies = self
+            .scan(Table::ConversionCopy, prefix.clone(), None, CONTEXT)
+            .await?
+            .iter()
+            // A longer id sharing this prefix has another length byte, so every row is ours.
+            .map(|(_, value)| {
+                decode(value)
+                    .map(|(copy, _)| copy)
+                    .ok_or_else(|| corrupt(CONTEXT))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let decision = self
+            .blocking(move |tables| {
+                tables
+                    .get(Table::ConversionDecision)
+                    .get(&prefix)
+                    .map_err(|error| super::engine::engine_error(CONTEXT, error))
+            })
+            .await?
+            .map(|value| decode_decided(&value).ok_or_else(|| corrupt(CONTEXT)))
+            .transpose()?;
+        Ok(ConversionRecord { copies, decision })
+    }
+
+    async fn decide_conversion(
+        &self,
+        decided: &DecidedConversion,
+    ) -> Result<DecidedConversion, StoreError> {
+        let conversion = &decided.conversion;
+        let key = conversion_prefix(conversion.advertiser_id, &conversion.conversion_id);
+        self.committer
+            .commit_guarded(
+                "deciding a conversion",
+                Vec::new(),
+                vec![Guarded {
+                    table: Table::ConversionDecision,
+                    key,
+                    value: encode_decided(decided),
+                    keeps: keep_any,
+                }],
+            )
+            .await?;
+        self.conversion_record(conversion.advertiser_id, &conversion.conversion_id)
+            .await?
+            .decision
+            .ok_or_else(|| corrupt("reading a decision back"))
+    }
+
+    async fn write_decided(&self, decided: &[DecidedConversion]) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(decided.len() * 2);
+        for conversion in decided {
+            let value = encode_decided(conversion);
+            let inner = &conversion.conversion;
+            let mut key = advertiser_day_prefix(
+                inner.advertiser_id,
+                inner.day(),
+                conversion_bucket(&inner.conversion_id),
+            );
+            decided_suffix(&mut key, inner);
+            rows.push((Table::Conversion, key, value.clone()));
+            if let Some(campaign_id) = conversion.campaign_id() {
+                let campaign = CampaignKey {
+                    advertiser_id: inner.advertiser_id,
+                    campaign_id,
+                };
+                let mut key = campaign_day_prefix(campaign, inner.day());
+                decided_suffix(&mut key, inner);
+                rows.push((Table::CampaignConversion, key, value));
+            }
+        }
+        self.write("writing decided conversions", rows).await
+    }
+
+    async fn read_advertiser_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        day: Day,
+        bucket: u16,
+    ) -> Result<Vec<DecidedConversion>, StoreError> {
+        self.decoded_conversions(
+            advertiser_day_prefix(advertiser, day, bucket),
+            Table::Conversion,
+            "reading an advertiser's conversions",
+        )
+        .await
+    }
+
+    async fn read_campaign_conversions(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<Vec<DecidedConversion>, StoreError> {
+        self.decoded_conversions(
+            campaign_day_prefix(campaign, day),
+            Table::CampaignConversion,
+            "reading a campaign's conversions",
+        )
+        .await
+    }
+}
