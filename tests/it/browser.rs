@@ -3,9 +3,9 @@
 
 use crate::common::beacons::{register_site, uniques};
 use crate::common::browser::Browser;
-use crate::common::events::{Campaign, post_all, summary};
+use crate::common::events::{Campaign, get, post_all, summary};
 use crate::common::tags::{create_secret, signed};
-use crate::common::{Backend, create_key, eventually};
+use crate::common::{Backend, create_key, eventually, test_options};
 use axum::response::Html;
 use chrono::{Duration, Utc};
 use reqwest::StatusCode;
@@ -119,7 +119,10 @@ fn shown(metric: &str) -> String {
 
 #[tokio::test]
 async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
-    let server = Backend::Embedded.server().await;
+    // Conversions decided a second after they arrive, not a minute.
+    let mut options = test_options();
+    options.service.attribution_delay = std::time::Duration::from_secs(1);
+    let server = Backend::Embedded.server_with(options).await;
     let campaign = Campaign::fresh();
     let now = Utc::now();
     let yesterday = now - Duration::days(1);
@@ -174,8 +177,35 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
             .expect("answered");
         assert_eq!(response.status(), StatusCode::NO_CONTENT, "{measured}");
     }
+    // Two of today's orders: one after the click on the first impression (post-click), one
+    // after another of today's impressions, never clicked (post-view).
+    let order = |id: &str, impression: &Value, named: &str, value: &str, currency: &str| {
+        json!({
+            "conversion_id": id,
+            "advertiser_id": campaign.advertiser_id,
+            "action": "purchase",
+            "timestamp": now.to_rfc3339(),
+            named: impression["impression_id"],
+            "value": value,
+            "currency": currency,
+        })
+    };
+    let orders = [
+        order("order-1", &events[0], "click_id", "1234.50", "EUR"),
+        order("order-2", &events[9], "impression_id", "300", "JPY"),
+    ];
+    post_all(&server, "/v1/conversions", &orders, 2).await;
     let from = yesterday.date_naive().to_string();
     let to = now.date_naive().to_string();
+    let conversions_path = format!("/v1/advertisers/{}/conversions", campaign.advertiser_id);
+    let conversions_query = format!("from={from}&to={to}&tz=UTC&group_by=none");
+    let decided = eventually(std::time::Duration::from_secs(30), || {
+        let (server, path, query) = (&server, &conversions_path, &conversions_query);
+        async move { get(server, path, query).await.1["totals"]["attributed"] == 2 }
+    })
+    .await;
+    let (_, answer) = get(&server, &conversions_path, &conversions_query).await;
+    assert!(decided, "two conversions attributed: {answer}");
     let range = format!("from={from}&to={to}&tz=UTC&group_by=none");
     let joined = eventually(std::time::Duration::from_secs(15), || {
         let (server, range) = (&server, &range);
@@ -186,6 +216,14 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
     .await;
     let api = summary(&server, &campaign, &range).await;
     assert!(joined, "three viewable impressions: {api}");
+    assert_eq!(
+        (
+            &api["totals"]["conversions"],
+            &api["totals"]["conversion_value"]
+        ),
+        (&json!(2), &json!({"EUR": "1234.50", "JPY": "300"})),
+        "{api}"
+    );
     let read_key = create_key(
         &server,
         json!({"scope": "read", "advertiser_id": campaign.advertiser_id, "name": "dashboard"}),
@@ -222,6 +260,8 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
         "billable_impressions",
         "viewable_rate",
         "engaged_impressions",
+        "conversions",
+        "conversion_rate",
     ] {
         let expected = &api["totals"][metric];
         let value = browser.wait_for(&shown(metric), expected).await;
@@ -240,22 +280,72 @@ async fn the_dashboard_shows_what_the_api_answers_and_says_what_went_wrong() {
             .is_some_and(|text| text.contains("75") && text.ends_with('%')),
         "the viewable rate as a percentage: {rate}"
     );
-    // By day: yesterday measured nothing, so its rate is "—", not 0 %.
-    let by_day = browser
-        .eval(
-            "const heads = [...document.querySelectorAll('#rows thead th')].map((th) => th.textContent); \
-             const rate = heads.indexOf('Viewable rate'), engaged = heads.indexOf('Engaged impressions'); \
-             return [...document.querySelectorAll('#rows tbody tr')] \
-               .map((tr) => [tr.cells[0].textContent, tr.cells[rate].textContent, tr.cells[engaged].textContent]);",
-        )
-        .await;
-    let today_rate = by_day[1][1].as_str().unwrap_or_default();
-    assert_eq!(by_day[0], json!([from, "—", "0"]), "{by_day}");
-    assert_eq!(by_day[1][2], "1", "{by_day}");
-    assert!(
-        today_rate.contains("75") && today_rate.ends_with('%'),
-        "{by_day}"
+    // A percentage's digits, whatever the browser's separators.
+    let digits = |text: &str| -> String {
+        assert!(text.ends_with('%'), "a percentage: {text}");
+        text.chars().filter(char::is_ascii_digit).collect()
+    };
+    // One post-click conversion for seven clicks; the value as the API's exact strings.
+    let (conversion_rate, conversion_value) = (
+        browser
+            .eval("return document.querySelector('#totals [data-metric=\"conversion_rate\"]').textContent;")
+            .await,
+        browser
+            .eval("return document.querySelector('#totals [data-metric=\"conversion_value\"]').textContent;")
+            .await,
     );
+    assert_eq!(digits(conversion_rate.as_str().unwrap_or_default()), "1429");
+    assert_eq!(conversion_value, json!("EUR 1234.50 · JPY 300"));
+    // By day: yesterday measured nothing, so its viewable rate is "—", not 0 %; it converted
+    // nothing of its four clicks (0 %) and has no value.
+    let by_day: Vec<Vec<String>> = serde_json::from_value(
+        browser
+            .eval(
+                "const heads = [...document.querySelectorAll('#rows thead th')].map((th) => th.textContent); \
+                 const columns = ['Viewable rate', 'Engaged impressions', 'Conversions', 'Conversion rate', 'Conversion value'] \
+                   .map((label) => heads.indexOf(label)); \
+                 return [...document.querySelectorAll('#rows tbody tr')] \
+                   .map((tr) => [tr.cells[0].textContent, ...columns.map((i) => tr.cells[i].textContent)]);",
+            )
+            .await,
+    )
+    .expect("rows of text");
+    assert_eq!(by_day.len(), 2, "{by_day:?}");
+    let (past, today) = (&by_day[0], &by_day[1]);
+    assert_eq!(past[..4], [from.as_str(), "—", "0", "0"], "{by_day:?}");
+    assert_eq!(digits(&past[4]), "000", "{by_day:?}");
+    assert_eq!(past[5], "—", "{by_day:?}");
+    assert!(
+        today[1].contains("75") && today[1].ends_with('%'),
+        "{by_day:?}"
+    );
+    assert_eq!(today[2..4], ["1", "2"], "{by_day:?}");
+    // Both orders today, one of them post-click, for three clicks.
+    assert_eq!(digits(&today[4]), "3333", "{by_day:?}");
+    assert_eq!(today[5], "EUR 1234.50 · JPY 300", "{by_day:?}");
+    // By ad: each order's value on its own ad's row.
+    let mut by_ad: Vec<Vec<String>> = serde_json::from_value(
+        browser
+            .eval(
+                "const heads = [...document.querySelectorAll('#ads thead th')].map((th) => th.textContent); \
+                 const value = heads.indexOf('Conversion value'); \
+                 return [...document.querySelectorAll('#ads tbody tr')] \
+                   .map((tr) => [tr.cells[0].textContent, tr.cells[value].textContent]) \
+                   .filter(([, shown]) => shown !== '—');",
+            )
+            .await,
+    )
+    .expect("rows of text");
+    by_ad.sort();
+    let mut expected: Vec<Vec<String>> = [(&events[0], "EUR 1234.50"), (&events[9], "JPY 300")]
+        .iter()
+        .map(|(impression, value)| {
+            let ad = impression["ad_id"].as_str().expect("an id");
+            vec![ad.to_owned(), (*value).to_owned()]
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(by_ad, expected);
     // Hostile values stay text: nothing was injected into the page.
     let images = browser
         .eval("return document.querySelectorAll('img').length;")

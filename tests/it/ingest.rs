@@ -384,6 +384,7 @@ async fn a_four_bucket_campaign_spreads_each_day_over_four_partitions(backend: B
         daily_cap: None,
         total_cap: None,
         tz: chrono_tz::Tz::UTC,
+        look_backs: adevents::domain::conversion::attribution::LookBacks::DEFAULT,
     };
     store
         .put_settings(

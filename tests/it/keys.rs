@@ -197,6 +197,29 @@ async fn every_endpoint_answers_each_caller_as_the_contract_says(backend: Backen
             StatusCode::OK,
         ),
         (
+            Method::POST,
+            "/v1/conversions".into(),
+            Some(json!({
+                "conversion_id": "order-1",
+                "advertiser_id": campaign.advertiser_id,
+                "action": "purchase",
+                "timestamp": "2026-10-20T10:01:00Z",
+                "user_id": Uuid::new_v4(),
+            })),
+            Allowed::IngestOwner,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            format!(
+                "/v1/advertisers/{}/conversions?{range}",
+                campaign.advertiser_id
+            ),
+            None,
+            Allowed::CampaignReader,
+            StatusCode::OK,
+        ),
+        (
             Method::GET,
             campaign.path(),
             None,

@@ -9,6 +9,7 @@ mod api_docs;
 mod beacons;
 mod browser;
 mod campaigns;
+mod conversions;
 mod delivery;
 mod delivery_process;
 mod edge;

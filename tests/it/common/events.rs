@@ -138,6 +138,7 @@ pub async fn configure_buckets(backend: Backend, campaign: &Campaign, buckets: u
         daily_cap: None,
         total_cap: None,
         tz: chrono_tz::Tz::UTC,
+        look_backs: adevents::domain::conversion::attribution::LookBacks::DEFAULT,
     };
     backend
         .store()
