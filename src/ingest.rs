@@ -280,6 +280,30 @@ impl Ingestor {
         self.mark_late(late).await
     }
 
+    /// Marks what counting decided conversions changes, as late events would, once they are
+    /// written where they are counted: each credited campaign-day is indexed (the sealer
+    /// finds it), a closed slice is marked, and a day past its grace is marked late.
+    pub(crate) async fn conversions_counted(
+        &self,
+        credited: &[(CampaignKey, DateTime<Utc>)],
+    ) -> Result<(), StoreError> {
+        let days = credited
+            .iter()
+            .map(|(campaign, at)| (*campaign, Day::new(at.date_naive())))
+            .collect();
+        let late = self.index_campaign_days(days, &[]).await?;
+        let now = Utc::now();
+        let mut marks = SliceMarks::new();
+        for (campaign, at) in credited {
+            let slice = slice_of(*at);
+            if self.slices.is_late(slice, now) {
+                add_marks(&mut marks, *campaign, vec![slice]);
+            }
+        }
+        self.mark_slices(marks).await?;
+        self.mark_late(late).await
+    }
+
     /// Marks the slices a write changed after they closed.
     async fn mark_slices(&self, marks: SliceMarks) -> Result<(), StoreError> {
         let now = Utc::now();
@@ -389,11 +413,20 @@ impl Ingestor {
         partitions: &BTreeMap<EventPartition, Vec<E>>,
         also_late: &[(CampaignKey, Day)],
     ) -> Result<BTreeSet<(CampaignKey, Day)>, StoreError> {
-        let now = Utc::now();
         let days: BTreeSet<(CampaignKey, Day)> = partitions
             .keys()
             .map(|partition| (partition.campaign, partition.day))
             .collect();
+        self.index_campaign_days(days, also_late).await
+    }
+
+    /// [`Self::index_days`] of campaign-days named directly.
+    async fn index_campaign_days(
+        &self,
+        days: BTreeSet<(CampaignKey, Day)>,
+        also_late: &[(CampaignKey, Day)],
+    ) -> Result<BTreeSet<(CampaignKey, Day)>, StoreError> {
+        let now = Utc::now();
         let new_days: Vec<(CampaignKey, Day)> = days
             .iter()
             .filter(|(campaign, day)| !self.indexed.contains(&(*day, *campaign)))

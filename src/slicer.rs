@@ -22,9 +22,7 @@ use crate::query::plan::campaign_partitions;
 use crate::query::span::{Duplicates, SpanAggregate, aggregate_spans};
 use crate::sealer::read_start;
 use crate::settings::SettingsCache;
-use crate::store::{
-    CopyRow, OpenDayParts, RollupSlice, SliceAggregate, SliceAggregateRow, Store, StoreError,
-};
+use crate::store::{CopyRow, OpenDayParts, SliceAggregate, SliceAggregateRow, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -95,16 +93,7 @@ fn slice_aggregate(aggregate: SpanAggregate) -> SliceAggregate {
                 users.merge(ad_users);
             }
             SliceAggregateRow {
-                counts: RollupSlice {
-                    slice: *slice,
-                    ad_id: *ad,
-                    impressions: counts.impressions,
-                    clicks: counts.clicks,
-                    billable_impressions: counts.billable_impressions,
-                    invalid_impressions: counts.invalid_impressions,
-                    invalid_clicks: counts.invalid_clicks,
-                    views: counts.views,
-                },
+                counts: counts.to_row(*slice, *ad),
                 users: ad_users
                     .map(UniqueSketch::to_bytes)
                     .unwrap_or_else(|| UniqueSketch::new().to_bytes()),

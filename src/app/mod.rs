@@ -107,11 +107,6 @@ impl App {
             Arc::clone(&store) as Arc<dyn crate::store::EventIndexStore>,
             Arc::clone(&registry),
         ));
-        let decider = Arc::new(Decider::new(
-            Arc::clone(&store),
-            Arc::clone(&settings_cache),
-            Arc::clone(&indexer),
-        ));
         let ingestor = Arc::new(
             Ingestor::new(
                 Arc::clone(&store),
@@ -124,6 +119,12 @@ impl App {
             )
             .with_indexer(Arc::clone(&indexer)),
         );
+        let decider = Arc::new(Decider::new(
+            Arc::clone(&store),
+            Arc::clone(&settings_cache),
+            Arc::clone(&indexer),
+            Arc::clone(&ingestor),
+        ));
         let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
             .unwrap_or(chrono::TimeDelta::MAX);
         let handlers = Handlers {

@@ -15,6 +15,7 @@ use crate::domain::ids::{CampaignId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::process::ProcessReport;
 use crate::domain::time::Day;
+use crate::ingest::Ingestor;
 use crate::settings::SettingsCache;
 use crate::store::{DueConversion, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -40,6 +41,8 @@ pub(crate) struct Decider {
     store: Arc<dyn Store>,
     settings: Arc<SettingsCache>,
     indexer: Arc<EventIndexer>,
+    /// Marks the days and slices a decided conversion changes, as it does for late events.
+    ingestor: Arc<Ingestor>,
     /// Where the due list is read from next: a day and the last entry taken of it.
     cursor: Mutex<(Day, Option<DueConversion>)>,
 }
@@ -49,12 +52,14 @@ impl Decider {
         store: Arc<dyn Store>,
         settings: Arc<SettingsCache>,
         indexer: Arc<EventIndexer>,
+        ingestor: Arc<Ingestor>,
     ) -> Self {
         let first = Day::new((Utc::now() - TimeDelta::days(DUE_REACH_DAYS)).date_naive());
         Self {
             store,
             settings,
             indexer,
+            ingestor,
             cursor: Mutex::new((first, None)),
         }
     }
@@ -187,7 +192,16 @@ impl Decider {
         };
         self.store
             .write_decided(std::slice::from_ref(&decision))
-            .await
+            .await?;
+        if let Some(campaign_id) = decision.campaign_id() {
+            let campaign = CampaignKey {
+                advertiser_id: decision.conversion.advertiser_id,
+                campaign_id,
+            };
+            let at = decision.conversion.timestamp.instant();
+            self.ingestor.conversions_counted(&[(campaign, at)]).await?;
+        }
+        Ok(())
     }
 
     /// The delay a due entry carries: its due time less the arrival of the copy it was written

@@ -11,6 +11,8 @@
 //! earliest impression. The window divides a day, so no window spans two UTC days and a day is
 //! aggregated on its own, exactly, whatever the order or delay in which its events arrived.
 
+use crate::domain::conversion::DecidedConversion;
+use crate::domain::conversion::counts::ConversionCounts;
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
@@ -69,7 +71,7 @@ impl BillableWindow {
 
 /// Additive counts of one slice (or any sum of slices). `impressions`, `clicks` and
 /// `billable_impressions` count valid events only; invalid traffic is counted beside them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SliceCounts {
     pub(crate) impressions: u64,
     pub(crate) clicks: u64,
@@ -78,6 +80,8 @@ pub(crate) struct SliceCounts {
     pub(crate) invalid_clicks: u64,
     /// The view measures of the valid impressions counted here.
     pub(crate) views: ViewCounts,
+    /// The conversions credited to the slice's ad at a time in the slice.
+    pub(crate) conversions: ConversionCounts,
 }
 
 impl SliceCounts {
@@ -88,6 +92,56 @@ impl SliceCounts {
         self.invalid_impressions += other.invalid_impressions;
         self.invalid_clicks += other.invalid_clicks;
         self.views.add(&other.views);
+        self.conversions.add(&other.conversions);
+    }
+
+    /// The counts a rollup or slice aggregate row keeps.
+    pub(crate) fn of_row(row: &RollupSlice) -> Self {
+        Self {
+            impressions: row.impressions,
+            clicks: row.clicks,
+            billable_impressions: row.billable_impressions,
+            invalid_impressions: row.invalid_impressions,
+            invalid_clicks: row.invalid_clicks,
+            views: row.views,
+            conversions: row.conversions.clone(),
+        }
+    }
+
+    /// The row that keeps these counts of `slice` and `ad_id`.
+    pub(crate) fn to_row(&self, slice: i64, ad_id: AdId) -> RollupSlice {
+        RollupSlice {
+            slice,
+            ad_id,
+            impressions: self.impressions,
+            clicks: self.clicks,
+            billable_impressions: self.billable_impressions,
+            invalid_impressions: self.invalid_impressions,
+            invalid_clicks: self.invalid_clicks,
+            views: self.views,
+            conversions: self.conversions.clone(),
+        }
+    }
+
+    /// Counts each of `conversions` (a campaign's, of one UTC day) that `keep` holds, in its
+    /// slice and credited ad.
+    pub(crate) fn count_conversions(
+        slices: &mut BTreeMap<(i64, AdId), SliceCounts>,
+        conversions: &[DecidedConversion],
+        keep: impl Fn(DateTime<Utc>) -> bool,
+    ) {
+        for decided in conversions {
+            let at = decided.conversion.timestamp;
+            let Some(ad) = decided.ad_id().filter(|_| keep(at.instant())) else {
+                continue;
+            };
+            let slice = at.epoch_millis().div_euclid(SLICE_MILLIS);
+            slices
+                .entry((slice, ad))
+                .or_default()
+                .conversions
+                .count(decided);
+        }
     }
 }
 
@@ -186,16 +240,7 @@ impl DayAggregate {
             slices: self
                 .slices
                 .iter()
-                .map(|((slice, ad_id), counts)| RollupSlice {
-                    slice: *slice,
-                    ad_id: *ad_id,
-                    impressions: counts.impressions,
-                    clicks: counts.clicks,
-                    billable_impressions: counts.billable_impressions,
-                    invalid_impressions: counts.invalid_impressions,
-                    invalid_clicks: counts.invalid_clicks,
-                    views: counts.views,
-                })
+                .map(|((slice, ad_id), counts)| counts.to_row(*slice, *ad_id))
                 .collect(),
             reach,
         }
@@ -209,17 +254,8 @@ impl DayAggregate {
             reach: Reach::with_levels(levels),
         };
         for row in rollup.slices {
-            day.slices.insert(
-                (row.slice, row.ad_id),
-                SliceCounts {
-                    impressions: row.impressions,
-                    clicks: row.clicks,
-                    billable_impressions: row.billable_impressions,
-                    invalid_impressions: row.invalid_impressions,
-                    invalid_clicks: row.invalid_clicks,
-                    views: row.views,
-                },
-            );
+            day.slices
+                .insert((row.slice, row.ad_id), SliceCounts::of_row(&row));
         }
         let (mut day_rows, mut hour_rows) = (0, 0);
         for row in rollup.reach {
@@ -426,6 +462,9 @@ pub(crate) async fn aggregate_day(
             }
         }
     }
+    // Conversions credited to the campaign, at their own time this day.
+    let conversions = store.read_campaign_conversions(*campaign, utc_day).await?;
+    SliceCounts::count_conversions(&mut day.slices, &conversions, |_| true);
     Ok(day)
 }
 

@@ -144,17 +144,8 @@ pub(crate) async fn read_open_day(
             }
         }
         let counts = &row.counts;
-        day.counts.insert(
-            (slice, counts.ad_id),
-            SliceCounts {
-                impressions: counts.impressions,
-                clicks: counts.clicks,
-                billable_impressions: counts.billable_impressions,
-                invalid_impressions: counts.invalid_impressions,
-                invalid_clicks: counts.invalid_clicks,
-                views: counts.views,
-            },
-        );
+        day.counts
+            .insert((slice, counts.ad_id), SliceCounts::of_row(counts));
     }
     day.counts
         .retain(|(slice, _), _| !undecodable.contains(slice));

@@ -157,6 +157,24 @@ pub(crate) async fn aggregate_spans(
             Some(_) => counts.invalid_clicks += 1,
         }
     }
+    // Conversions credited to the campaign at a time in the spans: the day's are few, read
+    // whole.
+    if let Some(day) = partitions.first().map(|partition| partition.day) {
+        let conversions = store.read_campaign_conversions(campaign, day).await?;
+        aggregate.rows_read += conversions.len();
+        for decided in &conversions {
+            let at = decided.conversion.timestamp.instant();
+            if let Some(ad) = decided
+                .ad_id()
+                .filter(|_| in_spans(EventTime::from_stored(at)))
+            {
+                aggregate
+                    .counts(slice_of(at), ad)
+                    .conversions
+                    .count(decided);
+            }
+        }
+    }
     Ok(aggregate)
 }
 

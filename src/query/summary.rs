@@ -16,7 +16,6 @@ use super::budget::{PartitionBudget, QueryError};
 use super::open_day::{OpenDayRead, read_open_day};
 use super::plan::campaign_partitions;
 use super::range::QueryRange;
-use crate::domain::conversion::DecidedConversion;
 use crate::domain::conversion::counts::ConversionCounts;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::owner::Owner;
@@ -88,7 +87,6 @@ pub enum Grouping {
 struct Tally {
     counts: SliceCounts,
     users: UniqueSketch,
-    conversions: ConversionCounts,
 }
 
 impl Tally {
@@ -103,7 +101,7 @@ impl Tally {
             invalid_impressions: self.counts.invalid_impressions,
             invalid_clicks: self.counts.invalid_clicks,
             views: self.counts.views,
-            conversions: self.conversions,
+            conversions: self.counts.conversions,
         }
     }
 }
@@ -229,27 +227,6 @@ impl Rows {
     /// Whether every user counted goes into exactly one listed row (days or hours), so the
     /// totals' users are the union of the rows' (a row per day is far fewer unions than
     /// one per hour and day).
-    /// Counts conversions credited to this campaign, each in the rows of its own time and
-    /// its credited ad.
-    fn add_conversions(&mut self, conversions: &[DecidedConversion]) {
-        for decided in conversions {
-            let slice = decided
-                .conversion
-                .timestamp
-                .epoch_millis()
-                .div_euclid(SLICE_MILLIS);
-            let (Some((day_row, hour_row)), Some(ad)) =
-                (self.slice_rows.get(&slice).copied(), decided.ad_id())
-            else {
-                continue;
-            };
-            self.totals.conversions.count(decided);
-            self.days[day_row].1.conversions.count(decided);
-            self.hours[hour_row].1.conversions.count(decided);
-            self.ads.entry(ad).or_default().conversions.count(decided);
-        }
-    }
-
     fn rows_cover_users(&self) -> bool {
         matches!(self.grouping, Grouping::Day | Grouping::Hour)
     }
@@ -346,7 +323,7 @@ pub(crate) async fn campaign_summary(
     // Which days have a current rollup: one small read each, all at once.
     let utc_days: Vec<Day> = days.iter().map(|(day, ..)| *day).collect();
     let owner = &owner;
-    let states: Vec<SealState> = stream::iter(utc_days.clone())
+    let states: Vec<SealState> = stream::iter(utc_days)
         .map(|day| async move { store.seal_state(owner, day).await })
         .buffered(fan_out.concurrency.max(1))
         .try_collect()
@@ -413,25 +390,13 @@ pub(crate) async fn campaign_summary(
         .buffer_unordered(RAW_DAYS_IN_FLIGHT);
     let mut days = stream::select(read_sealed, read_raw);
     let (mut sealed_days, mut aggregated_slices) = (0, 0);
-    let read_days = async {
-        while let Some(day) = days.next().await {
-            let (utc_day, day, source) = day?;
-            match source {
-                Source::Rollup => sealed_days += 1,
-                Source::Slices(aggregated) => aggregated_slices += aggregated,
-            }
-            rows.add_day(utc_day, day);
+    while let Some(day) = days.next().await {
+        let (utc_day, day, source) = day?;
+        match source {
+            Source::Rollup => sealed_days += 1,
+            Source::Slices(aggregated) => aggregated_slices += aggregated,
         }
-        Ok::<_, StoreError>(())
-    };
-    // Conversions are few beside impressions: each day's are read whole, beside the day.
-    let read_conversions = stream::iter(utc_days)
-        .map(|day| async move { store.read_campaign_conversions(campaign, day).await })
-        .buffer_unordered(SEALED_DAYS_IN_FLIGHT)
-        .try_collect::<Vec<Vec<DecidedConversion>>>();
-    let ((), conversions) = futures::try_join!(read_days, read_conversions)?;
-    for day in &conversions {
-        rows.add_conversions(day);
+        rows.add_day(utc_day, day);
     }
     let mut summary = rows.finish();
     summary.sealed_days = sealed_days;

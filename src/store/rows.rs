@@ -1,6 +1,8 @@
 //! What reads return: the few fields queries need, as domain values.
 
 use crate::domain::beacon::{Features, Guid, SiteId};
+use crate::domain::conversion::counts::ConversionCounts;
+use crate::domain::conversion::money::ValueSums;
 use crate::domain::delivery::DaySlices;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::process::ProcessId;
@@ -71,7 +73,7 @@ pub struct SketchRow {
 }
 
 /// One 15-minute slice of a sealed campaign-day, for one ad.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RollupSlice {
     /// 15-minute slices since the epoch.
     pub(crate) slice: i64,
@@ -83,11 +85,14 @@ pub(crate) struct RollupSlice {
     pub(crate) invalid_clicks: u64,
     /// The view measures (0 in rows sealed before viewability).
     pub(crate) views: ViewCounts,
+    /// The conversions credited (none in rows sealed before conversions).
+    pub(crate) conversions: ConversionCounts,
 }
 
 impl RollupSlice {
-    /// Its counts in their stored order: the five counts, then the view measures.
-    pub(crate) fn counts(&self) -> [u64; 10] {
+    /// Its counts in their stored order: the five counts, the view measures, then the three
+    /// conversion counts (the values are stored beside them, per currency).
+    pub(crate) fn counts(&self) -> [u64; 13] {
         let [
             measurable,
             viewable,
@@ -106,11 +111,20 @@ impl RollupSlice {
             engaged,
             in_view_total,
             in_view_measured,
+            self.conversions.conversions,
+            self.conversions.post_click,
+            self.conversions.post_view,
         ]
     }
 
-    /// A row back from [`counts`](Self::counts) (zeros where an older row stops).
-    pub(crate) fn from_counts(slice: i64, ad_id: AdId, counts: [u64; 10]) -> Self {
+    /// A row back from [`counts`](Self::counts) (zeros where an older row stops) and its
+    /// conversions' values.
+    pub(crate) fn from_counts(
+        slice: i64,
+        ad_id: AdId,
+        counts: [u64; 13],
+        value: ValueSums,
+    ) -> Self {
         let [
             impressions,
             clicks,
@@ -122,6 +136,9 @@ impl RollupSlice {
             engaged,
             in_view_total,
             in_view_measured,
+            conversions,
+            post_click,
+            post_view,
         ] = counts;
         Self {
             slice,
@@ -138,6 +155,12 @@ impl RollupSlice {
                 in_view_total,
                 in_view_measured,
             ]),
+            conversions: ConversionCounts {
+                conversions,
+                post_click,
+                post_view,
+                value,
+            },
         }
     }
 }

@@ -6,8 +6,11 @@
 
 use crate::common::events::{Campaign, get, post, summary};
 use crate::common::{Backend, TestServer, eventually, http, test_options};
+use adevents::domain::time::Day;
+use adevents::sealer::{Sealer, SealerOptions};
+use adevents::settings::SettingsCache;
 use adevents::store::Store;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, DurationRound, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -23,6 +26,8 @@ conformance!(
     a_bad_conversion_is_refused_naming_its_field_and_nothing_is_stored,
     look_backs_are_campaign_settings,
     a_conversion_waiting_for_its_decision_survives_a_restart,
+    a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it,
+    closed_slices_count_conversions_as_the_raw_read_does,
 );
 
 mod cassandra_only {
@@ -707,4 +712,154 @@ async fn two_processes_decide_each_conversion_once() {
         let summary = summary(server, &campaign, &week_summary_query()).await;
         assert_eq!(summary["totals"]["conversions"], 20, "{summary}");
     }
+}
+
+/// The conversion measures of a summary row or totals.
+fn measures(counts: &Value) -> Value {
+    json!([
+        counts["conversions"],
+        counts["post_click_conversions"],
+        counts["post_view_conversions"],
+        counts["conversion_rate"],
+        counts["conversion_value"],
+    ])
+}
+
+async fn a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it(backend: Backend) {
+    let (store, server) = server(backend, SHORT).await;
+    let campaign = Campaign::fresh();
+    let day_start =
+        Utc::now().duration_trunc(Duration::days(1)).expect("a day") - Duration::days(3);
+    let day = day_start.date_naive();
+    let (shown, ad, user) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    accepted(
+        &server,
+        "/v1/impressions",
+        impression(&campaign, shown, ad, user, day_start + Duration::hours(10)),
+    )
+    .await;
+    accepted(
+        &server,
+        "/v1/clicks",
+        click(&campaign, shown, ad, day_start + Duration::hours(11)),
+    )
+    .await;
+    let a = campaign.advertiser_id;
+    let order = |id: &str, hour: i64, value: &str| {
+        conversion(
+            a,
+            id,
+            day_start + Duration::hours(hour),
+            json!({"user_id": user, "value": value, "currency": "EUR"}),
+        )
+    };
+    accepted(&server, "/v1/conversions", order("first", 12, "10.10")).await;
+    decided(&server, a, 1).await;
+    let range = format!("from={day}&to={day}");
+    let raw = summary(&server, &campaign, &range).await;
+    assert_eq!(raw["sealed_days"], 0);
+    assert_eq!(
+        measures(&raw["totals"]),
+        json!([1, 1, 0, 1.0, {"EUR": "10.10"}]),
+        "{raw}"
+    );
+    let settings = Arc::new(SettingsCache::new(
+        store.clone(),
+        std::time::Duration::from_secs(10),
+    ));
+    let seal = || async {
+        // A seal is current once its read started past the latest late mark and the margin.
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+        Sealer::new(
+            store.clone(),
+            Arc::clone(&settings),
+            SealerOptions::default(),
+            Default::default(),
+        )
+        .seal_campaign_day(campaign.key(), Day::new(day))
+        .await
+        .expect("sealed");
+    };
+    seal().await;
+    let sealed = summary(&server, &campaign, &range).await;
+    assert_eq!(sealed["sealed_days"], 1, "{sealed}");
+    assert_eq!(measures(&sealed["totals"]), measures(&raw["totals"]));
+    // A conversion of that day decided after its seal marks it: read raw, then sealed with it.
+    accepted(&server, "/v1/conversions", order("second", 13, "0.20")).await;
+    decided(&server, a, 2).await;
+    let marked = summary(&server, &campaign, &range).await;
+    assert_eq!(marked["sealed_days"], 0, "{marked}");
+    assert_eq!(
+        measures(&marked["totals"]),
+        json!([2, 2, 0, 2.0, {"EUR": "10.30"}]),
+        "{marked}"
+    );
+    seal().await;
+    let resealed = summary(&server, &campaign, &range).await;
+    assert_eq!(resealed["sealed_days"], 1, "{resealed}");
+    assert_eq!(measures(&resealed["totals"]), measures(&marked["totals"]));
+}
+
+async fn closed_slices_count_conversions_as_the_raw_read_does(backend: Backend) {
+    let store = backend.store().await;
+    let mut aggregating_options = test_options();
+    aggregating_options.service.attribution_delay = SHORT;
+    aggregating_options.service.slice_interval = Some(std::time::Duration::from_secs(1));
+    let aggregating = TestServer::with_options(Arc::clone(&store), aggregating_options).await;
+    let mut raw_options = test_options();
+    raw_options.service.attribution_delay = SHORT;
+    raw_options.service.slice_interval = None;
+    let raw = TestServer::with_options(Arc::clone(&store), raw_options).await;
+    let campaign = Campaign::fresh();
+    let now = Utc::now();
+    let a = campaign.advertiser_id;
+    let mut conversions = Vec::new();
+    for i in 0..6 {
+        let (shown, ad, user) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let served = now - Duration::minutes(50 - 5 * i);
+        accepted(
+            &aggregating,
+            "/v1/impressions",
+            impression(&campaign, shown, ad, user, served),
+        )
+        .await;
+        if i % 2 == 0 {
+            accepted(
+                &aggregating,
+                "/v1/clicks",
+                click(&campaign, shown, ad, served + Duration::seconds(30)),
+            )
+            .await;
+        }
+        // In slices closed by now: each decision marks its slice.
+        conversions.push(conversion(
+            a,
+            &format!("order-{i}"),
+            served + Duration::minutes(2),
+            json!({"user_id": user, "value": format!("{i}.05"), "currency": "EUR"}),
+        ));
+    }
+    accepted(&aggregating, "/v1/conversions", json!(conversions)).await;
+    decided(&aggregating, a, 6).await;
+    let today = now.date_naive();
+    let query = format!(
+        "from={}&to={today}&group_by=hour",
+        today - Duration::days(1)
+    );
+    let reference = summary(&raw, &campaign, &query).await;
+    assert_eq!(
+        measures(&reference["totals"]),
+        json!([6, 3, 3, 1.0, {"EUR": "15.30"}]),
+        "{reference}"
+    );
+    let from_slices = || async {
+        let answer = summary(&aggregating, &campaign, &query).await;
+        answer["aggregated_slices"].as_u64().unwrap_or(0) > 0
+            && answer["totals"] == reference["totals"]
+            && answer["rows"] == reference["rows"]
+    };
+    assert!(
+        eventually(std::time::Duration::from_secs(40), from_slices).await,
+        "the slices' aggregates answer as the raw read: {reference}"
+    );
 }

@@ -141,6 +141,20 @@ impl ValueSums {
         *self.0.entry(money.currency).or_default() += i128::from(money.minor);
     }
 
+    /// Each currency and its sum in minor units, by currency code.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (Currency, i128)> + '_ {
+        self.0.iter().map(|(currency, minor)| (*currency, *minor))
+    }
+
+    /// Sums back from [`entries`](Self::entries).
+    pub(crate) fn from_entries(entries: impl IntoIterator<Item = (Currency, i128)>) -> Self {
+        let mut sums = Self::default();
+        for (currency, minor) in entries {
+            *sums.0.entry(currency).or_default() += minor;
+        }
+        sums
+    }
+
     pub(crate) fn add(&mut self, other: &ValueSums) {
         for (currency, minor) in &other.0 {
             *self.0.entry(*currency).or_default() += minor;

@@ -11,6 +11,8 @@ use super::config::KeyspaceName;
 use super::seals::mark_sealed;
 use super::statements::{execute, execute_each, prepare_all, read_all};
 use crate::domain::beacon::SiteId;
+use crate::domain::conversion::counts::ConversionCounts;
+use crate::domain::conversion::money::{Currency, ValueSums};
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
@@ -24,7 +26,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use futures::future::try_join_all;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
+use scylla::value::CqlVarint;
 use scylla::{DeserializeRow, SerializeRow};
+use std::collections::HashMap;
 use uuid::Uuid;
 
 const SLICES_PER_DAY: i64 = 96;
@@ -69,8 +73,9 @@ impl RollupStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.campaign_rollup (advertiser_id, campaign_id, day, slice, ad_id, \
-                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, {VIEW_COLUMNS}) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, {VIEW_COLUMNS}, \
+                     {CONVERSION_COLUMNS}) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_reach_level (advertiser_id, campaign_id, day, level, hour, \
@@ -78,7 +83,8 @@ impl RollupStatements {
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
-                     invalid_clicks, {VIEW_COLUMNS} FROM {keyspace}.campaign_rollup WHERE {CAMPAIGN_DAY}"
+                     invalid_clicks, {VIEW_COLUMNS}, {CONVERSION_COLUMNS} FROM {keyspace}.campaign_rollup \
+                     WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "SELECT hour, ad_id, sketch FROM {keyspace}.campaign_reach_level WHERE {CAMPAIGN_DAY} AND level = ?"
@@ -141,6 +147,92 @@ pub(crate) fn read_count(count: i64) -> u64 {
 pub(crate) const VIEW_COLUMNS: &str =
     "measurable, viewable, engaged, in_view_ms_total, in_view_measured";
 
+/// The conversion columns of `campaign_rollup` and `slice_aggregate`, in statement order.
+pub(crate) const CONVERSION_COLUMNS: &str =
+    "conversions, post_click_conversions, post_view_conversions, conversion_value";
+
+/// A conversion value sum as a `varint`: minimal two's complement, big-endian.
+fn varint_of(minor: i128) -> CqlVarint {
+    let bytes = minor.to_be_bytes();
+    let redundant = bytes
+        .windows(2)
+        .take_while(|pair| {
+            (pair[0] == 0x00 && pair[1] & 0x80 == 0) || (pair[0] == 0xff && pair[1] & 0x80 != 0)
+        })
+        .count();
+    CqlVarint::from_signed_bytes_be_slice(&bytes[redundant..])
+}
+
+/// A `varint` back as a 128-bit sum; `None` past 128 bits.
+fn minor_of(varint: &CqlVarint) -> Option<i128> {
+    let bytes = varint.as_signed_bytes_be_slice();
+    if bytes.len() > 16 {
+        return None;
+    }
+    let fill = if bytes.first().is_some_and(|byte| byte & 0x80 != 0) {
+        0xff
+    } else {
+        0x00
+    };
+    let mut full = [fill; 16];
+    full[16 - bytes.len()..].copy_from_slice(bytes);
+    Some(i128::from_be_bytes(full))
+}
+
+/// The cells of a row's conversions.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub(crate) struct ConversionCells {
+    conversions: i64,
+    post_click_conversions: i64,
+    post_view_conversions: i64,
+    conversion_value: HashMap<&'static str, CqlVarint>,
+}
+
+impl ConversionCells {
+    pub(crate) fn of(counts: &ConversionCounts) -> Self {
+        Self {
+            conversions: stored_count(counts.conversions),
+            post_click_conversions: stored_count(counts.post_click),
+            post_view_conversions: stored_count(counts.post_view),
+            conversion_value: counts
+                .value
+                .entries()
+                .map(|(currency, minor)| (currency.code(), varint_of(minor)))
+                .collect(),
+        }
+    }
+}
+
+/// The conversions back from their cells (none where a row predates them); `None` when a
+/// stored currency or sum is not one this build reads.
+pub(crate) fn read_conversions(
+    counts: [Option<i64>; 3],
+    value: Option<HashMap<String, CqlVarint>>,
+) -> Option<ConversionCounts> {
+    let [conversions, post_click, post_view] =
+        counts.map(|cell| read_count(cell.unwrap_or_default()));
+    let entries = value
+        .unwrap_or_default()
+        .iter()
+        .map(|(code, sum)| Some((Currency::from_code(code).ok()?, minor_of(sum)?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(ConversionCounts {
+        conversions,
+        post_click,
+        post_view,
+        value: ValueSums::from_entries(entries),
+    })
+}
+
+/// A stored conversion value that does not read back: a currency or a sum this build does not
+/// know, never worth a retry.
+pub(crate) fn unreadable_value(context: &str) -> StoreError {
+    StoreError::internal_message(format!(
+        "{context}: a stored conversion value does not read back"
+    ))
+}
+
 /// The view measures back from their cells (0 where a row predates them).
 pub(crate) fn read_views(cells: [Option<i64>; 5]) -> ViewCounts {
     ViewCounts::from_array(cells.map(|cell| read_count(cell.unwrap_or_default())))
@@ -166,6 +258,8 @@ struct SliceValues {
     engaged: i64,
     in_view_ms_total: i64,
     in_view_measured: i64,
+    #[scylla(flatten)]
+    conversions: ConversionCells,
     written_at: i64,
 }
 
@@ -185,6 +279,11 @@ struct StoredSlice {
     engaged: Option<i64>,
     in_view_ms_total: Option<i64>,
     in_view_measured: Option<i64>,
+    // Absent in a row written before conversions.
+    conversions: Option<i64>,
+    post_click_conversions: Option<i64>,
+    post_view_conversions: Option<i64>,
+    conversion_value: Option<HashMap<String, CqlVarint>>,
 }
 
 /// The bound values of a `site_visits` insert.
@@ -295,6 +394,7 @@ impl RollupStore for CassandraStore {
                 engaged: stored_count(row.views.engaged),
                 in_view_ms_total: stored_count(row.views.in_view_ms_total),
                 in_view_measured: stored_count(row.views.in_view_measured),
+                conversions: ConversionCells::of(&row.conversions),
                 written_at,
             },
             CONTEXT,
@@ -349,23 +449,37 @@ impl RollupStore for CassandraStore {
             slices: slices
                 .into_iter()
                 .filter(|row| (0..SLICES_PER_DAY).contains(&i64::from(row.slice)))
-                .map(|row| RollupSlice {
-                    slice: slice_base + i64::from(row.slice),
-                    ad_id: AdId::new(row.ad_id),
-                    impressions: read_count(row.impressions),
-                    clicks: read_count(row.clicks),
-                    billable_impressions: read_count(row.billable_impressions),
-                    invalid_impressions: read_count(row.invalid_impressions.unwrap_or_default()),
-                    invalid_clicks: read_count(row.invalid_clicks.unwrap_or_default()),
-                    views: read_views([
-                        row.measurable,
-                        row.viewable,
-                        row.engaged,
-                        row.in_view_ms_total,
-                        row.in_view_measured,
-                    ]),
+                .map(|row| {
+                    let conversions = read_conversions(
+                        [
+                            row.conversions,
+                            row.post_click_conversions,
+                            row.post_view_conversions,
+                        ],
+                        row.conversion_value,
+                    )
+                    .ok_or_else(|| unreadable_value(CONTEXT))?;
+                    Ok(RollupSlice {
+                        slice: slice_base + i64::from(row.slice),
+                        ad_id: AdId::new(row.ad_id),
+                        impressions: read_count(row.impressions),
+                        clicks: read_count(row.clicks),
+                        billable_impressions: read_count(row.billable_impressions),
+                        invalid_impressions: read_count(
+                            row.invalid_impressions.unwrap_or_default(),
+                        ),
+                        invalid_clicks: read_count(row.invalid_clicks.unwrap_or_default()),
+                        views: read_views([
+                            row.measurable,
+                            row.viewable,
+                            row.engaged,
+                            row.in_view_ms_total,
+                            row.in_view_measured,
+                        ]),
+                        conversions,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, StoreError>>()?,
             reach: reach
                 .into_iter()
                 .flat_map(|(level, rows)| {

@@ -8,7 +8,10 @@ use super::config::KeyspaceName;
 use super::event_reads::{self, validity};
 use super::event_statements::SUMMARY_COLUMNS;
 use super::event_writes::Validity;
-use super::rollups::{self, VIEW_COLUMNS, campaign_day, read_views, stored_count};
+use super::rollups::{
+    self, CONVERSION_COLUMNS, ConversionCells, VIEW_COLUMNS, campaign_day, read_conversions,
+    read_views, stored_count, unreadable_value,
+};
 use super::statements::{
     EVENT_PARTITION, execute, execute_each, partition_values, prepare_all, read_all,
 };
@@ -26,7 +29,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
+use scylla::value::CqlVarint;
 use scylla::{DeserializeRow, SerializeRow};
+use std::collections::HashMap;
 use uuid::Uuid;
 
 const CAMPAIGN_DAY: &str = "advertiser_id = ? AND campaign_id = ? AND day = ?";
@@ -101,7 +106,8 @@ impl SliceStatements {
                 format!(
                     "INSERT INTO {keyspace}.slice_aggregate (advertiser_id, campaign_id, day, slice, ad_id, \
                      impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, users, \
-                     {VIEW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     {VIEW_COLUMNS}, {CONVERSION_COLUMNS}) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!(
                     "SELECT slice, marked_at, aggregated_from FROM {keyspace}.slice_state WHERE {CAMPAIGN_DAY}"
@@ -112,11 +118,13 @@ impl SliceStatements {
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
-                     invalid_clicks, {VIEW_COLUMNS} FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
+                     invalid_clicks, {VIEW_COLUMNS}, {CONVERSION_COLUMNS} FROM {keyspace}.slice_aggregate \
+                     WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
-                     invalid_clicks, {VIEW_COLUMNS}, users FROM {keyspace}.slice_aggregate WHERE {CAMPAIGN_DAY}"
+                     invalid_clicks, {VIEW_COLUMNS}, {CONVERSION_COLUMNS}, users FROM {keyspace}.slice_aggregate \
+                     WHERE {CAMPAIGN_DAY}"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.slice_users (advertiser_id, campaign_id, day, slice, users) \
@@ -194,6 +202,11 @@ struct StoredAggregate {
     engaged: Option<i64>,
     in_view_ms_total: Option<i64>,
     in_view_measured: Option<i64>,
+    // Absent in a row written before conversions.
+    conversions: Option<i64>,
+    post_click_conversions: Option<i64>,
+    post_view_conversions: Option<i64>,
+    conversion_value: Option<HashMap<String, CqlVarint>>,
 }
 
 #[derive(DeserializeRow)]
@@ -211,6 +224,10 @@ struct StoredAggregateWithUsers {
     engaged: Option<i64>,
     in_view_ms_total: Option<i64>,
     in_view_measured: Option<i64>,
+    conversions: Option<i64>,
+    post_click_conversions: Option<i64>,
+    post_view_conversions: Option<i64>,
+    conversion_value: Option<HashMap<String, CqlVarint>>,
     users: Option<Vec<u8>>,
 }
 
@@ -229,6 +246,10 @@ impl StoredAggregateWithUsers {
             engaged: self.engaged,
             in_view_ms_total: self.in_view_ms_total,
             in_view_measured: self.in_view_measured,
+            conversions: self.conversions,
+            post_click_conversions: self.post_click_conversions,
+            post_view_conversions: self.post_view_conversions,
+            conversion_value: self.conversion_value,
         };
         (counts, self.users.unwrap_or_default())
     }
@@ -271,6 +292,8 @@ struct AggregateValues<'a> {
     engaged: i64,
     in_view_ms_total: i64,
     in_view_measured: i64,
+    #[scylla(flatten)]
+    conversions: ConversionCells,
     written_at: i64,
 }
 
@@ -441,26 +464,38 @@ impl SliceStore for CassandraStore {
             duplicates: duplicates.into_iter().map(CopyRow::from).collect(),
             aggregates: aggregates
                 .into_iter()
-                .map(|(row, users)| SliceAggregateRow {
-                    counts: RollupSlice {
-                        slice: base + i64::from(row.slice),
-                        ad_id: AdId::new(row.ad_id),
-                        impressions: read_count(row.impressions),
-                        clicks: read_count(row.clicks),
-                        billable_impressions: read_count(row.billable_impressions),
-                        invalid_impressions: read_count(row.invalid_impressions),
-                        invalid_clicks: read_count(row.invalid_clicks),
-                        views: read_views([
-                            row.measurable,
-                            row.viewable,
-                            row.engaged,
-                            row.in_view_ms_total,
-                            row.in_view_measured,
-                        ]),
-                    },
-                    users,
+                .map(|(row, users)| {
+                    let conversions = read_conversions(
+                        [
+                            row.conversions,
+                            row.post_click_conversions,
+                            row.post_view_conversions,
+                        ],
+                        row.conversion_value,
+                    )
+                    .ok_or_else(|| unreadable_value(CONTEXT))?;
+                    Ok(SliceAggregateRow {
+                        counts: RollupSlice {
+                            slice: base + i64::from(row.slice),
+                            ad_id: AdId::new(row.ad_id),
+                            impressions: read_count(row.impressions),
+                            clicks: read_count(row.clicks),
+                            billable_impressions: read_count(row.billable_impressions),
+                            invalid_impressions: read_count(row.invalid_impressions),
+                            invalid_clicks: read_count(row.invalid_clicks),
+                            views: read_views([
+                                row.measurable,
+                                row.viewable,
+                                row.engaged,
+                                row.in_view_ms_total,
+                                row.in_view_measured,
+                            ]),
+                            conversions,
+                        },
+                        users,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, StoreError>>()?,
             users: users
                 .into_iter()
                 .map(|row| (base + i64::from(row.slice), row.users.unwrap_or_default()))
@@ -514,6 +549,7 @@ impl SliceStore for CassandraStore {
                 engaged: stored_count(row.counts.views.engaged),
                 in_view_ms_total: stored_count(row.counts.views.in_view_ms_total),
                 in_view_measured: stored_count(row.counts.views.in_view_measured),
+                conversions: ConversionCells::of(&row.counts.conversions),
                 written_at,
             },
             CONTEXT,

@@ -2,6 +2,7 @@
 //! and the slice and reach rows of a sealed campaign-day.
 
 use super::keys::{campaign_prefix, day_bytes, decode_ordered_i64, ordered_i64};
+use crate::domain::conversion::money::{Currency, ValueSums};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
 use crate::domain::time::Day;
 use crate::store::{ReachLevel, RollupReach};
@@ -96,6 +97,42 @@ pub(crate) fn counts_value(counts: &[u64]) -> Vec<u8> {
         .iter()
         .flat_map(|count| count.to_be_bytes())
         .collect()
+}
+
+/// A rollup or slice aggregate row's value: its 13 counts ([`counts_value`]), then each
+/// currency's sum of conversion values: the code (3 bytes) and the sum (16, big-endian).
+pub(crate) fn row_value(counts: &[u64; 13], value: &ValueSums) -> Vec<u8> {
+    let mut bytes = counts_value(counts);
+    for (currency, minor) in value.entries() {
+        bytes.extend_from_slice(currency.code().as_bytes());
+        bytes.extend_from_slice(&minor.to_be_bytes());
+    }
+    bytes
+}
+
+/// [`row_value`] back; a row written before conversions holds 5 or 10 counts only.
+pub(crate) fn decode_row_value(value: &[u8], required: usize) -> Option<([u64; 13], ValueSums)> {
+    const COUNTS: usize = 13 * 8;
+    if value.len() <= 10 * 8 {
+        return Some((decode_counts_value(value, required)?, ValueSums::default()));
+    }
+    let counts = decode_counts_value(value.get(..COUNTS)?, required)?;
+    let sums = value.get(COUNTS..)?;
+    if !sums.len().is_multiple_of(19) {
+        return None;
+    }
+    let entries = sums
+        .chunks_exact(19)
+        .map(|entry| {
+            let code = std::str::from_utf8(entry.get(..3)?).ok()?;
+            let currency = Currency::from_code(code).ok()?;
+            Some((
+                currency,
+                i128::from_be_bytes(entry.get(3..)?.try_into().ok()?),
+            ))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((counts, ValueSums::from_entries(entries)))
 }
 
 /// [`counts_value`] back, `N` counts: those an older row lacks (written before invalid

@@ -36,7 +36,7 @@ impl RollupStore for EmbeddedStore {
                 (
                     Table::CampaignRollup,
                     rollup_keys::rollup_key(campaign, day, row.slice, row.ad_id),
-                    rollup_keys::counts_value(&row.counts()),
+                    rollup_keys::row_value(&row.counts(), &row.conversions.value),
                 )
             })
             .collect();
@@ -98,9 +98,9 @@ impl RollupStore for EmbeddedStore {
                 .map(|(key, value)| {
                     let (slice, ad_id) =
                         rollup_keys::decode_rollup_key(key).ok_or_else(|| corrupt(CONTEXT))?;
-                    let counts = rollup_keys::decode_counts_value(value, 3)
-                        .ok_or_else(|| corrupt(CONTEXT))?;
-                    Ok(RollupSlice::from_counts(slice, ad_id, counts))
+                    let (counts, value) =
+                        rollup_keys::decode_row_value(value, 3).ok_or_else(|| corrupt(CONTEXT))?;
+                    Ok(RollupSlice::from_counts(slice, ad_id, counts, value))
                 })
                 .collect::<Result<_, StoreError>>()?,
             reach: reach_rows,

@@ -8,7 +8,7 @@ use super::committer::Removals;
 use super::engine::{Rows, Table, corrupt};
 use super::events::{click_row, summary_row};
 use super::keys::{self, decode_ordered_i64, ordered_i64};
-use super::rollup_keys::{campaign_day_prefix, counts_value, decode_counts_value};
+use super::rollup_keys::{campaign_day_prefix, decode_row_value, row_value};
 use super::{EmbeddedStore, rows};
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
@@ -104,9 +104,9 @@ fn decode_open_day(rows: &[(fjall::Slice, fjall::Slice)]) -> Option<OpenDayRows>
             }
             DUPLICATE => day.duplicates.push(decode_copy(rest, value)?),
             AGGREGATE => {
-                let counts = decode_counts_value(value, 5)?;
+                let (counts, value) = decode_row_value(value, 5)?;
                 day.aggregates.push(SliceAggregateRow {
-                    counts: RollupSlice::from_counts(slice()?, AdId::new(ad()?), counts),
+                    counts: RollupSlice::from_counts(slice()?, AdId::new(ad()?), counts, value),
                     users: Vec::new(),
                 });
             }
@@ -323,7 +323,7 @@ impl SliceStore for EmbeddedStore {
             let ad = counts.ad_id.as_uuid();
             let mut key = slice_prefix(campaign, day, AGGREGATE, slice);
             key.extend_from_slice(ad.as_bytes());
-            let value = counts_value(&counts.counts());
+            let value = row_value(&counts.counts(), &counts.conversions.value);
             rows.push((Table::OpenDay, key, value));
             let mut key = slice_prefix(campaign, day, AD_USERS, slice);
             key.extend_from_slice(ad.as_bytes());
