@@ -8,6 +8,7 @@ use crate::conversions::indexer::EventIndexer;
 use crate::delivery::live::LiveDelivery;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
+use crate::domain::conversion::index::IndexEntry;
 use crate::domain::event::{CampaignEvent, Click, Impression};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::Owner;
@@ -190,8 +191,12 @@ impl Ingestor {
                     .map(|event| (partition.campaign, event.timestamp.instant()))
             })
             .collect();
-        let indexed: Vec<Impression> = match &self.indexer {
-            Some(_) => partitions.values().flatten().cloned().collect(),
+        let indexed: Vec<IndexEntry> = match &self.indexer {
+            Some(_) => partitions
+                .values()
+                .flatten()
+                .flat_map(IndexEntry::of_impression)
+                .collect(),
             None => Vec::new(),
         };
         let duplicate_copies = self
@@ -203,7 +208,7 @@ impl Ingestor {
         // Counted once stored, before the answer: delivery includes every acknowledged one.
         self.delivery.count(&countable);
         if let Some(indexer) = &self.indexer {
-            indexer.impressions(&indexed);
+            indexer.stored(indexed);
         }
         for (campaign, day) in counted_days.iter().chain(&indexed_days) {
             self.registry.counted(&Owner::Campaign(*campaign), *day);
@@ -321,8 +326,8 @@ impl Ingestor {
     pub async fn clicks(&self, events: Vec<Click>) -> Result<(), StoreError> {
         self.check_index_room()?;
         let indexed_days = self.mark_for_index(&events, &BTreeSet::new()).await?;
-        let indexed: Vec<Click> = match &self.indexer {
-            Some(_) => events.clone(),
+        let indexed: Vec<IndexEntry> = match &self.indexer {
+            Some(_) => events.iter().map(IndexEntry::of_click).collect(),
             None => Vec::new(),
         };
         let partitions = self.partition(events).await?;
@@ -362,7 +367,7 @@ impl Ingestor {
         })
         .await?;
         if let Some(indexer) = &self.indexer {
-            indexer.clicks(&indexed);
+            indexer.stored(indexed);
         }
         for (campaign, day) in &indexed_days {
             self.registry.counted(&Owner::Campaign(*campaign), *day);

@@ -12,7 +12,6 @@
 //! the raw events (`app::repair`).
 
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
-use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{AdvertiserId, ImpressionId, UserId};
 use crate::processes::ProcessRegistry;
 use crate::store::{EventIndexStore, StoreError};
@@ -69,33 +68,11 @@ impl EventIndexer {
         lock(&self.queue).len() < QUEUE_CAPACITY
     }
 
-    /// Queues stored impressions, under their ids and their users. Their arrival is taken
+    /// Queues the entries of stored events ([`IndexEntry::of_impression`],
+    /// [`IndexEntry::of_click`]), or of events read back by a repair. Their arrival is taken
     /// with the queue held, so a flush that starts later writes every entry that arrived
     /// before it started.
-    pub(crate) fn impressions<'a>(&self, impressions: impl IntoIterator<Item = &'a Impression>) {
-        let mut queue = lock(&self.queue);
-        let received = Utc::now();
-        for impression in impressions {
-            queue.extend(IndexEntry::of_impression(impression, received));
-        }
-        metrics::gauge!("adevents_event_index_queued").set(queue.len() as f64);
-    }
-
-    /// Queues stored clicks, under their impressions' ids (their users' entries follow at the
-    /// flush, once found).
-    pub(crate) fn clicks<'a>(&self, clicks: impl IntoIterator<Item = &'a Click>) {
-        let mut queue = lock(&self.queue);
-        let received = Utc::now();
-        queue.extend(
-            clicks
-                .into_iter()
-                .map(|click| IndexEntry::of_click(click, received)),
-        );
-        metrics::gauge!("adevents_event_index_queued").set(queue.len() as f64);
-    }
-
-    /// Queues entries read back from the raw events (a repair), arriving now.
-    pub(crate) fn repaired(&self, entries: Vec<IndexEntry>) {
+    pub(crate) fn stored(&self, entries: Vec<IndexEntry>) {
         let mut queue = lock(&self.queue);
         let received = Utc::now();
         queue.extend(
@@ -103,6 +80,7 @@ impl EventIndexer {
                 .into_iter()
                 .map(|entry| IndexEntry { received, ..entry }),
         );
+        metrics::gauge!("adevents_event_index_queued").set(queue.len() as f64);
     }
 
     /// Everything this process stored before this instant is indexed (or waiting for its

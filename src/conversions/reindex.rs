@@ -80,7 +80,7 @@ pub(crate) async fn reindex_campaign_day(
         .iter()
         .filter(|entry| entry.kind == IndexedKind::Click || matches!(entry.key, IndexKey::User(_)))
         .count();
-    indexer.repaired(entries);
+    indexer.stored(entries);
     indexer.flush().await?;
     Ok(events)
 }

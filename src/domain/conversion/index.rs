@@ -123,8 +123,9 @@ impl IndexEntry {
         Week::of(self.timestamp.instant())
     }
 
-    /// An impression's two entries: by its id and by its user.
-    pub fn of_impression(impression: &Impression, received: DateTime<Utc>) -> [Self; 2] {
+    /// An impression's two entries: by its id and by its user (their arrival is set when
+    /// they are queued).
+    pub fn of_impression(impression: &Impression) -> [Self; 2] {
         let entry = |key| Self {
             advertiser_id: impression.campaign.advertiser_id,
             key,
@@ -134,7 +135,7 @@ impl IndexEntry {
             campaign_id: impression.campaign.campaign_id,
             ad_id: impression.ad_id,
             user_id: Some(impression.user_id),
-            received,
+            received: DateTime::UNIX_EPOCH,
             valid: impression.invalid.is_none(),
         };
         [
@@ -144,8 +145,8 @@ impl IndexEntry {
     }
 
     /// A click's entry by its impression's id; its user's entry needs the impression's user
-    /// ([`Self::for_user`]).
-    pub fn of_click(click: &Click, received: DateTime<Utc>) -> Self {
+    /// ([`Self::for_user`]). Its arrival is set when it is queued.
+    pub fn of_click(click: &Click) -> Self {
         Self {
             advertiser_id: click.campaign.advertiser_id,
             key: IndexKey::Impression(click.impression_id),
@@ -155,7 +156,7 @@ impl IndexEntry {
             campaign_id: click.campaign.campaign_id,
             ad_id: click.ad_id,
             user_id: None,
-            received,
+            received: DateTime::UNIX_EPOCH,
             valid: click.invalid.is_none(),
         }
     }
