@@ -44,6 +44,11 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Conversions credited (for tools and benches outside the crate).
+    pub fn credited_conversions(&self) -> u64 {
+        self.conversions.conversions
+    }
+
     /// Clicks per impression; 0 when there are no impressions.
     pub(crate) fn ctr(&self) -> f64 {
         if self.impressions == 0 {
