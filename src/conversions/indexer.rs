@@ -22,8 +22,13 @@ use std::time::{Duration, Instant};
 
 /// How often queued entries are written.
 pub(crate) const FLUSH_PERIOD: Duration = Duration::from_millis(200);
-/// Entries queued at most; past it, ingestion answers 503 until the queue drains.
-const QUEUE_CAPACITY: usize = 2_000_000;
+/// Entries queued at most (about 150 bytes each); past it, ingestion answers 503 until the
+/// queue drains: a store that takes the index slower than ingestion feeds it pushes back on
+/// ingestion rather than filling this process's memory or the store's.
+const QUEUE_CAPACITY: usize = 500_000;
+/// Entries one write takes at most: a lagging index is written in steady, bounded calls
+/// rather than one call of everything queued (which on Cassandra filled the node's heap).
+const ENTRIES_PER_WRITE: usize = 10_000;
 /// Impressions' users remembered for their clicks; past it, the memory starts over.
 const USERS_REMEMBERED: usize = 1_000_000;
 /// How long a click waits for its impression to be stored before it is indexed only by the
@@ -90,12 +95,28 @@ impl EventIndexer {
     }
 
     /// Writes what is queued, with the user entries of the clicks whose users are found.
+    /// Writes everything queued, [`ENTRIES_PER_WRITE`] at a time.
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        while !self.write_some().await? {
+            tokio::task::yield_now().await;
+        }
+        Ok(())
+    }
+
+    /// Writes the oldest queued entries (at most [`ENTRIES_PER_WRITE`]), with the user
+    /// entries of the clicks whose users are found; says whether that emptied the queue.
+    async fn write_some(&self) -> Result<bool, StoreError> {
         let _one = self.flushing.lock().await;
         let started = Instant::now();
-        let (started_at, mut entries) = {
+        // Entries queue in arrival order: what stays queued arrived after what is taken.
+        let (started_at, mut entries, next_arrival) = {
             let mut queue = lock(&self.queue);
-            (Utc::now(), std::mem::take(&mut *queue))
+            let taken: Vec<IndexEntry> = if queue.len() > ENTRIES_PER_WRITE {
+                queue.drain(..ENTRIES_PER_WRITE).collect()
+            } else {
+                std::mem::take(&mut *queue)
+            };
+            (Utc::now(), taken, queue.first().map(|entry| entry.received))
         };
         let waiting = std::mem::take(&mut *lock(&self.waiting));
         let clicks: Vec<WaitingClick> = entries
@@ -121,10 +142,20 @@ impl EventIndexer {
             return Err(error);
         }
         lock(&self.waiting).extend(still_waiting);
-        *lock(&self.indexed_through) = started_at;
-        self.registry.index_saved_through(started, started_at);
         metrics::counter!("adevents_event_index_entries_total").increment(entries.len() as u64);
-        Ok(())
+        match next_arrival {
+            // Everything that arrived before the first entry still queued is written.
+            Some(arrival) => {
+                let mut through = lock(&self.indexed_through);
+                *through = (*through).max(arrival);
+                Ok(false)
+            }
+            None => {
+                *lock(&self.indexed_through) = started_at;
+                self.registry.index_saved_through(started, started_at);
+                Ok(true)
+            }
+        }
     }
 
     /// Puts a failed flush's work back for the next: its queued entries ahead of those queued
