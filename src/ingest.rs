@@ -4,7 +4,6 @@
 //! they are counted in this process's live delivery counts and every closed slice they change
 //! is marked (docs/DESIGN.md, "Open days from closed slices").
 
-use crate::conversions::indexer::EventIndexer;
 use crate::delivery::live::LiveDelivery;
 use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
@@ -17,6 +16,7 @@ use crate::domain::sealing::SealingRule;
 use crate::domain::slices::{Slice, SliceRule, slice_of};
 use crate::domain::time::Day;
 use crate::domain::view::ViewReportEvent;
+use crate::event_index::EventIndexer;
 use crate::processes::ProcessRegistry;
 use crate::query::aggregate::BillableWindow;
 use crate::remembered::Remembered;

@@ -6,10 +6,11 @@
 //! - [`http`]: routing, extraction into domain values, typed answers, the error mapping and
 //!   the OpenAPI document (never the store, never CQL); `server` runs it (the accept loop and
 //!   the connection guard);
-//! - the services: [`ingest`] (impressions and clicks), `conversions` (conversions, the event
-//!   index and attribution), [`beacons`] (beacons and their live sketches), `delivery` (live
-//!   billable counts against caps), `ivt` (telling invalid traffic), [`access`] (who may call), [`settings`] (the cache and the rules of a change),
-//!   [`sealer`] (sealing closed days), `processes` (this process among those sharing the store),
+//! - the services: [`ingest`] (impressions and clicks), `event_index` (every stored event
+//!   by impression and by user, written off the request path), `conversions` (conversions and
+//!   their attribution), [`beacons`] (beacons and their live sketches), `delivery` (live
+//!   billable counts against caps), `ivt` (telling invalid traffic), [`access`] (who may
+//!   call), [`settings`] (the cache and the rules of a change), [`sealer`] (sealing closed days), `processes` (this process among those sharing the store),
 //!   `readiness` (what `/readyz` answers), `freshness` (what `/v1/freshness` answers) and
 //!   [`query`] (planning, fan-out, aggregation);
 //! - [`store`]: the partition-level storage contract, split by subsystem, and its Cassandra
@@ -49,6 +50,7 @@ pub mod commands;
 pub(crate) mod conversions;
 mod delivery;
 pub mod domain;
+mod event_index;
 mod freshness;
 pub mod http;
 pub mod ingest;

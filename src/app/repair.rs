@@ -9,11 +9,11 @@
 //! embedded store, whose folder one process holds at a time, every other process is gone.
 
 use crate::beacons::rebuild::rebuild_site_day;
-use crate::conversions::indexer::EventIndexer;
-use crate::conversions::reindex::reindex_campaign_day;
 use crate::delivery::rebuild::{DayRepair, Gone, rebuild_campaign_day};
 use crate::domain::owner::Owner;
 use crate::domain::process::{ProcessId, ProcessReport};
+use crate::event_index::EventIndexer;
+use crate::event_index::reindex::reindex_campaign_day;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 use std::time::Duration;

@@ -7,7 +7,6 @@
 //! only it is written where conversions are counted. The due entry goes last, so a crash at any
 //! step only repeats the steps after the decision.
 
-use super::indexer::EventIndexer;
 use crate::domain::conversion::attribution::{LookBacks, attribute};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::conversion::{Conversion, DecidedConversion, LookBack};
@@ -15,6 +14,7 @@ use crate::domain::ids::{CampaignId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::process::ProcessReport;
 use crate::domain::time::Day;
+use crate::event_index::EventIndexer;
 use crate::ingest::Ingestor;
 use crate::settings::SettingsCache;
 use crate::store::{DueConversion, Store, StoreError};

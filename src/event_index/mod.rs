@@ -11,6 +11,8 @@
 //! its campaign-days marked, as for delivery, and the next to start indexes them again from
 //! the raw events (`app::repair`).
 
+pub(crate) mod reindex;
+
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
 use crate::domain::ids::{AdvertiserId, ImpressionId, UserId};
 use crate::processes::ProcessRegistry;

@@ -3,7 +3,7 @@
 //! same entries; the repaired ones carry the time of the repair as their arrival, so a
 //! conversion decided before it never changes, and one decided after it finds them.
 
-use super::indexer::EventIndexer;
+use super::EventIndexer;
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind};
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
