@@ -152,11 +152,21 @@ impl Tables {
     }
 }
 
-/// Sorts an engine failure: a folder that failed a write earlier stays failed until restart
-/// (not worth a retry); anything else (I/O pressure) may pass.
+/// Sorts an engine failure: a folder that failed a write earlier stays out of service until a
+/// restart (an outage: 503, and not ready); a damaged journal is not worth a retry; anything
+/// else (I/O pressure) may pass.
 pub(crate) fn engine_failure(context: &str, error: Arc<fjall::Error>) -> StoreError {
     match error.as_ref() {
-        fjall::Error::Poisoned | fjall::Error::Unrecoverable => StoreError::Internal {
+        // The folder is out of service until a restart, whichever writer failed first (an
+        // ingestion, or the event index written beside it): callers are told to come back, as
+        // for any outage, and /readyz says why.
+        fjall::Error::Poisoned => StoreError::Unavailable {
+            context: format!(
+                "{context}: the data folder failed a write earlier; restart the server"
+            ),
+            source: Some(error),
+        },
+        fjall::Error::Unrecoverable => StoreError::Internal {
             context: format!(
                 "{context}: the data folder failed a write earlier; restart the server"
             ),
