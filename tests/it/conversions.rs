@@ -787,7 +787,15 @@ async fn a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it(backe
     // A conversion of that day decided after its seal marks it: read raw, then sealed with it.
     accepted(&server, "/v1/conversions", order("second", 13, "0.20")).await;
     decided(&server, a, 2).await;
-    let marked = summary(&server, &campaign, &range).await;
+    // The decider marks the day just after it writes the decision the endpoint shows.
+    let mut marked = summary(&server, &campaign, &range).await;
+    for _ in 0..50 {
+        if marked["sealed_days"] == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        marked = summary(&server, &campaign, &range).await;
+    }
     assert_eq!(marked["sealed_days"], 0, "{marked}");
     assert_eq!(
         measures(&marked["totals"]),
