@@ -292,11 +292,13 @@ pub async fn raw_session() -> scylla::client::session::Session {
 }
 
 /// Drops a test's private keyspace. Other tests create and drop theirs at the same moment, and
-/// a loaded node has answered a schema change with a server error that the same statement a
-/// moment later did not meet; `IF EXISTS` makes a repeat harmless, so it is tried a few times
-/// before the test fails with every error seen.
+/// a loaded node has answered a schema change with a server error, or not within the request
+/// timeout, where the same statement a moment later succeeded; `IF EXISTS` makes a repeat
+/// harmless, so it is tried for about a minute. Dropping is the test's cleanup, not what it
+/// specifies: a node that refuses even then is reported on stderr and the private keyspace is
+/// left behind, unseen by any other test.
 pub async fn drop_keyspace(keyspace: &KeyspaceName) {
-    const ATTEMPTS: u32 = 4;
+    const ATTEMPTS: u32 = 6;
     let session = raw_session().await;
     let mut errors = Vec::new();
     for attempt in 1..=ATTEMPTS {
@@ -307,7 +309,10 @@ pub async fn drop_keyspace(keyspace: &KeyspaceName) {
             Ok(_) => return,
             Err(error) => errors.push(format!("attempt {attempt}: {error}")),
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(2 * u64::from(attempt))).await;
     }
-    panic!("DROP KEYSPACE {keyspace} failed: {}", errors.join("; "));
+    eprintln!(
+        "warning: DROP KEYSPACE {keyspace} failed, the keyspace is left behind: {}",
+        errors.join("; ")
+    );
 }
