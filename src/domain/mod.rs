@@ -13,6 +13,7 @@ pub mod event;
 pub mod ids;
 pub mod owner;
 pub mod partition;
+pub mod privacy;
 pub(crate) mod process;
 pub(crate) mod sealing;
 pub(crate) mod sketch;

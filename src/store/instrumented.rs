@@ -9,6 +9,7 @@ use super::{
     ViewStore, VisitRow, VisitStore, WindowPublication,
 };
 use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
+use super::{EventAt, SubjectStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
@@ -17,9 +18,13 @@ use crate::domain::conversion::{ConversionId, DecidedConversion, ReceivedConvers
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::AdvertiserId;
+use crate::domain::ids::UserId;
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
+use crate::domain::privacy::{
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek,
+};
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
 use crate::domain::slices::{Slice, Span};
@@ -618,5 +623,97 @@ impl EventIndexStore for Instrumented {
         key: IndexKey,
     ) -> Result<Vec<IndexEntry>, StoreError> {
         timed("read_index", self.inner.read_index(advertiser, week, key)).await
+    }
+}
+
+#[async_trait]
+impl SubjectStore for Instrumented {
+    async fn write_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
+        timed("write_subject_weeks", self.inner.write_subject_weeks(weeks)).await
+    }
+
+    async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
+        timed("read_subject_weeks", self.inner.read_subject_weeks(user)).await
+    }
+
+    async fn delete_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
+        timed(
+            "delete_subject_weeks",
+            self.inner.delete_subject_weeks(weeks),
+        )
+        .await
+    }
+
+    async fn delete_index_key(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+    ) -> Result<(), StoreError> {
+        timed(
+            "delete_index_key",
+            self.inner.delete_index_key(advertiser, week, key),
+        )
+        .await
+    }
+
+    async fn read_impression_at(&self, at: &EventAt) -> Result<Option<Impression>, StoreError> {
+        timed("read_impression_at", self.inner.read_impression_at(at)).await
+    }
+
+    async fn erase_impression(&self, at: &EventAt) -> Result<(), StoreError> {
+        timed("erase_impression", self.inner.erase_impression(at)).await
+    }
+
+    async fn erase_click(&self, at: &EventAt) -> Result<(), StoreError> {
+        timed("erase_click", self.inner.erase_click(at)).await
+    }
+
+    async fn erase_clicks_of(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<(), StoreError> {
+        timed(
+            "erase_clicks_of",
+            self.inner.erase_clicks_of(campaign, impression_id),
+        )
+        .await
+    }
+
+    async fn create_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
+        timed("create_erasure", self.inner.create_erasure(record)).await
+    }
+
+    async fn erasure(&self, id: ErasureId) -> Result<Option<ErasureRecord>, StoreError> {
+        timed("erasure", self.inner.erasure(id)).await
+    }
+
+    async fn pending_erasures(&self) -> Result<Vec<ErasureId>, StoreError> {
+        timed("pending_erasures", self.inner.pending_erasures()).await
+    }
+
+    async fn settle_erasure_counts(
+        &self,
+        id: ErasureId,
+        counts: ErasedCounts,
+    ) -> Result<ErasedCounts, StoreError> {
+        timed(
+            "settle_erasure_counts",
+            self.inner.settle_erasure_counts(id, counts),
+        )
+        .await
+    }
+
+    async fn finish_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
+        timed("finish_erasure", self.inner.finish_erasure(record)).await
+    }
+
+    async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError> {
+        timed("erased_subjects", self.inner.erased_subjects()).await
+    }
+
+    async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
+        timed("privacy_key", self.inner.privacy_key(candidate)).await
     }
 }

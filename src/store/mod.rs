@@ -38,9 +38,12 @@ use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::conversion::{ConversionId, DecidedConversion, ReceivedConversion};
 use crate::domain::delivery::DaySlices;
 use crate::domain::event::{Click, Impression};
-use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId};
+use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
+use crate::domain::privacy::{
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek,
+};
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
 use crate::domain::slices::{Slice, Span};
@@ -547,6 +550,83 @@ pub trait EventIndexStore: Send + Sync {
     ) -> Result<Vec<IndexEntry>, StoreError>;
 }
 
+/// Where one stored copy of an event is: its partition, its time and the impression it is
+/// (or, for a click, the impression clicked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventAt {
+    pub partition: EventPartition,
+    pub timestamp: EventTime,
+    pub impression_id: ImpressionId,
+}
+
+/// Personal data (docs/DESIGN.md, "Personal data"): the subject directory, one subject's
+/// stored rows read and deleted by their keys (never by a scan), and erasure records. Every
+/// delete is idempotent: deleting what is gone is no error, so a resumed or repeated erasure
+/// only repeats work.
+#[async_trait]
+pub trait SubjectStore: Send + Sync {
+    /// Adds lines to the subject directory (writing a line again changes nothing).
+    async fn write_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError>;
+
+    /// Every directory line of `user`, of every advertiser.
+    async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError>;
+
+    async fn delete_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError>;
+
+    /// Deletes every event-index entry of `key` in the advertiser's `week`.
+    async fn delete_index_key(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+    ) -> Result<(), StoreError>;
+
+    /// The full impression row stored at `at`, if there is one.
+    async fn read_impression_at(&self, at: &EventAt) -> Result<Option<Impression>, StoreError>;
+
+    /// Deletes the impression copy at `at`: its full and thin rows, its entry in the copies
+    /// index, and the view reports stored for that impression at that time.
+    async fn erase_impression(&self, at: &EventAt) -> Result<(), StoreError>;
+
+    /// Deletes the click row at `at` (the click's partition and time).
+    async fn erase_click(&self, at: &EventAt) -> Result<(), StoreError>;
+
+    /// Deletes an impression's entries in the index of clicks by impression.
+    async fn erase_clicks_of(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+    ) -> Result<(), StoreError>;
+
+    /// Records a new erasure, its place in the pending list and its erased subject (which
+    /// ingestion drops re-sent events by). Durable on return.
+    async fn create_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError>;
+
+    async fn erasure(&self, id: ErasureId) -> Result<Option<ErasureRecord>, StoreError>;
+
+    /// Erasures recorded and not yet done.
+    async fn pending_erasures(&self) -> Result<Vec<ErasureId>, StoreError>;
+
+    /// Stores an erasure's counts unless counts are stored already (the first wins, on every
+    /// process); returns the stored ones.
+    async fn settle_erasure_counts(
+        &self,
+        id: ErasureId,
+        counts: ErasedCounts,
+    ) -> Result<ErasedCounts, StoreError>;
+
+    /// Replaces the record by its done form (no subject in the clear) and takes it off the
+    /// pending list.
+    async fn finish_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError>;
+
+    /// Every erasure's erased subject, done or not.
+    async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError>;
+
+    /// The store's key for subject hashes: `candidate` if none was stored yet, else the stored
+    /// one (the first writer wins, on every process).
+    async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
@@ -562,6 +642,7 @@ pub trait Store:
     + ViewStore
     + ConversionStore
     + EventIndexStore
+    + SubjectStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

@@ -29,6 +29,7 @@ mod session;
 mod settings;
 mod slices;
 mod statements;
+mod subjects;
 mod views;
 mod visit_batches;
 mod visits;

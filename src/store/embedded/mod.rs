@@ -31,6 +31,7 @@ mod seals;
 mod settings;
 mod site_keys;
 mod slices;
+mod subjects;
 mod views;
 mod visits;
 

@@ -1,0 +1,74 @@
+//! The keyed hash an erasure keeps of its subject once done: enough to drop the subject's
+//! re-sent old events, not enough to name the subject to anyone without the store's key.
+
+use super::Subject;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The store's secret for subject hashes, created once per store (the first writer wins).
+#[derive(Clone)]
+pub struct PrivacyKey([u8; 32]);
+
+impl PrivacyKey {
+    pub const fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn generate() -> Self {
+        Self(rand::random())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// HMAC-SHA256 of the subject under this key, with a prefix per kind of subject so two
+    /// kinds never share a hash.
+    pub fn hash(&self, subject: &Subject) -> SubjectHash {
+        // A 32-byte key is always a valid HMAC key.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        match subject {
+            Subject::User(user) => {
+                mac.update(b"user:");
+                mac.update(user.as_uuid().as_bytes());
+            }
+        }
+        SubjectHash(mac.finalize().into_bytes().into())
+    }
+}
+
+impl std::fmt::Debug for PrivacyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrivacyKey(…)")
+    }
+}
+
+/// A subject's keyed hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubjectHash([u8; 32]);
+
+impl SubjectHash {
+    pub const fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::UserId;
+
+    #[test]
+    fn the_hash_depends_on_the_key_and_the_subject() {
+        let user = |n: u128| Subject::User(UserId::new(uuid::Uuid::from_u128(n)));
+        let (one, two) = (PrivacyKey::new([1; 32]), PrivacyKey::new([2; 32]));
+        assert_eq!(one.hash(&user(7)), one.hash(&user(7)));
+        assert_ne!(one.hash(&user(7)), one.hash(&user(8)));
+        assert_ne!(one.hash(&user(7)), two.hash(&user(7)));
+    }
+}
