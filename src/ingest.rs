@@ -16,6 +16,7 @@ use crate::domain::sealing::SealingRule;
 use crate::domain::slices::{Slice, SliceRule, slice_of};
 use crate::domain::time::Day;
 use crate::domain::view::ViewReportEvent;
+use crate::erased::ErasedSubjects;
 use crate::event_index::EventIndexer;
 use crate::processes::ProcessRegistry;
 use crate::query::aggregate::BillableWindow;
@@ -50,6 +51,8 @@ pub struct Ingestor {
     /// The event index attribution reads, fed with every stored impression and click (none in
     /// a standalone ingestor).
     indexer: Option<Arc<EventIndexer>>,
+    /// Erased subjects, whose re-sent old impressions are dropped.
+    erased: Option<Arc<ErasedSubjects>>,
 }
 
 /// A slice marked this recently for a view report is not marked again for the next: a mark
@@ -94,7 +97,15 @@ impl Ingestor {
             window,
             view_marks: std::sync::Mutex::new(HashMap::new()),
             indexer: None,
+            erased: None,
         }
+    }
+
+    /// Drops the impressions of erased subjects timed before their erasures (a re-sent old
+    /// batch), as docs/API.md promises.
+    pub(crate) fn with_erased(mut self, erased: Arc<ErasedSubjects>) -> Self {
+        self.erased = Some(erased);
+        self
     }
 
     /// Feeds `indexer` with every impression and click this ingestor stores.
@@ -166,8 +177,22 @@ impl Ingestor {
         )
     }
 
-    pub async fn impressions(&self, events: Vec<Impression>) -> Result<(), StoreError> {
+    pub async fn impressions(&self, mut events: Vec<Impression>) -> Result<(), StoreError> {
         self.check_index_room()?;
+        if let Some(erased) = &self.erased {
+            let before = events.len();
+            events.retain(|event| {
+                !erased.drops(
+                    event.user_id,
+                    event.campaign.advertiser_id,
+                    event.timestamp.instant(),
+                )
+            });
+            let dropped = before - events.len();
+            if dropped > 0 {
+                metrics::counter!("adevents_erased_events_dropped_total").increment(dropped as u64);
+            }
+        }
         let countable = self.delivery.countable(&events);
         let counted_days: BTreeSet<(CampaignKey, Day)> = countable
             .iter()
@@ -307,6 +332,22 @@ impl Ingestor {
         }
         self.mark_slices(marks).await?;
         self.mark_late(late).await
+    }
+
+    /// Marks what removing stored events (an erasure) changes: each closed slice that counted
+    /// one, as a late event of that time would, so the slice is read raw until aggregated
+    /// again without it.
+    pub(crate) async fn events_removed(
+        &self,
+        removed: &[(CampaignKey, DateTime<Utc>)],
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let mut marks = SliceMarks::new();
+        for (campaign, at) in removed {
+            let late = self.slices.late_slices(*at, self.window.length(), now);
+            add_marks(&mut marks, *campaign, late);
+        }
+        self.mark_slices(marks).await
     }
 
     /// Marks the slices a write changed after they closed.

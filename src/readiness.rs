@@ -35,7 +35,7 @@ impl Readiness {
 
     /// Whether a start-up repair of a gone process's counts is running: the process is not
     /// ready, and nothing is wrong.
-    fn is_repairing(&self) -> bool {
+    pub(crate) fn is_repairing(&self) -> bool {
         self.repairing.load(Ordering::Acquire)
     }
 

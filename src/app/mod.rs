@@ -21,11 +21,15 @@ use crate::delivery::live::{LiveDelivery, spawn_flusher as spawn_delivery_flushe
 use crate::delivery::rebuild::DayRepair;
 use crate::domain::owner::OwnerKind;
 use crate::domain::view::ViewWindow;
+use crate::erased::ErasedSubjects;
 use crate::event_index::EventIndexer;
 use crate::freshness::Freshness;
 use crate::http::{AppState, Handlers};
 use crate::ingest::Ingestor;
 use crate::ivt::Classifier;
+use crate::privacy::access::SubjectAccess;
+use crate::privacy::erasure::Erasures;
+use crate::privacy::finder::SubjectFinder;
 use crate::processes::ProcessRegistry;
 use crate::query::Queries;
 use crate::readiness::Readiness;
@@ -53,6 +57,7 @@ pub struct App {
     access: Arc<Access>,
     indexer: Arc<EventIndexer>,
     decider: Arc<Decider>,
+    erasures: Arc<Erasures>,
     options: Arc<ServiceOptions>,
     state: AppState,
 }
@@ -105,7 +110,11 @@ impl App {
         );
         let indexer = Arc::new(EventIndexer::new(
             Arc::clone(&store) as Arc<dyn crate::store::EventIndexStore>,
+            Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>,
             Arc::clone(&registry),
+        ));
+        let erased = Arc::new(ErasedSubjects::new(
+            Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>
         ));
         let ingestor = Arc::new(
             Ingestor::new(
@@ -117,13 +126,23 @@ impl App {
                 Arc::clone(&registry),
                 (service.slices, service.queries.billable_window),
             )
-            .with_indexer(Arc::clone(&indexer)),
+            .with_indexer(Arc::clone(&indexer))
+            .with_erased(Arc::clone(&erased)),
         );
         let decider = Arc::new(Decider::new(
             Arc::clone(&store),
             Arc::clone(&settings_cache),
             Arc::clone(&indexer),
             Arc::clone(&ingestor),
+        ));
+        let finder = SubjectFinder::new(Arc::clone(&store), Arc::clone(&settings_cache));
+        let erasures = Arc::new(Erasures::new(
+            Arc::clone(&store),
+            finder.clone(),
+            Arc::clone(&indexer),
+            Arc::clone(&ingestor),
+            erased,
+            Arc::clone(&readiness),
         ));
         let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
             .unwrap_or(chrono::TimeDelta::MAX);
@@ -167,6 +186,8 @@ impl App {
                 sealer,
                 Arc::clone(&seal_progress),
             )),
+            erasures: Arc::clone(&erasures),
+            subject_access: Arc::new(SubjectAccess::new(Arc::clone(&store), finder)),
         };
         Self {
             state: AppState::new(handlers, edge),
@@ -180,6 +201,7 @@ impl App {
             access,
             indexer,
             decider,
+            erasures,
             options: Arc::new(service),
         }
     }
@@ -275,6 +297,7 @@ impl App {
         let slicer = self.slicer().map(SliceAggregator::spawn);
         let indexer = self.indexer.start();
         let decider = self.decider.start();
+        let erasures = self.erasures.start();
         Running::new([
             Some(sketches),
             Some(delivery),
@@ -284,6 +307,7 @@ impl App {
             slicer,
             Some(indexer),
             Some(decider),
+            Some(erasures),
         ])
     }
 

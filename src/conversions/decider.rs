@@ -12,7 +12,6 @@ use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::conversion::{Conversion, DecidedConversion, LookBack};
 use crate::domain::ids::{CampaignId, CampaignKey};
 use crate::domain::owner::Owner;
-use crate::domain::process::ProcessReport;
 use crate::domain::time::Day;
 use crate::event_index::EventIndexer;
 use crate::ingest::Ingestor;
@@ -64,24 +63,12 @@ impl Decider {
         }
     }
 
-    /// The moment before which every running process's stored events are indexed.
-    async fn indexed_through(&self) -> Result<DateTime<Utc>, StoreError> {
-        let own = self.indexer.indexed_through();
-        if !self.store.is_shared() {
-            return Ok(own);
-        }
-        let now = Utc::now();
-        let others = self.store.processes().await?;
-        Ok(others
-            .iter()
-            .filter(|report| !report.is_silent(now))
-            .filter_map(|report: &ProcessReport| report.indexed_through)
-            .fold(own, DateTime::min))
-    }
-
     /// Decides every conversion due by now that can be; returns how many.
     pub(crate) async fn run_once(&self) -> Result<usize, StoreError> {
-        let until = self.indexed_through().await?;
+        let until = self
+            .indexer
+            .indexed_everywhere_through(self.store.as_ref())
+            .await?;
         let last_day = Day::new(until.date_naive());
         let mut decided = 0;
         loop {

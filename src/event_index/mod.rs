@@ -15,10 +15,11 @@ pub(crate) mod reindex;
 
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
 use crate::domain::ids::{AdvertiserId, ImpressionId, UserId};
+use crate::domain::privacy::SubjectWeek;
 use crate::processes::ProcessRegistry;
-use crate::store::{EventIndexStore, StoreError};
+use crate::store::{EventIndexStore, ProcessStore, StoreError, SubjectStore};
 use chrono::{DateTime, TimeDelta, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,13 @@ const QUEUE_CAPACITY: usize = 500_000;
 /// Entries one write takes at most: a lagging index is written in steady, bounded calls
 /// rather than one call of everything queued (which on Cassandra filled the node's heap).
 const ENTRIES_PER_WRITE: usize = 10_000;
+/// Subject-directory lines remembered as written; past it, the memory starts over (a line
+/// written again is harmless, only work).
+const DIRECTORY_LINES_REMEMBERED: usize = 1_000_000;
+/// How long the lines are remembered at most: an erasure on another process deletes a
+/// user's lines, and this process writes them again for the user's next events no later than
+/// this after.
+const DIRECTORY_MEMORY: Duration = Duration::from_secs(600);
 /// Impressions' users remembered for their clicks; past it, the memory starts over.
 const USERS_REMEMBERED: usize = 1_000_000;
 /// How long a click waits for its impression to be stored before it is indexed only by the
@@ -47,6 +55,9 @@ struct WaitingClick {
 
 pub(crate) struct EventIndexer {
     store: Arc<dyn EventIndexStore>,
+    /// Where the subject directory is written (`domain::privacy::SubjectWeek`).
+    directory: Arc<dyn SubjectStore>,
+    directory_written: Mutex<(Instant, HashSet<SubjectWeek>)>,
     registry: Arc<ProcessRegistry>,
     queue: Mutex<Vec<IndexEntry>>,
     waiting: Mutex<Vec<WaitingClick>>,
@@ -57,10 +68,16 @@ pub(crate) struct EventIndexer {
 }
 
 impl EventIndexer {
-    pub(crate) fn new(store: Arc<dyn EventIndexStore>, registry: Arc<ProcessRegistry>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn EventIndexStore>,
+        directory: Arc<dyn SubjectStore>,
+        registry: Arc<ProcessRegistry>,
+    ) -> Self {
         registry.expect_index();
         Self {
             store,
+            directory,
+            directory_written: Mutex::new((Instant::now(), HashSet::new())),
             registry,
             queue: Mutex::new(Vec::new()),
             waiting: Mutex::new(Vec::new()),
@@ -94,6 +111,27 @@ impl EventIndexer {
     /// impression).
     pub(crate) fn indexed_through(&self) -> DateTime<Utc> {
         *lock(&self.indexed_through)
+    }
+
+    /// The moment before which every running process's stored events are indexed: this
+    /// process's own, and on a shared store the least that any other running process reports.
+    /// What waits for the index (a conversion's decision, an erasure) waits for this.
+    pub(crate) async fn indexed_everywhere_through(
+        &self,
+        processes: &dyn ProcessStore,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        let own = self.indexed_through();
+        if !processes.is_shared() {
+            return Ok(own);
+        }
+        let now = Utc::now();
+        Ok(processes
+            .processes()
+            .await?
+            .iter()
+            .filter(|report| !report.is_silent(now))
+            .filter_map(|report| report.indexed_through)
+            .fold(own, DateTime::min))
     }
 
     /// Writes what is queued, with the user entries of the clicks whose users are found.
@@ -139,6 +177,12 @@ impl EventIndexer {
             }
         };
         entries.extend(found);
+        // The directory first: an erasure finds a user's entries only through it, so no entry
+        // may be stored before the line that leads to it.
+        if let Err(error) = self.write_directory(&entries).await {
+            self.requeue(entries, still_waiting, started_at);
+            return Err(error);
+        }
         if let Err(error) = self.store.write_index(&entries).await {
             self.requeue(entries, still_waiting, started_at);
             return Err(error);
@@ -171,6 +215,48 @@ impl EventIndexer {
         }));
         queue.extend(newer);
         lock(&self.waiting).extend(waiting.into_iter().filter(|click| click.since < flush));
+    }
+
+    /// Writes the subject-directory lines of `entries` this process has not written lately.
+    async fn write_directory(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
+        let lines: Vec<SubjectWeek> = {
+            let (_, written) = &*lock(&self.directory_written);
+            let lines: HashSet<SubjectWeek> = entries
+                .iter()
+                .filter_map(|entry| match entry.key {
+                    IndexKey::User(user_id) => Some(SubjectWeek {
+                        user_id,
+                        advertiser_id: entry.advertiser_id,
+                        week: entry.week(),
+                    }),
+                    IndexKey::Impression(_) => None,
+                })
+                .filter(|line| !written.contains(line))
+                .collect();
+            lines.into_iter().collect()
+        };
+        if lines.is_empty() {
+            return Ok(());
+        }
+        self.directory.write_subject_weeks(&lines).await?;
+        let mut memory = lock(&self.directory_written);
+        let (since, written) = &mut *memory;
+        if written.len() + lines.len() > DIRECTORY_LINES_REMEMBERED
+            || since.elapsed() >= DIRECTORY_MEMORY
+        {
+            written.clear();
+            *since = Instant::now();
+        }
+        written.extend(lines);
+        Ok(())
+    }
+
+    /// Forgets the directory lines of `user`, so that its events stored after an erasure lead
+    /// to it again.
+    pub(crate) fn forget_subject(&self, user: UserId) {
+        lock(&self.directory_written)
+            .1
+            .retain(|line| line.user_id != user);
     }
 
     fn remember_users(&self, entries: &[IndexEntry]) {

@@ -17,6 +17,7 @@ mod beacons;
 mod browser;
 mod edge;
 mod ingestion;
+mod privacy;
 mod queries;
 mod state;
 mod tags;
@@ -142,6 +143,9 @@ pub(crate) fn router(state: AppState) -> App {
             admin::tag_secrets::list_tag_secrets
         ))
         .routes(routes!(admin::tag_secrets::delete_tag_secret))
+        .routes(routes!(privacy::erasures::post_erasure))
+        .routes(routes!(privacy::erasures::get_erasure))
+        .routes(routes!(privacy::subjects::get_subject))
         .routes(routes!(browser::assets::tracker))
         .routes(routes!(browser::assets::measurement_script))
         .routes(routes!(browser::assets::dashboard))

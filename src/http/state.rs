@@ -15,6 +15,8 @@ use crate::http::edge::limits::{
 };
 use crate::ingest::Ingestor;
 use crate::ivt::Classifier;
+use crate::privacy::access::SubjectAccess;
+use crate::privacy::erasure::Erasures;
 use crate::query::Queries;
 use crate::readiness::Readiness;
 use crate::settings::Settings;
@@ -92,6 +94,9 @@ pub(crate) struct Handlers {
     pub(crate) classifier: Arc<Classifier>,
     pub(crate) readiness: Arc<Readiness>,
     pub(crate) freshness: Arc<Freshness>,
+    /// Erasures and subject access.
+    pub(crate) erasures: Arc<Erasures>,
+    pub(crate) subject_access: Arc<SubjectAccess>,
 }
 
 /// What every handler may use. Cloned for every request (and by each layer that takes state),

@@ -391,6 +391,27 @@ async fn every_endpoint_answers_each_caller_as_the_contract_says(backend: Backen
             Allowed::Admin,
             StatusCode::NOT_FOUND,
         ),
+        (
+            Method::GET,
+            format!("/v1/privacy/subjects?user_id={}", Uuid::new_v4()),
+            None,
+            Allowed::Admin,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            format!("/v1/privacy/erasures/{}", Uuid::new_v4()),
+            None,
+            Allowed::Admin,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::POST,
+            "/v1/privacy/erasures".into(),
+            Some(json!({"user_id": Uuid::new_v4().to_string()})),
+            Allowed::Admin,
+            StatusCode::ACCEPTED,
+        ),
         // The ad tags are signed, not keyed: any Authorization is ignored, so every caller
         // gets the same answer (the pixel's GIF; the unsigned redirect's 403).
         (

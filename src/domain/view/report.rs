@@ -87,6 +87,15 @@ impl ViewKinds {
     }
 
     /// The engagement kinds, sorted by name (as exports list them).
+    /// Every kind in the set, in the order of its bit.
+    pub(crate) fn names(self) -> Vec<&'static str> {
+        ViewKind::ALL
+            .into_iter()
+            .filter(|kind| self.has(*kind))
+            .map(ViewKind::as_str)
+            .collect()
+    }
+
     pub(crate) fn engagements(self) -> Vec<&'static str> {
         let mut names: Vec<&'static str> = ViewKind::ALL
             .into_iter()

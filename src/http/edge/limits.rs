@@ -285,9 +285,8 @@ enum Kind {
 fn kind(method: &Method, route: &str) -> Option<Kind> {
     match (method.as_str(), route) {
         ("OPTIONS" | "HEAD", _) => None,
-        ("POST", "/v1/impressions" | "/v1/clicks" | "/v1/conversions") | (_, "/track") => {
-            Some(Kind::Write)
-        }
+        ("POST", "/v1/impressions" | "/v1/clicks" | "/v1/conversions" | "/v1/privacy/erasures")
+        | (_, "/track") => Some(Kind::Write),
         ("PUT", route)
             if route.starts_with("/v1/advertisers/") || route.starts_with("/v1/sites/") =>
         {
@@ -296,6 +295,7 @@ fn kind(method: &Method, route: &str) -> Option<Kind> {
         ("GET", route)
             if route.starts_with("/v1/advertisers/")
                 || route.starts_with("/v1/sites/")
+                || route.starts_with("/v1/privacy/")
                 || route == "/v1/sites" =>
         {
             Some(Kind::Query)

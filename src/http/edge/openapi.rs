@@ -28,6 +28,7 @@ use utoipa::{Modify, OpenApi};
         (name = "queries", description = "Dashboards read summaries, reports, exports and uniques."),
         (name = "delivery", description = "Ad servers poll delivery against caps; dashboards ask whether numbers are final."),
         (name = "settings", description = "Campaign and site configuration."),
+        (name = "privacy", description = "Personal data: erasure and access by subject (administrators)."),
         (name = "operations", description = "Health, readiness, metrics and this document."),
     )
 )]

@@ -111,7 +111,11 @@ impl From<&ImpressionViews> for ViewRecord {
 }
 
 impl<'a> ImpressionRecord<'a> {
-    fn new(impression: &'a Impression, clicked: Option<bool>, views: Option<ViewRecord>) -> Self {
+    pub(crate) fn new(
+        impression: &'a Impression,
+        clicked: Option<bool>,
+        views: Option<ViewRecord>,
+    ) -> Self {
         Self {
             impression_id: impression.impression_id.to_string(),
             advertiser_id: impression.campaign.advertiser_id.to_string(),

@@ -1,0 +1,148 @@
+//! `GET /v1/privacy/subjects` (administrators): every stored record of one user, as NDJSON,
+//! streamed an impression at a time (its copies, view reports and clicks).
+
+use super::subject_of;
+use crate::domain::privacy::Subject;
+use crate::domain::traffic::InvalidReason;
+use crate::http::AppState;
+use crate::http::edge::error::{ApiError, ErrorAnswer};
+use crate::http::edge::params::Params;
+use crate::http::queries::export::ImpressionRecord;
+use crate::privacy::access::{SubjectRecord, SubjectRecords};
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use chrono::SecondsFormat;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+/// One line of a subject access: a record and its `kind`.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum SubjectLine<'a> {
+    Impression(ImpressionRecord<'a>),
+    Click {
+        advertiser_id: String,
+        campaign_id: String,
+        impression_id: String,
+        ad_id: String,
+        timestamp: String,
+        invalid: Option<&'static str>,
+    },
+    ViewReport {
+        advertiser_id: String,
+        campaign_id: String,
+        impression_id: String,
+        /// The impression's time the report carried.
+        timestamp: String,
+        received: String,
+        events: Vec<&'static str>,
+        in_view_ms: Option<u32>,
+        max_visible: Option<u8>,
+        invalid: Option<&'static str>,
+    },
+}
+
+fn line(record: &SubjectRecord) -> SubjectLine<'_> {
+    match record {
+        SubjectRecord::Impression(impression) => {
+            SubjectLine::Impression(ImpressionRecord::new(impression, None, None))
+        }
+        SubjectRecord::Click { campaign, click } => SubjectLine::Click {
+            advertiser_id: campaign.advertiser_id.to_string(),
+            campaign_id: campaign.campaign_id.to_string(),
+            impression_id: click.impression_id.to_string(),
+            ad_id: click.ad_id.to_string(),
+            timestamp: click.timestamp.to_string(),
+            invalid: click.invalid.map(InvalidReason::as_str),
+        },
+        SubjectRecord::ViewReport { campaign, report } => SubjectLine::ViewReport {
+            advertiser_id: campaign.advertiser_id.to_string(),
+            campaign_id: campaign.campaign_id.to_string(),
+            impression_id: report.impression_id.to_string(),
+            timestamp: report.impression_time.to_string(),
+            received: report.received.to_rfc3339_opts(SecondsFormat::Millis, true),
+            events: report.report.kinds.names(),
+            in_view_ms: report.report.in_view_ms,
+            max_visible: report.report.max_visible,
+            invalid: report.invalid.map(InvalidReason::as_str),
+        },
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/privacy/subjects",
+    tag = "privacy",
+    summary = "Every stored record of a user, as NDJSON lines with a `kind`.",
+    description = "Kinds: `impression` (every stored field), `click`, `view_report`. Found \
+        through the index of each user's events, so the cost follows the user's events, not \
+        the store's size. Streamed: a store failure after the first line cuts the body short.",
+    params(
+        ("user_id" = String, Query, description = "The ad servers' user id"),
+        ("advertiser_id" = Option<String>, Query, description = "Only this advertiser's records"),
+    ),
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "NDJSON, one record per line", content_type = "application/x-ndjson", body = String),
+        (status = 400, description = "A parameter is invalid", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable", body = ErrorAnswer),
+    )
+)]
+pub(crate) async fn get_subject(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = Params::parse(
+        query.as_deref(),
+        &["user_id", "advertiser_id", "site", "guid"],
+    )?;
+    let (subject, scope) = subject_of(
+        params.get("user_id"),
+        params.get("advertiser_id"),
+        params.get("site"),
+    )?;
+    let Subject::User(user) = subject;
+    let records = state.subject_access.records(user, scope).await?;
+    let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    tokio::spawn(produce(records, pages));
+    let body = Body::from_stream(futures::stream::unfold(
+        receiver,
+        |mut receiver| async move { receiver.recv().await.map(|page| (page, receiver)) },
+    ));
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// Encodes each page of records into `pages` until the end, a failure, or a departed client.
+async fn produce(mut records: SubjectRecords, pages: mpsc::Sender<Result<Bytes, std::io::Error>>) {
+    loop {
+        let page = match records.next_page().await {
+            Ok(Some(page)) => page,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "subject access cut short by a store failure");
+                let _ = pages.send(Err(std::io::Error::other(error))).await;
+                return;
+            }
+        };
+        let mut encoded = Vec::new();
+        for record in &page {
+            if let Err(error) = serde_json::to_writer(&mut encoded, &line(record)) {
+                let _ = pages.send(Err(std::io::Error::other(error))).await;
+                return;
+            }
+            encoded.push(b'\n');
+        }
+        if !encoded.is_empty() && pages.send(Ok(Bytes::from(encoded))).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! Erasure as a durable job (docs/DESIGN.md, "Personal data"). A request is recorded before it
+//! is answered; every process runs the pending ones. A job waits until every running process
+//! has indexed what it stored before the request (and has learnt of the erasure, so that it
+//! drops the subject's re-sent old events), finds the subject's events through the index,
+//! settles its counts once (the first count stored wins), deletes the rows, then the index
+//! entries and directory lines that led to them, marks the unsealed slices that counted them,
+//! and is recorded done with only the subject's keyed hash. Every step is idempotent and the
+//! pointers go last, so a job cut off anywhere (`kill -9`) is resumed by running it again, on
+//! this process or another.
+
+use super::finder::{SubjectEvents, SubjectFinder};
+use crate::domain::conversion::index::{IndexKey, Week};
+use crate::domain::ids::{AdvertiserId, CampaignKey, UserId};
+use crate::domain::owner::Owner;
+use crate::domain::privacy::{ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject};
+use crate::domain::time::Day;
+use crate::erased::{ErasedSubjects, REFRESH};
+use crate::event_index::EventIndexer;
+use crate::ingest::Ingestor;
+use crate::readiness::Readiness;
+use crate::store::{EventAt, Store, StoreError};
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often pending erasures are looked for (a request on this process wakes the job at once).
+const PERIOD: Duration = Duration::from_secs(2);
+/// Added to the refresh period of erased subjects for the clocks and reads of other processes.
+const SETTLE_MARGIN: TimeDelta = TimeDelta::seconds(5);
+/// Deletes at once.
+const CONCURRENCY: usize = 16;
+
+pub(crate) struct Erasures {
+    store: Arc<dyn Store>,
+    finder: SubjectFinder,
+    indexer: Arc<EventIndexer>,
+    ingestor: Arc<Ingestor>,
+    erased: Arc<ErasedSubjects>,
+    /// A start-up repair re-indexes what a vanished process stored; jobs wait for it.
+    readiness: Arc<Readiness>,
+    /// When this process's start-up repair was over: what it re-indexed is indexed once this
+    /// process's index is past it.
+    repaired_at: std::sync::OnceLock<DateTime<Utc>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Erasures {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        finder: SubjectFinder,
+        indexer: Arc<EventIndexer>,
+        ingestor: Arc<Ingestor>,
+        erased: Arc<ErasedSubjects>,
+        readiness: Arc<Readiness>,
+    ) -> Self {
+        Self {
+            store,
+            finder,
+            indexer,
+            ingestor,
+            erased,
+            readiness,
+            repaired_at: std::sync::OnceLock::new(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Records an erasure of `subject` (of one advertiser's data, or of all); durable on return.
+    pub(crate) async fn request(
+        &self,
+        subject: Subject,
+        scope: Option<AdvertiserId>,
+    ) -> Result<ErasureRecord, StoreError> {
+        let key = self.erased.key().await?;
+        let record = ErasureRecord::requested(subject, key.hash(&subject), scope, Utc::now());
+        self.store.create_erasure(&record).await?;
+        self.erased.add(record.erased_subject());
+        metrics::counter!("adevents_erasures_requested_total").increment(1);
+        self.wake.notify_one();
+        Ok(record)
+    }
+
+    pub(crate) async fn status(&self, id: ErasureId) -> Result<Option<ErasureRecord>, StoreError> {
+        self.store.erasure(id).await
+    }
+
+    /// Runs every pending erasure that may run now; returns how many were done.
+    pub(crate) async fn run_pending(&self) -> Result<usize, StoreError> {
+        let pending = self.store.pending_erasures().await?;
+        metrics::gauge!("adevents_erasures_pending").set(pending.len() as f64);
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        if self.readiness.is_repairing() {
+            return Ok(0);
+        }
+        let repaired_at = *self.repaired_at.get_or_init(Utc::now);
+        let indexed_through = self
+            .indexer
+            .indexed_everywhere_through(self.store.as_ref())
+            .await?;
+        let mut done = 0;
+        for id in pending {
+            if self.run(id, indexed_through, repaired_at).await? {
+                done += 1;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Runs one erasure if every process has indexed what it stored before the request;
+    /// says whether it is done.
+    async fn run(
+        &self,
+        id: ErasureId,
+        indexed_through: DateTime<Utc>,
+        repaired_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let Some(record) = self.store.erasure(id).await? else {
+            return Ok(false);
+        };
+        if record.status == ErasureStatus::Done {
+            // Done elsewhere after it was listed here.
+            return Ok(true);
+        }
+        // Until every process knows the erasure (it reads them every `REFRESH`), one may still
+        // store an old event of the subject; it is indexed once that process is past this.
+        // One process alone on its store knew it at once.
+        let settled = if self.store.is_shared() {
+            record.requested_at
+                + TimeDelta::from_std(REFRESH).unwrap_or(TimeDelta::MAX)
+                + SETTLE_MARGIN
+        } else {
+            record.requested_at
+        };
+        if indexed_through < settled.max(repaired_at) {
+            return Ok(false);
+        }
+        let Some(Subject::User(user)) = record.subject else {
+            // A pending record always holds its subject; one that does not has nothing to find.
+            self.store
+                .finish_erasure(&record.done(ErasedCounts::default(), Utc::now()))
+                .await?;
+            return Ok(true);
+        };
+        let found = self.finder.find(user, record.scope).await?;
+        let counts = self
+            .store
+            .settle_erasure_counts(id, self.count(&found).await?)
+            .await?;
+        self.erase(user, &found).await?;
+        self.store
+            .finish_erasure(&record.done(counts, Utc::now()))
+            .await?;
+        self.indexer.forget_subject(user);
+        metrics::counter!("adevents_erasures_done_total").increment(1);
+        metrics::counter!("adevents_erased_events_total", "kind" => "impression")
+            .increment(counts.impressions);
+        metrics::counter!("adevents_erased_events_total", "kind" => "click")
+            .increment(counts.clicks);
+        metrics::counter!("adevents_erased_events_total", "kind" => "view_report")
+            .increment(counts.view_reports);
+        tracing::info!(erasure = %id, "erasure done");
+        Ok(true)
+    }
+
+    /// What the job erases, each identity once.
+    async fn count(&self, found: &SubjectEvents) -> Result<ErasedCounts, StoreError> {
+        let copies: Vec<EventAt> = found
+            .impressions
+            .iter()
+            .flat_map(|impression| impression.copies.iter().copied())
+            .collect();
+        let reports: HashSet<_> = stream::iter(copies)
+            .map(|copy| {
+                let finder = self.finder.clone();
+                async move { finder.reports_of(&copy).await }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_concat()
+            .await?
+            .into_iter()
+            .map(|report| (report.impression_id, report.id))
+            .collect();
+        Ok(ErasedCounts {
+            impressions: found
+                .impressions
+                .iter()
+                .filter(|impression| !impression.copies.is_empty())
+                .count() as u64,
+            clicks: found
+                .impressions
+                .iter()
+                .map(|impression| impression.clicks.len() as u64)
+                .sum(),
+            view_reports: reports.len() as u64,
+            conversions: 0,
+            visits: 0,
+        })
+    }
+
+    /// Deletes the rows, then what led to them: a job cut off before the end finds them again.
+    async fn erase(&self, user: UserId, found: &SubjectEvents) -> Result<(), StoreError> {
+        let mut removed: Vec<(CampaignKey, DateTime<Utc>)> = Vec::new();
+        let mut impression_keys: BTreeSet<(AdvertiserId, Week, IndexKey)> = BTreeSet::new();
+        for impression in &found.impressions {
+            let advertiser = impression.campaign.advertiser_id;
+            let key = IndexKey::Impression(impression.impression_id);
+            for copy in &impression.copies {
+                removed.push((impression.campaign, copy.timestamp.instant()));
+                impression_keys.insert((advertiser, Week::of(copy.timestamp.instant()), key));
+            }
+            for (at, _) in &impression.clicks {
+                removed.push((impression.campaign, at.timestamp.instant()));
+                impression_keys.insert((advertiser, Week::of(at.timestamp.instant()), key));
+            }
+        }
+        stream::iter(found.impressions.clone())
+            .map(|impression| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    for copy in &impression.copies {
+                        store.erase_impression(copy).await?;
+                    }
+                    for (at, _) in &impression.clicks {
+                        store.erase_click(at).await?;
+                    }
+                    store
+                        .erase_clicks_of(impression.campaign, impression.impression_id)
+                        .await
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        self.mark_unsealed(&removed).await?;
+        stream::iter(impression_keys)
+            .map(|(advertiser, week, key)| {
+                let store = Arc::clone(&self.store);
+                async move { store.delete_index_key(advertiser, week, key).await }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        stream::iter(found.weeks.clone())
+            .map(|line| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    store
+                        .delete_index_key(line.advertiser_id, line.week, IndexKey::User(user))
+                        .await
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        self.store.delete_subject_weeks(&found.weeks).await
+    }
+
+    /// Marks the slices of days not yet sealed that counted a removed event. A sealed day keeps
+    /// its rollup (it holds no identity); a later seal of it recomputes without the events.
+    async fn mark_unsealed(
+        &self,
+        removed: &[(CampaignKey, DateTime<Utc>)],
+    ) -> Result<(), StoreError> {
+        let days: BTreeSet<(CampaignKey, Day)> = removed
+            .iter()
+            .map(|(campaign, at)| (*campaign, Day::new(at.date_naive())))
+            .collect();
+        let sealed: HashSet<(CampaignKey, Day)> = stream::iter(days)
+            .map(|(campaign, day)| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    let state = store.seal_state(&Owner::Campaign(campaign), day).await?;
+                    Ok::<_, StoreError>(state.sealed_from.map(|_| (campaign, day)))
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_filter_map(|sealed| async move { Ok(sealed) })
+            .try_collect()
+            .await?;
+        let open: Vec<(CampaignKey, DateTime<Utc>)> = removed
+            .iter()
+            .filter(|(campaign, at)| !sealed.contains(&(*campaign, Day::new(at.date_naive()))))
+            .copied()
+            .collect();
+        self.ingestor.events_removed(&open).await
+    }
+
+    /// Runs pending erasures every [`PERIOD`], or at once when this process records one, and
+    /// reads every process's erasures again every [`REFRESH`].
+    pub(crate) fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let erasures = Arc::clone(self);
+        let wake = Arc::clone(&self.wake);
+        tokio::spawn(async move {
+            let mut refreshed: Option<std::time::Instant> = None;
+            let mut failures = crate::periodic::OutageLog::new(
+                "cannot run erasures yet; retrying",
+                Some("erasures run again"),
+            );
+            loop {
+                if refreshed.is_none_or(|at| at.elapsed() >= REFRESH) {
+                    match erasures.erased.refresh().await {
+                        Ok(()) => refreshed = Some(std::time::Instant::now()),
+                        Err(error) => {
+                            tracing::debug!(error = %error.chain(), "cannot read erased subjects");
+                        }
+                    }
+                }
+                let outcome = erasures.run_pending().await;
+                failures.record(&outcome);
+                let _woken = tokio::time::timeout(PERIOD, wake.notified()).await;
+            }
+        })
+    }
+}

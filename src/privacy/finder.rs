@@ -1,0 +1,151 @@
+//! Finds one user's stored events without scanning: the subject directory names the
+//! advertiser-weeks that hold the user's index entries, the entries name each impression and
+//! its copies, and an impression's clicks and view reports are read by its keys. So the cost
+//! follows the subject's events, not the store's size.
+
+use crate::domain::conversion::index::{IndexKey, IndexedKind};
+use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
+use crate::domain::owner::Owner;
+use crate::domain::partition::EventPartition;
+use crate::domain::privacy::SubjectWeek;
+use crate::domain::slices::Span;
+use crate::domain::time::EventTime;
+use crate::domain::view::StoredReport;
+use crate::settings::SettingsCache;
+use crate::store::{ClickRow, EventAt, Store, StoreError};
+use chrono::TimeDelta;
+use futures::{StreamExt, TryStreamExt, stream};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Reads at once while finding.
+const CONCURRENCY: usize = 16;
+
+/// One impression of the subject, with what hangs off it.
+#[derive(Debug, Clone)]
+pub(crate) struct FoundImpression {
+    pub(crate) campaign: CampaignKey,
+    pub(crate) impression_id: ImpressionId,
+    /// Each stored copy (an impression re-sent with another timestamp is stored twice).
+    pub(crate) copies: Vec<EventAt>,
+    /// Each stored click, where its row is.
+    pub(crate) clicks: Vec<(EventAt, ClickRow)>,
+}
+
+/// Everything of one subject that the index leads to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SubjectEvents {
+    pub(crate) weeks: Vec<SubjectWeek>,
+    pub(crate) impressions: Vec<FoundImpression>,
+}
+
+#[derive(Clone)]
+pub(crate) struct SubjectFinder {
+    store: Arc<dyn Store>,
+    settings: Arc<SettingsCache>,
+}
+
+impl SubjectFinder {
+    pub(crate) fn new(store: Arc<dyn Store>, settings: Arc<SettingsCache>) -> Self {
+        Self { store, settings }
+    }
+
+    /// The user's events of every advertiser, or of `scope` only.
+    pub(crate) async fn find(
+        &self,
+        user: UserId,
+        scope: Option<AdvertiserId>,
+    ) -> Result<SubjectEvents, StoreError> {
+        let weeks: Vec<SubjectWeek> = self
+            .store
+            .read_subject_weeks(user)
+            .await?
+            .into_iter()
+            .filter(|line| line.user_id == user)
+            .filter(|line| scope.is_none_or(|advertiser| advertiser == line.advertiser_id))
+            .collect();
+        let entries: Vec<_> = stream::iter(weeks.clone())
+            .map(|line| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    store
+                        .read_index(line.advertiser_id, line.week, IndexKey::User(user))
+                        .await
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_concat()
+            .await?;
+        // Every impression the user's entries name: its copies from the impression entries
+        // (a click entry names its impression too, whose copies may have gone already).
+        let mut named: BTreeMap<(CampaignKey, ImpressionId), BTreeSet<EventTime>> = BTreeMap::new();
+        for entry in entries.iter().filter(|entry| entry.user_id == Some(user)) {
+            let campaign = CampaignKey {
+                advertiser_id: entry.advertiser_id,
+                campaign_id: entry.campaign_id,
+            };
+            let copies = named.entry((campaign, entry.impression_id)).or_default();
+            if entry.kind == IndexedKind::Impression {
+                copies.insert(entry.timestamp);
+            }
+        }
+        let impressions = stream::iter(named)
+            .map(|((campaign, impression_id), copies)| {
+                self.impression(campaign, impression_id, copies)
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(SubjectEvents { weeks, impressions })
+    }
+
+    async fn impression(
+        &self,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
+        copies: BTreeSet<EventTime>,
+    ) -> Result<FoundImpression, StoreError> {
+        let history = self.settings.history(&Owner::Campaign(campaign)).await?;
+        // Clicks are bucketed by their impression's id, under the count in force at their time.
+        let at = |timestamp: EventTime| EventAt {
+            partition: EventPartition {
+                campaign,
+                day: timestamp.utc_day(),
+                bucket: history
+                    .buckets_at(timestamp.instant())
+                    .bucket_of(impression_id.as_uuid()),
+            },
+            timestamp,
+            impression_id,
+        };
+        let clicks = self
+            .store
+            .clicks_of(campaign, impression_id)
+            .await?
+            .into_iter()
+            .map(|click| (at(click.timestamp), click))
+            .collect();
+        Ok(FoundImpression {
+            campaign,
+            impression_id,
+            copies: copies.into_iter().map(at).collect(),
+            clicks,
+        })
+    }
+
+    /// The view reports stored for one copy of an impression.
+    pub(crate) async fn reports_of(&self, copy: &EventAt) -> Result<Vec<StoredReport>, StoreError> {
+        let from = copy.timestamp.instant();
+        let span = Span {
+            from,
+            to: from + TimeDelta::milliseconds(1),
+        };
+        Ok(self
+            .store
+            .read_view_reports(&copy.partition, Some(span))
+            .await?
+            .into_iter()
+            .filter(|report| report.impression_id == copy.impression_id)
+            .collect())
+    }
+}

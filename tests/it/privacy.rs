@@ -1,0 +1,387 @@
+//! Personal data as an operator serves a data-protection request: a user's events found
+//! through the index (never a scan), listed by subject access, erased by a durable job that
+//! leaves everyone else's events alone, and the user's re-sent old events dropped after.
+
+use crate::common::events::{Campaign, export_records, get, post, post_all, summary};
+use crate::common::process::{ServerProcess, embedded_server};
+use crate::common::{Backend, TestServer, eventually, http};
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+conformance!(
+    an_erasure_removes_the_users_events_and_leaves_other_users_intact,
+    subject_access_lists_every_record_of_the_user_and_only_the_named_advertisers,
+    a_scoped_erasure_leaves_the_users_other_advertisers_alone,
+    a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept,
+    bad_requests_are_refused_naming_the_field,
+);
+
+fn impression(campaign: &Campaign, id: Uuid, user: Uuid, t: DateTime<Utc>) -> Value {
+    json!({
+        "impression_id": id,
+        "advertiser_id": campaign.advertiser_id,
+        "campaign_id": campaign.campaign_id,
+        "ad_id": Uuid::new_v4(),
+        "user_id": user,
+        "timestamp": t.timestamp_millis(),
+    })
+}
+
+fn click(campaign: &Campaign, impression: &Value, t: DateTime<Utc>) -> Value {
+    json!({
+        "impression_id": impression["impression_id"],
+        "advertiser_id": campaign.advertiser_id,
+        "campaign_id": campaign.campaign_id,
+        "ad_id": impression["ad_id"],
+        "timestamp": t.timestamp_millis(),
+    })
+}
+
+/// Some minutes ago, to the millisecond: today's events (a few minutes after midnight UTC,
+/// yesterday's, which no seal has closed either).
+fn minutes_ago(minutes: i64) -> DateTime<Utc> {
+    (Utc::now() - Duration::minutes(minutes))
+        .duration_trunc(Duration::milliseconds(1))
+        .expect("truncates")
+}
+
+fn day_range() -> String {
+    let today = Utc::now().date_naive();
+    format!("from={}&to={}", today - Duration::days(1), today)
+}
+
+/// The subject access's NDJSON lines.
+async fn access(server: &TestServer, query: &str) -> Vec<Value> {
+    let response = http()
+        .get(server.url(&format!("/v1/privacy/subjects?{query}")))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/x-ndjson",
+        "NDJSON"
+    );
+    let body = response.text().await.expect("a body");
+    body.lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// The access's lines once `count` are listed (the index is written off the request path).
+async fn access_listing(server: &TestServer, query: &str, count: usize) -> Vec<Value> {
+    let last = std::sync::Mutex::new(Vec::new());
+    let listed = eventually(std::time::Duration::from_secs(30), || async {
+        let lines = access(server, query).await;
+        let done = lines.len() == count;
+        *last.lock().expect("not poisoned") = lines;
+        done
+    })
+    .await;
+    let lines = last.into_inner().expect("not poisoned");
+    assert!(listed, "{query}: expected {count} records, got {lines:#?}");
+    lines
+}
+
+/// Requests an erasure and waits for it to be done; returns the done record.
+async fn erase(server: &TestServer, body: Value) -> Value {
+    let (status, requested) = post(server, "/v1/privacy/erasures", &body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{requested}");
+    assert_eq!(requested["status"], "pending", "{requested}");
+    let id = requested["id"].as_str().expect("an id").to_owned();
+    let last = std::sync::Mutex::new(Value::Null);
+    let done = eventually(std::time::Duration::from_secs(90), || async {
+        let (status, record) = get(server, &format!("/v1/privacy/erasures/{id}"), "").await;
+        assert_eq!(status, StatusCode::OK, "{record}");
+        let done = record["status"] == "done";
+        *last.lock().expect("not poisoned") = record;
+        done
+    })
+    .await;
+    let record = last.into_inner().expect("not poisoned");
+    assert!(done, "not done: {record}");
+    assert_eq!(record["requested_at"], requested["requested_at"]);
+    record
+}
+
+fn kinds(lines: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = lines
+        .iter()
+        .map(|line| line["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+async fn an_erasure_removes_the_users_events_and_leaves_other_users_intact(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let (erased, kept) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = impression(&campaign, Uuid::new_v4(), erased, minutes_ago(10));
+    let second = impression(&campaign, Uuid::new_v4(), erased, minutes_ago(5));
+    let other = impression(&campaign, Uuid::new_v4(), kept, minutes_ago(7));
+    let events = [first.clone(), second.clone(), other.clone()];
+    post_all(&server, "/v1/impressions", &events, 3).await;
+    let clicks = [
+        click(&campaign, &first, minutes_ago(9)),
+        click(&campaign, &other, minutes_ago(6)),
+    ];
+    post_all(&server, "/v1/clicks", &clicks, 2).await;
+    access_listing(&server, &format!("user_id={erased}"), 3).await;
+
+    let record = erase(&server, json!({"user_id": erased})).await;
+
+    assert_eq!(
+        record["erased"],
+        json!({"impressions": 2, "clicks": 1, "view_reports": 0, "conversions": 0, "visits": 0}),
+        "{record}"
+    );
+    assert!(record["completed_at"].is_string(), "{record}");
+    assert!(
+        access(&server, &format!("user_id={erased}"))
+            .await
+            .is_empty()
+    );
+    let exported = export_records(&server, &campaign, &day_range()).await;
+    let exported: Vec<&String> = exported.keys().collect();
+    assert_eq!(
+        exported,
+        [other["impression_id"].as_str().expect("id")],
+        "only the other user's impression is left"
+    );
+    let totals = &summary(&server, &campaign, &day_range()).await["totals"];
+    assert_eq!(totals["impressions"], 1, "{totals}");
+    assert_eq!(totals["clicks"], 1, "{totals}");
+    assert_eq!(totals["unique_users"], 1, "{totals}");
+    let left = access(&server, &format!("user_id={kept}")).await;
+    assert_eq!(kinds(&left), ["click", "impression"], "{left:#?}");
+    // Run again, the erasure finds nothing more and says so.
+    let again = erase(&server, json!({"user_id": erased})).await;
+    assert_eq!(again["erased"]["impressions"], 0, "{again}");
+}
+
+async fn subject_access_lists_every_record_of_the_user_and_only_the_named_advertisers(
+    backend: Backend,
+) {
+    let server = backend.server().await;
+    let (one, two) = (Campaign::fresh(), Campaign::fresh());
+    let user = Uuid::new_v4();
+    let mut shown = impression(&one, Uuid::new_v4(), user, minutes_ago(8));
+    shown["user_ip"] = json!("203.0.113.9");
+    shown["user_data"] = json!({"segment": "runners"});
+    post_all(&server, "/v1/impressions", std::slice::from_ref(&shown), 1).await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[click(&one, &shown, minutes_ago(7))],
+        1,
+    )
+    .await;
+    let elsewhere = impression(&two, Uuid::new_v4(), user, minutes_ago(6));
+    post_all(&server, "/v1/impressions", &[elsewhere], 1).await;
+    // Someone else's events never appear.
+    let stranger = impression(&one, Uuid::new_v4(), Uuid::new_v4(), minutes_ago(6));
+    post_all(&server, "/v1/impressions", &[stranger], 1).await;
+
+    let every = access_listing(&server, &format!("user_id={user}"), 3).await;
+    let scoped = access(
+        &server,
+        &format!("user_id={user}&advertiser_id={}", one.advertiser_id),
+    )
+    .await;
+
+    assert_eq!(kinds(&every), ["click", "impression", "impression"]);
+    assert_eq!(kinds(&scoped), ["click", "impression"], "{scoped:#?}");
+    let record = scoped
+        .iter()
+        .find(|line| line["kind"] == "impression")
+        .expect("the impression");
+    assert_eq!(record["impression_id"], shown["impression_id"]);
+    assert_eq!(record["user_id"], json!(user.to_string()));
+    assert_eq!(record["user_data"], json!({"segment": "runners"}));
+    assert_eq!(
+        record["advertiser_id"],
+        json!(one.advertiser_id.to_string())
+    );
+    assert!(
+        scoped
+            .iter()
+            .all(|line| line["advertiser_id"] == json!(one.advertiser_id.to_string())),
+        "{scoped:#?}"
+    );
+}
+
+async fn a_scoped_erasure_leaves_the_users_other_advertisers_alone(backend: Backend) {
+    let server = backend.server().await;
+    let (one, two) = (Campaign::fresh(), Campaign::fresh());
+    let user = Uuid::new_v4();
+    post_all(
+        &server,
+        "/v1/impressions",
+        &[
+            impression(&one, Uuid::new_v4(), user, minutes_ago(4)),
+            impression(&two, Uuid::new_v4(), user, minutes_ago(3)),
+        ],
+        2,
+    )
+    .await;
+    access_listing(&server, &format!("user_id={user}"), 2).await;
+
+    let record = erase(
+        &server,
+        json!({"user_id": user, "advertiser_id": one.advertiser_id}),
+    )
+    .await;
+
+    assert_eq!(record["erased"]["impressions"], 1, "{record}");
+    assert_eq!(
+        record["advertiser_id"],
+        json!(one.advertiser_id.to_string())
+    );
+    let left = access(&server, &format!("user_id={user}")).await;
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(
+        left[0]["advertiser_id"],
+        json!(two.advertiser_id.to_string())
+    );
+    assert_eq!(
+        summary(&server, &two, &day_range()).await["totals"]["impressions"],
+        1
+    );
+    assert_eq!(
+        summary(&server, &one, &day_range()).await["totals"]["impressions"],
+        0
+    );
+}
+
+async fn a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let user = Uuid::new_v4();
+    let old = impression(&campaign, Uuid::new_v4(), user, minutes_ago(6));
+    post_all(&server, "/v1/impressions", std::slice::from_ref(&old), 1).await;
+    access_listing(&server, &format!("user_id={user}"), 1).await;
+    erase(&server, json!({"user_id": user})).await;
+
+    // The ad server re-sends its old batch; then the user is served again.
+    post_all(&server, "/v1/impressions", std::slice::from_ref(&old), 1).await;
+    let new = impression(&campaign, Uuid::new_v4(), user, Utc::now());
+    post_all(&server, "/v1/impressions", std::slice::from_ref(&new), 1).await;
+
+    let left = access_listing(&server, &format!("user_id={user}"), 1).await;
+    assert_eq!(left[0]["impression_id"], new["impression_id"], "{left:#?}");
+    let exported = export_records(&server, &campaign, &day_range()).await;
+    assert_eq!(exported.len(), 1);
+    assert!(exported.contains_key(new["impression_id"].as_str().expect("id")));
+}
+
+async fn bad_requests_are_refused_naming_the_field(backend: Backend) {
+    let server = backend.server().await;
+    let refusals = [
+        (json!({}), "user_id"),
+        (json!({"user_id": "not-a-uuid"}), "user_id"),
+        (
+            json!({"user_id": Uuid::new_v4(), "advertiser_id": "x"}),
+            "advertiser_id",
+        ),
+        (json!({"user_id": Uuid::new_v4(), "name": "x"}), "body"),
+        (json!({"site": "example.com", "guid": "g"}), "site"),
+        (json!({"guid": "g"}), "guid"),
+    ];
+    for (body, field) in refusals {
+        let (status, answer) = post(&server, "/v1/privacy/erasures", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert_eq!(
+            answer["error"]["errors"][0]["field"], field,
+            "{body}: {answer}"
+        );
+    }
+    let (status, answer) = get(&server, "/v1/privacy/subjects", "advertiser_id=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    let (status, answer) = get(&server, "/v1/privacy/erasures/not-a-uuid", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    let (status, _) = get(
+        &server,
+        &format!("/v1/privacy/erasures/{}", Uuid::new_v4()),
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Only administrators: an ingest key of the advertiser may not erase its users.
+    let response = crate::common::anonymous_http()
+        .post(server.url("/v1/privacy/erasures"))
+        .json(&json!({"user_id": Uuid::new_v4()}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// Posts JSON to a server process, which must answer `expected`.
+async fn post_to(server: &ServerProcess, path: &str, body: &Value, expected: StatusCode) -> Value {
+    let response = http()
+        .post(server.url(path))
+        .json(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), expected, "{path}");
+    response.json().await.expect("JSON")
+}
+
+#[tokio::test]
+async fn an_erasure_cut_off_by_kill_9_is_done_after_a_restart() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let data_dir = folder.path().to_str().expect("UTF-8 path");
+    let campaign = Campaign::fresh();
+    let user = Uuid::new_v4();
+    let events: Vec<Value> = (0..200)
+        .map(|i| {
+            impression(
+                &campaign,
+                Uuid::new_v4(),
+                user,
+                minutes_ago(30) + Duration::seconds(i),
+            )
+        })
+        .collect();
+    let first = ServerProcess::start(embedded_server(data_dir, &[], &[])).await;
+    post_to(&first, "/v1/impressions", &json!(events), StatusCode::OK).await;
+    let requested = post_to(
+        &first,
+        "/v1/privacy/erasures",
+        &json!({"user_id": user}),
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    first.send_signal("KILL");
+    drop(first);
+
+    let second = ServerProcess::start(embedded_server(data_dir, &[], &[])).await;
+    let id = requested["id"].as_str().expect("an id");
+    let last = std::sync::Mutex::new(Value::Null);
+    let done = eventually(std::time::Duration::from_secs(60), || async {
+        let response = http()
+            .get(second.url(&format!("/v1/privacy/erasures/{id}")))
+            .send()
+            .await
+            .expect("answered");
+        let record: Value = response.json().await.expect("JSON");
+        let done = record["status"] == "done";
+        *last.lock().expect("not poisoned") = record;
+        done
+    })
+    .await;
+    let record = last.into_inner().expect("not poisoned");
+    assert!(done, "{record}");
+    assert_eq!(record["erased"]["impressions"], 200, "{record}");
+    let response = http()
+        .get(second.url(&format!("/v1/privacy/subjects?user_id={user}")))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.text().await.expect("body"), "");
+}
