@@ -94,7 +94,7 @@ impl ErasureRecord {
             subject: Some(subject),
             subject_hash,
             scope,
-            requested_at: at,
+            requested_at: to_millis(at),
             status: ErasureStatus::Pending,
             completed_at: None,
             erased: None,
@@ -106,7 +106,7 @@ impl ErasureRecord {
         Self {
             subject: None,
             status: ErasureStatus::Done,
-            completed_at: Some(at),
+            completed_at: Some(to_millis(at)),
             erased: Some(counts),
             ..self.clone()
         }
@@ -119,6 +119,12 @@ impl ErasureRecord {
             requested_at: self.requested_at,
         }
     }
+}
+
+/// Times as both stores keep them (Cassandra's `timestamp` holds milliseconds), so a record
+/// reads back as it was made and the re-sent events it drops are the same on every store.
+fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
 }
 
 /// What ingestion keeps of every erasure to drop a re-sent old event of its subject: an event
