@@ -66,7 +66,7 @@ impl EventIndexStatements {
 /// An index partition's key: advertiser, week, bucket.
 type IndexPartition = (Uuid, i32, i16);
 
-fn partition_of(advertiser: AdvertiserId, week: Week, key: IndexKey) -> IndexPartition {
+pub(crate) fn partition_of(advertiser: AdvertiserId, week: Week, key: IndexKey) -> IndexPartition {
     // Below INDEX_BUCKETS (64) by construction, so it fits a smallint.
     (advertiser.as_uuid(), week.get(), key.bucket() as i16)
 }

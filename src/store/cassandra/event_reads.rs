@@ -116,7 +116,7 @@ pub(crate) struct FullImpressionRow {
 }
 
 impl FullImpressionRow {
-    fn into_impression(self, partition: &EventPartition) -> Impression {
+    pub(crate) fn into_impression(self, partition: &EventPartition) -> Impression {
         Impression {
             impression_id: ImpressionId::new(self.impression_id),
             campaign: partition.campaign,

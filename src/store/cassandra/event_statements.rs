@@ -16,7 +16,7 @@ const PAGE_ROWS: i32 = 2_000;
 const MAX_CLICKS_READ: usize = 100;
 
 /// The columns of a full impression, as [`event_reads::FullImpressionRow`] names them.
-const FULL_COLUMNS: &str =
+pub(crate) const FULL_COLUMNS: &str =
     "timestamp, impression_id, ad_id, user_id, user_ip, user_data, user_agent, valid, invalid";
 
 /// The columns of `impression_summary` that counting reads (`event_reads::SummaryRow`).

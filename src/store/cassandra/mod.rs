@@ -5,7 +5,7 @@
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
-//! [`delivery`], [`listings`], [`conversions`], [`event_index`]),
+//! [`delivery`], [`listings`], [`conversions`], [`event_index`], [`subjects`]),
 //! each with its prepared statements.
 
 mod access;
@@ -13,6 +13,7 @@ mod backfill;
 pub mod config;
 mod conversions;
 mod delivery;
+mod erasures;
 mod errors;
 mod event_index;
 mod event_reads;
@@ -29,6 +30,7 @@ mod session;
 mod settings;
 mod slices;
 mod statements;
+mod subject_statements;
 mod subjects;
 mod views;
 mod visit_batches;
@@ -55,6 +57,7 @@ use settings::SettingsStatements;
 use slices::SliceStatements;
 use std::sync::Arc;
 use std::time::Duration;
+use subject_statements::SubjectStatements;
 use tokio::sync::OnceCell;
 use views::ViewStatements;
 use visits::VisitStatements;
@@ -80,6 +83,7 @@ struct Prepared {
     views: ViewStatements,
     conversions: ConversionStatements,
     event_index: EventIndexStatements,
+    subjects: SubjectStatements,
 }
 
 /// The store on a Cassandra or ScyllaDB cluster.
@@ -149,6 +153,7 @@ impl CassandraStore {
                     views,
                     conversions,
                     event_index,
+                    subjects,
                 ) = futures::try_join!(
                     EventStatements::prepare(session, keyspace),
                     VisitStatements::prepare(session, keyspace),
@@ -163,6 +168,7 @@ impl CassandraStore {
                     ViewStatements::prepare(session, keyspace),
                     ConversionStatements::prepare(session, keyspace),
                     EventIndexStatements::prepare(session, keyspace),
+                    SubjectStatements::prepare(session, keyspace),
                 )?;
                 Ok(Prepared {
                     events,
@@ -178,6 +184,7 @@ impl CassandraStore {
                     views,
                     conversions,
                     event_index,
+                    subjects,
                 })
             })
             .await

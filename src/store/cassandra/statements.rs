@@ -8,6 +8,7 @@ use super::errors::{
 use crate::domain::beacon::VisitPartition;
 use crate::domain::partition::EventPartition;
 use crate::store::StoreError;
+use crate::store::error::Message;
 use chrono::NaiveDate;
 use futures::TryStreamExt;
 use scylla::client::session::Session;
@@ -155,4 +156,31 @@ pub(super) fn visit_partition_values(partition: &VisitPartition) -> (&str, Naive
         // Below 256 by construction.
         partition.bucket.get() as i16,
     )
+}
+
+/// Whether a lightweight transaction (`… IF NOT EXISTS`) applied. It answers `[applied]`
+/// first, then (when not applied) the row it met, whatever columns the table has by then:
+/// read untyped, only `[applied]` is used.
+pub(crate) fn transaction_applied(
+    result: scylla::response::query_result::QueryResult,
+    context: &str,
+) -> Result<bool, StoreError> {
+    let rows = result
+        .into_rows_result()
+        .map_err(|error| decode_error(context, error))?;
+    let applied_at = rows
+        .column_specs()
+        .iter()
+        .position(|column| column.name() == "[applied]");
+    let row = rows
+        .first_row::<scylla::value::Row>()
+        .map_err(|error| decode_error(context, error))?;
+    applied_at
+        .and_then(|index| row.columns.get(index)?.as_ref()?.as_boolean())
+        .ok_or_else(|| {
+            decode_error(
+                context,
+                Message("the transaction answered no [applied] column".into()),
+            )
+        })
 }

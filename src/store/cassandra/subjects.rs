@@ -1,7 +1,19 @@
 //! Personal data in the cassandra store: the subject directory, one subject's rows read and
-//! deleted by their keys, and erasure records (see [`SubjectStore`]).
+//! deleted by their keys, and erasure records (see [`SubjectStore`]; the records are in
+//! [`super::erasures`]).
+//!
+//! Every delete names a row, a clustering prefix or a partition by its key, never a scan, and
+//! leaves a tombstone: deleting what is gone writes one more and is no error, so a resumed
+//! erasure only repeats work. Raw rows naming an impression go with it (its full, thin and
+//! copies-index rows, its view reports, its entry among the day's duplicates); aggregates,
+//! slices, seals and delivery counts stay: they hold counts, not identities.
 
 use super::CassandraStore;
+use super::erasures;
+use super::event_index::partition_of;
+use super::event_reads::FullImpressionRow;
+use super::statements::{execute, execute_each, failed, partition_values, read_all, read_one};
+use super::subject_statements::SubjectStatements;
 use crate::domain::conversion::index::{IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
@@ -10,79 +22,222 @@ use crate::domain::privacy::{
 };
 use crate::store::{EventAt, StoreError, SubjectStore};
 use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use scylla::statement::batch::{Batch, BatchType};
+use uuid::Uuid;
+
+/// Directory lines written or deleted at once by one call.
+const ROWS_IN_FLIGHT: usize = 64;
+
+/// The key of one row of an event table: its partition, time and impression.
+type EventRow = (Uuid, Uuid, NaiveDate, i16, DateTime<Utc>, Uuid);
+
+fn event_row(at: &EventAt) -> EventRow {
+    let (advertiser, campaign, day, bucket) = partition_values(&at.partition);
+    (
+        advertiser,
+        campaign,
+        day,
+        bucket,
+        at.timestamp.instant(),
+        at.impression_id.as_uuid(),
+    )
+}
+
+/// A directory line's key, as bound.
+fn line(week: &SubjectWeek) -> (Uuid, Uuid, i32) {
+    (
+        week.user_id.as_uuid(),
+        week.advertiser_id.as_uuid(),
+        week.week.get(),
+    )
+}
+
+impl CassandraStore {
+    async fn subject_statements(&self) -> Result<&SubjectStatements, StoreError> {
+        Ok(&self.prepared().await?.subjects)
+    }
+}
 
 #[async_trait]
 impl SubjectStore for CassandraStore {
-    async fn write_subject_weeks(&self, _weeks: &[SubjectWeek]) -> Result<(), StoreError> {
-        todo!()
+    async fn write_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
+        let statement = &self.subject_statements().await?.insert_subject_week;
+        // The index rows' TTL: a line written with each of its week's entries expires no
+        // sooner than the last of them.
+        let ttl = self.ttl_seconds;
+        execute_each(
+            &self.session,
+            statement,
+            weeks,
+            ROWS_IN_FLIGHT,
+            |week| {
+                let (user, advertiser, week) = line(week);
+                (user, advertiser, week, ttl)
+            },
+            "writing the subject directory",
+        )
+        .await
     }
 
-    async fn read_subject_weeks(&self, _user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
-        todo!()
+    async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
+        let statement = &self.subject_statements().await?.select_subject_weeks;
+        let rows: Vec<(Uuid, i32)> = read_all(
+            &self.session,
+            statement,
+            (user.as_uuid(),),
+            "reading the subject directory",
+        )
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(advertiser, week)| SubjectWeek {
+                user_id: user,
+                advertiser_id: AdvertiserId::new(advertiser),
+                week: Week::new(week),
+            })
+            .collect())
     }
 
-    async fn delete_subject_weeks(&self, _weeks: &[SubjectWeek]) -> Result<(), StoreError> {
-        todo!()
+    async fn delete_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
+        let statement = &self.subject_statements().await?.delete_subject_week;
+        execute_each(
+            &self.session,
+            statement,
+            weeks,
+            ROWS_IN_FLIGHT,
+            line,
+            "deleting from the subject directory",
+        )
+        .await
     }
 
     async fn delete_index_key(
         &self,
-        _advertiser: AdvertiserId,
-        _week: Week,
-        _key: IndexKey,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
     ) -> Result<(), StoreError> {
-        todo!()
+        let statement = &self.subject_statements().await?.delete_index_key;
+        let (advertiser_id, week, bucket_id) = partition_of(advertiser, week, key);
+        let values = (advertiser_id, week, bucket_id, key.code(), key.id());
+        execute(
+            &self.session,
+            statement,
+            values,
+            "deleting from the event index",
+        )
+        .await
     }
 
-    async fn read_impression_at(&self, _at: &EventAt) -> Result<Option<Impression>, StoreError> {
-        todo!()
+    async fn read_impression_at(&self, at: &EventAt) -> Result<Option<Impression>, StoreError> {
+        let statement = &self.subject_statements().await?.select_impression_at;
+        let row: Option<FullImpressionRow> = read_one(
+            &self.session,
+            statement,
+            event_row(at),
+            "reading an impression",
+        )
+        .await?;
+        Ok(row.map(|row| row.into_impression(&at.partition)))
     }
 
-    async fn erase_impression(&self, _at: &EventAt) -> Result<(), StoreError> {
-        todo!()
+    async fn erase_impression(&self, at: &EventAt) -> Result<(), StoreError> {
+        const CONTEXT: &str = "erasing an impression";
+        let statements = self.subject_statements().await?;
+        let key = event_row(at);
+        // One partition key across four tables: one mutation, applied together on a replica.
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        for statement in [
+            &statements.delete_impression,
+            &statements.delete_impression_summary,
+            &statements.delete_impression_copy,
+            &statements.delete_view_reports,
+        ] {
+            batch.append_statement(statement.clone());
+        }
+        let rows = async {
+            self.session
+                .batch(&batch, (key, key, key, key))
+                .await
+                .map(|_| ())
+                .map_err(failed(CONTEXT))
+        };
+        // The slicer records a copy among its campaign-day's duplicates when the day holds its
+        // id at another time too; the partition's day is the copy's.
+        let (advertiser, campaign, day, _, timestamp, impression) = key;
+        let duplicate = execute(
+            &self.session,
+            &statements.delete_duplicate,
+            (advertiser, campaign, day, timestamp, impression),
+            CONTEXT,
+        );
+        futures::try_join!(rows, duplicate)?;
+        Ok(())
     }
 
-    async fn erase_click(&self, _at: &EventAt) -> Result<(), StoreError> {
-        todo!()
+    async fn erase_click(&self, at: &EventAt) -> Result<(), StoreError> {
+        let statement = &self.subject_statements().await?.delete_click;
+        execute(&self.session, statement, event_row(at), "erasing a click").await
     }
 
     async fn erase_clicks_of(
         &self,
-        _campaign: CampaignKey,
-        _impression_id: ImpressionId,
+        campaign: CampaignKey,
+        impression_id: ImpressionId,
     ) -> Result<(), StoreError> {
-        todo!()
+        let statement = &self.subject_statements().await?.delete_clicks_of;
+        let values = (
+            campaign.advertiser_id.as_uuid(),
+            campaign.campaign_id.as_uuid(),
+            impression_id.as_uuid(),
+        );
+        execute(
+            &self.session,
+            statement,
+            values,
+            "erasing an impression's click index",
+        )
+        .await
     }
 
-    async fn create_erasure(&self, _record: &ErasureRecord) -> Result<(), StoreError> {
-        todo!()
+    async fn create_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
+        let statements = self.subject_statements().await?;
+        erasures::create(&self.session, statements, record).await
     }
 
-    async fn erasure(&self, _id: ErasureId) -> Result<Option<ErasureRecord>, StoreError> {
-        todo!()
+    async fn erasure(&self, id: ErasureId) -> Result<Option<ErasureRecord>, StoreError> {
+        let statements = self.subject_statements().await?;
+        erasures::read(&self.session, statements, id).await
     }
 
     async fn pending_erasures(&self) -> Result<Vec<ErasureId>, StoreError> {
-        todo!()
+        let statements = self.subject_statements().await?;
+        erasures::pending(&self.session, statements).await
     }
 
     async fn settle_erasure_counts(
         &self,
-        _id: ErasureId,
-        _counts: ErasedCounts,
+        id: ErasureId,
+        counts: ErasedCounts,
     ) -> Result<ErasedCounts, StoreError> {
-        todo!()
+        let statements = self.subject_statements().await?;
+        erasures::settle_counts(&self.session, statements, id, counts).await
     }
 
-    async fn finish_erasure(&self, _record: &ErasureRecord) -> Result<(), StoreError> {
-        todo!()
+    async fn finish_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
+        let statements = self.subject_statements().await?;
+        erasures::finish(&self.session, statements, record).await
     }
 
     async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError> {
-        todo!()
+        let statements = self.subject_statements().await?;
+        erasures::erased_subjects(&self.session, statements).await
     }
 
-    async fn privacy_key(&self, _candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
-        todo!()
+    async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
+        let statements = self.subject_statements().await?;
+        erasures::privacy_key(&self.session, statements, candidate).await
     }
 }

@@ -1,0 +1,204 @@
+//! The prepared statements of personal data on Cassandra (`migrations/0018_privacy.cql`): the
+//! subject directory, the deletes of one subject's rows by their keys, and erasure records.
+//! Shared by [`super::subjects`] and [`super::erasures`].
+
+use super::config::KeyspaceName;
+use super::event_statements::FULL_COLUMNS;
+use super::statements::{EVENT_PARTITION, prepare_all};
+use crate::store::StoreError;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::{Consistency, SerialConsistency};
+
+/// The one partition of `erasure_pending` and `erased_subject`: erasures are few.
+pub(crate) const SHARD: i16 = 0;
+
+/// The name of the subject-hash key in `privacy_key`.
+pub(crate) const SUBJECT_HASH_KEY: &str = "subject_hash";
+
+/// The key of one row of an event table, after its partition: its time and its impression.
+const EVENT_ROW: &str = "timestamp = ? AND impression_id = ?";
+
+/// The columns of an erasure record, in the order of its insert and of `StoredErasure`.
+pub(crate) const ERASURE_COLUMNS: &str =
+    "subject_kind, user_id, subject_hash, scope, requested_at, status, completed_at";
+
+/// The columns of `erasure_count`, in the order of its insert and of `StoredCounts`.
+pub(crate) const COUNT_COLUMNS: &str = "impressions, clicks, view_reports, conversions, visits";
+
+pub(crate) struct SubjectStatements {
+    pub(crate) insert_subject_week: PreparedStatement,
+    pub(crate) select_subject_weeks: PreparedStatement,
+    pub(crate) delete_subject_week: PreparedStatement,
+    /// A range delete: every `event_index` row of one key in one partition.
+    pub(crate) delete_index_key: PreparedStatement,
+    pub(crate) select_impression_at: PreparedStatement,
+    /// The deletes of one impression copy's rows in its partition, all bound alike (partition,
+    /// time, impression), sent as one batch: the full row, the thin row, the copies-index row
+    /// and (a range delete) the view reports of that copy.
+    pub(crate) delete_impression: PreparedStatement,
+    pub(crate) delete_impression_summary: PreparedStatement,
+    pub(crate) delete_impression_copy: PreparedStatement,
+    pub(crate) delete_view_reports: PreparedStatement,
+    /// The copy's row among its campaign-day's duplicates, if the slicer recorded one.
+    pub(crate) delete_duplicate: PreparedStatement,
+    pub(crate) delete_click: PreparedStatement,
+    /// A partition delete: an impression's whole click index.
+    pub(crate) delete_clicks_of: PreparedStatement,
+    /// A record as given, `USING TIMESTAMP ?` so the done form always overwrites the request.
+    pub(crate) insert_erasure: PreparedStatement,
+    pub(crate) select_erasure: PreparedStatement,
+    pub(crate) insert_pending: PreparedStatement,
+    pub(crate) select_pending: PreparedStatement,
+    pub(crate) delete_pending: PreparedStatement,
+    pub(crate) insert_erased_subject: PreparedStatement,
+    pub(crate) select_erased_subjects: PreparedStatement,
+    /// `INSERT … IF NOT EXISTS`, with serial consistency `SERIAL`.
+    pub(crate) settle_counts: PreparedStatement,
+    pub(crate) select_counts: PreparedStatement,
+    /// The same read at consistency `SERIAL`: it sees the counts a lost transaction met.
+    pub(crate) select_counts_serial: PreparedStatement,
+    /// `INSERT … IF NOT EXISTS`, with serial consistency `SERIAL`.
+    pub(crate) insert_key: PreparedStatement,
+    /// Read at consistency `SERIAL`, after a lost transaction.
+    pub(crate) select_key_serial: PreparedStatement,
+}
+
+impl SubjectStatements {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
+        let [
+            insert_subject_week,
+            select_subject_weeks,
+            delete_subject_week,
+            delete_index_key,
+            select_impression_at,
+            delete_impression,
+            delete_impression_summary,
+            delete_impression_copy,
+            delete_view_reports,
+            delete_duplicate,
+            delete_click,
+            delete_clicks_of,
+            insert_erasure,
+            select_erasure,
+            insert_pending,
+            select_pending,
+            delete_pending,
+            insert_erased_subject,
+            select_erased_subjects,
+            mut settle_counts,
+            select_counts,
+            mut insert_key,
+            mut select_key_serial,
+        ] = prepare_all(
+            session,
+            [
+                format!(
+                    "INSERT INTO {keyspace}.subject_week (user_id, advertiser_id, week) \
+                     VALUES (?, ?, ?) USING TTL ?"
+                ),
+                format!("SELECT advertiser_id, week FROM {keyspace}.subject_week WHERE user_id = ?"),
+                format!(
+                    "DELETE FROM {keyspace}.subject_week \
+                     WHERE user_id = ? AND advertiser_id = ? AND week = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.event_index WHERE advertiser_id = ? AND week = ? \
+                     AND bucket_id = ? AND key_kind = ? AND key_id = ?"
+                ),
+                format!(
+                    "SELECT {FULL_COLUMNS} FROM {keyspace}.impression \
+                     WHERE {EVENT_PARTITION} AND {EVENT_ROW}"
+                ),
+                format!("DELETE FROM {keyspace}.impression WHERE {EVENT_PARTITION} AND {EVENT_ROW}"),
+                format!(
+                    "DELETE FROM {keyspace}.impression_summary WHERE {EVENT_PARTITION} AND {EVENT_ROW}"
+                ),
+                // Clustered by (impression_id, timestamp): the same two cells, bound alike.
+                format!(
+                    "DELETE FROM {keyspace}.impression_copy WHERE {EVENT_PARTITION} AND {EVENT_ROW}"
+                ),
+                // A clustering prefix of (timestamp, impression_id, report_id, received).
+                format!(
+                    "DELETE FROM {keyspace}.view_report WHERE {EVENT_PARTITION} AND {EVENT_ROW}"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.slice_duplicate WHERE advertiser_id = ? \
+                     AND campaign_id = ? AND day = ? AND {EVENT_ROW}"
+                ),
+                format!("DELETE FROM {keyspace}.click WHERE {EVENT_PARTITION} AND {EVENT_ROW}"),
+                format!(
+                    "DELETE FROM {keyspace}.click_by_impression \
+                     WHERE advertiser_id = ? AND campaign_id = ? AND impression_id = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.erasure (id, {ERASURE_COLUMNS}) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                ),
+                format!("SELECT {ERASURE_COLUMNS} FROM {keyspace}.erasure WHERE id = ?"),
+                format!(
+                    "INSERT INTO {keyspace}.erasure_pending (shard, id) VALUES (?, ?) \
+                     USING TIMESTAMP ?"
+                ),
+                format!("SELECT id FROM {keyspace}.erasure_pending WHERE shard = ?"),
+                format!(
+                    "DELETE FROM {keyspace}.erasure_pending USING TIMESTAMP ? \
+                     WHERE shard = ? AND id = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.erased_subject (shard, subject_hash, requested_at, id, \
+                     scope) VALUES (?, ?, ?, ?, ?)"
+                ),
+                format!(
+                    "SELECT subject_hash, requested_at, scope FROM {keyspace}.erased_subject \
+                     WHERE shard = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.erasure_count (id, {COUNT_COLUMNS}) \
+                     VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+                ),
+                format!("SELECT {COUNT_COLUMNS} FROM {keyspace}.erasure_count WHERE id = ?"),
+                format!("INSERT INTO {keyspace}.privacy_key (name, key) VALUES (?, ?) IF NOT EXISTS"),
+                format!("SELECT key FROM {keyspace}.privacy_key WHERE name = ?"),
+            ],
+        )
+        .await?;
+        // SERIAL, not the driver's default LOCAL_SERIAL: with processes in several datacentres,
+        // two local Paxos rounds could each record their counts or key. A retried transaction
+        // that meets its own first attempt's row reads it back, so both stay idempotent.
+        settle_counts.set_serial_consistency(Some(SerialConsistency::Serial));
+        insert_key.set_serial_consistency(Some(SerialConsistency::Serial));
+        let mut select_counts_serial = select_counts.clone();
+        select_counts_serial.set_consistency(Consistency::Serial);
+        select_key_serial.set_consistency(Consistency::Serial);
+        Ok(Self {
+            insert_subject_week,
+            select_subject_weeks,
+            delete_subject_week,
+            delete_index_key,
+            select_impression_at,
+            delete_impression,
+            delete_impression_summary,
+            delete_impression_copy,
+            delete_view_reports,
+            delete_duplicate,
+            delete_click,
+            delete_clicks_of,
+            insert_erasure,
+            select_erasure,
+            insert_pending,
+            select_pending,
+            delete_pending,
+            insert_erased_subject,
+            select_erased_subjects,
+            settle_counts,
+            select_counts,
+            select_counts_serial,
+            insert_key,
+            select_key_serial,
+        })
+    }
+}
