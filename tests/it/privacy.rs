@@ -18,6 +18,13 @@ conformance!(
     bad_requests_are_refused_naming_the_field,
 );
 
+mod cassandra_only {
+    #[tokio::test]
+    async fn two_processes_run_one_erasure_to_the_same_end() {
+        super::two_processes_run_one_erasure_to_the_same_end().await
+    }
+}
+
 fn impression(campaign: &Campaign, id: Uuid, user: Uuid, t: DateTime<Utc>) -> Value {
     json!({
         "impression_id": id,
@@ -318,6 +325,61 @@ async fn bad_requests_are_refused_naming_the_field(backend: Backend) {
         .await
         .expect("answered");
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// Two server processes on one keyspace both run the pending job (each lists it): the counts
+/// are settled once, the rows are gone for both, and each drops the user's re-sent events.
+async fn two_processes_run_one_erasure_to_the_same_end() {
+    let store = Backend::Cassandra.store().await;
+    let one = TestServer::start(std::sync::Arc::clone(&store)).await;
+    let two = TestServer::start(store).await;
+    let campaign = Campaign::fresh();
+    let user = Uuid::new_v4();
+    let on_one: Vec<Value> = (0..20)
+        .map(|i| {
+            impression(
+                &campaign,
+                Uuid::new_v4(),
+                user,
+                minutes_ago(20) + Duration::seconds(i),
+            )
+        })
+        .collect();
+    let on_two: Vec<Value> = (0..10)
+        .map(|i| {
+            impression(
+                &campaign,
+                Uuid::new_v4(),
+                user,
+                minutes_ago(10) + Duration::seconds(i),
+            )
+        })
+        .collect();
+    post_all(&one, "/v1/impressions", &on_one, 20).await;
+    post_all(&two, "/v1/impressions", &on_two, 10).await;
+
+    let record = erase(&two, json!({"user_id": user})).await;
+
+    assert_eq!(record["erased"]["impressions"], 30, "{record}");
+    let (_, seen_by_one) = get(
+        &one,
+        &format!(
+            "/v1/privacy/erasures/{}",
+            record["id"].as_str().expect("id")
+        ),
+        "",
+    )
+    .await;
+    assert_eq!(seen_by_one, record);
+    for server in [&one, &two] {
+        assert!(access(server, &format!("user_id={user}")).await.is_empty());
+        post_all(server, "/v1/impressions", &on_one[..1], 1).await;
+    }
+    assert!(
+        export_records(&one, &campaign, &day_range())
+            .await
+            .is_empty()
+    );
 }
 
 /// Posts JSON to a server process, which must answer `expected`.
