@@ -3,6 +3,7 @@
 
 use crate::access::{AccessOptions, AuthMode, OperatorKey};
 use crate::app::{Options, ServiceOptions};
+use crate::domain::address::StoreIp;
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::SliceRule;
@@ -104,6 +105,12 @@ pub struct ServeArgs {
     /// Proxies (CIDR[,CIDR…]) whose X-Forwarded-For names the client; none by default.
     #[arg(long, env = "ADEVENTS_TRUSTED_PROXIES", value_delimiter = ',')]
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    /// What of a client's address impressions, answers and log lines keep: `truncated`, its
+    /// last bits zeroed (IPv4 to its /24, IPv6 to its /48); `full`; or `none` (the view join
+    /// then tells clients apart by user agent alone). Rate limits and invalid-traffic checks
+    /// use the full address, in memory only.
+    #[arg(long, env = "ADEVENTS_STORE_IP", value_enum, default_value_t = StoreIp::Truncated)]
+    pub(crate) store_ip: StoreIp,
     /// Partition reads in flight at once for one query.
     #[arg(long, env = "ADEVENTS_FANOUT_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) fanout_concurrency: u16,
@@ -363,6 +370,7 @@ impl ServeArgs {
                 max_events: self.max_events,
             },
             trusted_proxies: self.trusted_proxies.clone(),
+            store_ip: self.store_ip,
             cors_origins: self.cors_origins.clone(),
             beacon_rules: BeaconRules {
                 max_features: usize::from(self.max_features),
@@ -738,6 +746,7 @@ mod tests {
         assert_eq!(default_of("keyspace"), "adevents");
         assert_eq!(default_of("replication"), "simple:1");
         assert_eq!(default_of("consistency"), "local-quorum");
+        assert_eq!(default_of("store-ip"), "truncated");
     }
 
     #[test]
