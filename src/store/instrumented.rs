@@ -8,8 +8,10 @@ use super::{
     SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError,
     ViewStore, VisitRow, VisitStore, WindowPublication,
 };
+use super::{AddressStore, RewriteReport};
 use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
+use crate::domain::address::StoreIp;
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
@@ -618,5 +620,17 @@ impl EventIndexStore for Instrumented {
         key: IndexKey,
     ) -> Result<Vec<IndexEntry>, StoreError> {
         timed("read_index", self.inner.read_index(advertiser, week, key)).await
+    }
+}
+
+#[async_trait]
+impl AddressStore for Instrumented {
+    async fn rewrite_addresses(
+        &self,
+        policy: StoreIp,
+        progress: &mut (dyn FnMut(RewriteReport) + Send),
+    ) -> Result<RewriteReport, StoreError> {
+        let call = self.inner.rewrite_addresses(policy, progress);
+        timed("rewrite_addresses", call).await
     }
 }
