@@ -71,6 +71,9 @@ pub enum Command {
     /// Manage API keys directly in the store (`keys create-admin`: a deployment's first admin
     /// key, printed once).
     Keys(KeysArgs),
+    /// Privacy chores on stored data (`privacy truncate-addresses`: addresses stored before
+    /// `--store-ip`, or under a laxer setting, rewritten to what it keeps).
+    Privacy(PrivacyArgs),
 }
 
 impl Command {
@@ -81,6 +84,9 @@ impl Command {
             Self::Simulate(args) => &args.log,
             Self::Rollup(args) => &args.log,
             Self::Keys(args) => &args.log,
+            Self::Privacy(args) => match &args.command {
+                PrivacyCommand::TruncateAddresses(args) => &args.log,
+            },
         }
     }
 }
@@ -532,6 +538,33 @@ pub(crate) enum KeysCommand {
 }
 
 #[derive(Debug, Args)]
+pub struct PrivacyArgs {
+    #[command(subcommand)]
+    pub(crate) command: PrivacyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PrivacyCommand {
+    /// Rewrite the address of every stored impression to what --store-ip keeps (by default its
+    /// /24 or /48), printing a progress line per page of rows. Rows that already comply are
+    /// left alone, so running it again resumes an interrupted run. Once, after upgrading to a
+    /// release with --store-ip, or after choosing a stricter setting; on the embedded store,
+    /// with the server stopped (it holds the folder).
+    TruncateAddresses(TruncateAddressesArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TruncateAddressesArgs {
+    /// What to keep of each stored address, as for `serve` (`full` changes nothing).
+    #[arg(long, env = "ADEVENTS_STORE_IP", value_enum, default_value_t = StoreIp::Truncated)]
+    pub(crate) store_ip: StoreIp,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct MigrateArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
@@ -772,6 +805,30 @@ mod tests {
         assert!(
             matches!(config.replication, Replication::NetworkTopology(ref dcs) if dcs.len() == 2)
         );
+    }
+
+    #[test]
+    fn the_address_rewrite_takes_the_store_flags_and_a_policy() {
+        let command = Cli::try_parse_from([
+            "adevents",
+            "privacy",
+            "truncate-addresses",
+            "--store",
+            "cassandra",
+            "--store-ip",
+            "none",
+        ])
+        .expect("parses")
+        .into_command();
+        let Command::Privacy(args) = command else {
+            panic!("expected privacy");
+        };
+        let PrivacyCommand::TruncateAddresses(args) = args.command;
+        assert_eq!(args.store.kind, StoreKind::Cassandra);
+        assert_eq!(args.store_ip, StoreIp::None);
+        let error =
+            Cli::try_parse_from(["adevents", "--store-ip", "partial"]).expect_err("refused");
+        assert!(error.to_string().contains("--store-ip"), "{error}");
     }
 
     #[test]
