@@ -3,6 +3,7 @@
 
 use crate::access::{AccessOptions, AuthMode, OperatorKey};
 use crate::app::{Options, ServiceOptions};
+use crate::domain::address::StoreIp;
 use crate::domain::beacon::BeaconRules;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::SliceRule;
@@ -70,6 +71,9 @@ pub enum Command {
     /// Manage API keys directly in the store (`keys create-admin`: a deployment's first admin
     /// key, printed once).
     Keys(KeysArgs),
+    /// Privacy chores on stored data (`privacy truncate-addresses`: addresses stored before
+    /// `--store-ip`, or under a laxer setting, rewritten to what it keeps).
+    Privacy(PrivacyArgs),
 }
 
 impl Command {
@@ -80,6 +84,9 @@ impl Command {
             Self::Simulate(args) => &args.log,
             Self::Rollup(args) => &args.log,
             Self::Keys(args) => &args.log,
+            Self::Privacy(args) => match &args.command {
+                PrivacyCommand::TruncateAddresses(args) => &args.log,
+            },
         }
     }
 }
@@ -104,6 +111,12 @@ pub struct ServeArgs {
     /// Proxies (CIDR[,CIDR…]) whose X-Forwarded-For names the client; none by default.
     #[arg(long, env = "ADEVENTS_TRUSTED_PROXIES", value_delimiter = ',')]
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    /// What of a client's address impressions, answers and log lines keep: `truncated`, its
+    /// last bits zeroed (IPv4 to its /24, IPv6 to its /48); `full`; or `none` (the view join
+    /// then tells clients apart by user agent alone). Rate limits and invalid-traffic checks
+    /// use the full address, in memory only.
+    #[arg(long, env = "ADEVENTS_STORE_IP", value_enum, default_value_t = StoreIp::Truncated)]
+    pub(crate) store_ip: StoreIp,
     /// Partition reads in flight at once for one query.
     #[arg(long, env = "ADEVENTS_FANOUT_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) fanout_concurrency: u16,
@@ -363,6 +376,7 @@ impl ServeArgs {
                 max_events: self.max_events,
             },
             trusted_proxies: self.trusted_proxies.clone(),
+            store_ip: self.store_ip,
             cors_origins: self.cors_origins.clone(),
             beacon_rules: BeaconRules {
                 max_features: usize::from(self.max_features),
@@ -521,6 +535,33 @@ pub(crate) enum KeysCommand {
         #[arg(long, env = "ADEVENTS_KEYS_NAME", default_value = "admin")]
         name: String,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct PrivacyArgs {
+    #[command(subcommand)]
+    pub(crate) command: PrivacyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PrivacyCommand {
+    /// Rewrite the address of every stored impression to what --store-ip keeps (by default its
+    /// /24 or /48), printing a progress line per page of rows. Rows that already comply are
+    /// left alone, so running it again resumes an interrupted run. Once, after upgrading to a
+    /// release with --store-ip, or after choosing a stricter setting; on the embedded store,
+    /// with the server stopped (it holds the folder).
+    TruncateAddresses(TruncateAddressesArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TruncateAddressesArgs {
+    /// What to keep of each stored address, as for `serve` (`full` changes nothing).
+    #[arg(long, env = "ADEVENTS_STORE_IP", value_enum, default_value_t = StoreIp::Truncated)]
+    pub(crate) store_ip: StoreIp,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
 }
 
 #[derive(Debug, Args)]
@@ -738,6 +779,7 @@ mod tests {
         assert_eq!(default_of("keyspace"), "adevents");
         assert_eq!(default_of("replication"), "simple:1");
         assert_eq!(default_of("consistency"), "local-quorum");
+        assert_eq!(default_of("store-ip"), "truncated");
     }
 
     #[test]
@@ -763,6 +805,30 @@ mod tests {
         assert!(
             matches!(config.replication, Replication::NetworkTopology(ref dcs) if dcs.len() == 2)
         );
+    }
+
+    #[test]
+    fn the_address_rewrite_takes_the_store_flags_and_a_policy() {
+        let command = Cli::try_parse_from([
+            "adevents",
+            "privacy",
+            "truncate-addresses",
+            "--store",
+            "cassandra",
+            "--store-ip",
+            "none",
+        ])
+        .expect("parses")
+        .into_command();
+        let Command::Privacy(args) = command else {
+            panic!("expected privacy");
+        };
+        let PrivacyCommand::TruncateAddresses(args) = args.command;
+        assert_eq!(args.store.kind, StoreKind::Cassandra);
+        assert_eq!(args.store_ip, StoreIp::None);
+        let error =
+            Cli::try_parse_from(["adevents", "--store-ip", "partial"]).expect_err("refused");
+        assert!(error.to_string().contains("--store-ip"), "{error}");
     }
 
     #[test]

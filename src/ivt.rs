@@ -51,10 +51,12 @@ impl Classifier {
         if signals.prefetch {
             return Some(InvalidReason::Prefetch);
         }
-        if signals
-            .address
-            .is_some_and(|address| self.deny.iter().any(|net| net.contains(&address)))
-        {
+        // An IPv4 client of a dual-stack listener arrives as `::ffff:a.b.c.d`: it is judged
+        // by the IPv4 ranges, like the rate limits' key judges it.
+        if signals.address.is_some_and(|address| {
+            let address = address.to_canonical();
+            self.deny.iter().any(|net| net.contains(&address))
+        }) {
             return Some(InvalidReason::DeniedAddress);
         }
         None
@@ -138,5 +140,22 @@ mod tests {
             classifier.classify(denied),
             Some(InvalidReason::DeniedAddress)
         );
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_is_judged_by_the_ipv4_ranges() {
+        let classifier = Classifier::new(vec!["192.0.2.77/32".parse().expect("net")]);
+        let judged = |address: &str| {
+            classifier.classify(Signals {
+                address: address.parse().ok(),
+                ..Signals::default()
+            })
+        };
+        assert_eq!(
+            judged("::ffff:192.0.2.77"),
+            Some(InvalidReason::DeniedAddress)
+        );
+        assert_eq!(judged("::ffff:192.0.2.78"), None);
+        assert_eq!(judged("192.0.2.78"), None, "the full address, not its /24");
     }
 }

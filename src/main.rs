@@ -29,7 +29,7 @@ async fn run() -> ExitCode {
     let command = Cli::parse().into_command();
     // A command whose output is its answer logs to standard error.
     let log_to = match command {
-        Command::Keys(_) => LogTo::Stderr,
+        Command::Keys(_) | Command::Privacy(_) => LogTo::Stderr,
         _ => LogTo::Stdout,
     };
     telemetry::init(command.log(), log_to);
@@ -39,6 +39,7 @@ async fn run() -> ExitCode {
         Command::Simulate(args) => commands::simulate(args).await,
         Command::Rollup(args) => commands::rollup(args).await,
         Command::Keys(args) => commands::keys(args).await,
+        Command::Privacy(args) => commands::privacy(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,12 +2,14 @@
 
 mod keys;
 mod migrate;
+mod privacy;
 mod rollup;
 mod serve;
 mod simulate;
 
 pub use keys::keys;
 pub use migrate::migrate;
+pub use privacy::{privacy, rewrite_addresses};
 pub use rollup::rollup;
 pub use serve::serve;
 pub use simulate::simulate;

@@ -3,6 +3,7 @@
 //! HTTP edge, so inner code never holds an invalid event.
 
 pub mod access;
+pub mod address;
 pub mod beacon;
 pub mod bucket;
 pub mod campaign;

@@ -7,6 +7,7 @@ use crate::access::Access;
 use crate::beacons::BeaconIngestor;
 use crate::conversions::intake::ConversionIntake;
 use crate::delivery::DeliveryService;
+use crate::domain::address::StoreIp;
 use crate::domain::beacon::BeaconRules;
 use crate::freshness::Freshness;
 use crate::http::edge::body::BodyLimits;
@@ -33,6 +34,8 @@ pub struct EdgeOptions {
     pub body_limits: BodyLimits,
     /// Proxies whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// What of a client's address events, answers and log lines keep (`--store-ip`).
+    pub store_ip: StoreIp,
     /// Browser origins (dashboards) allowed to call the query endpoints; none by default.
     pub cors_origins: Vec<HeaderValue>,
     /// What a `/track` beacon may carry.
@@ -65,6 +68,7 @@ impl Default for EdgeOptions {
                 max_events: 10_000,
             },
             trusted_proxies: Vec::new(),
+            store_ip: StoreIp::default(),
             cors_origins: Vec::new(),
             beacon_rules: BeaconRules::default(),
             metrics_public: false,

@@ -8,6 +8,7 @@
 mod framing;
 pub(crate) mod guarded;
 
+use crate::domain::address::StoreIp;
 use crate::http::{App, AppState, ConnectionLimits, router};
 use axum::extract::ConnectInfo;
 use guarded::{Guarded, HeadLimits};
@@ -45,6 +46,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = state.options.connections;
+    let store_ip = state.options.store_ip;
     let slots = Arc::clone(&state.connections);
     let app = router(state);
     let graceful = GracefulShutdown::new();
@@ -67,6 +69,7 @@ pub(crate) async fn serve(
         let connection = Connection {
             app: app.clone(),
             peer,
+            store_ip,
             limits,
             watcher: graceful.watcher(),
         };
@@ -95,6 +98,8 @@ pub(crate) async fn serve(
 struct Connection {
     app: App,
     peer: SocketAddr,
+    /// What a log line may show of the peer's address.
+    store_ip: StoreIp,
     limits: ConnectionLimits,
     watcher: Watcher,
 }
@@ -106,6 +111,7 @@ impl Connection {
         let Self {
             app,
             peer,
+            store_ip,
             limits,
             watcher,
         } = self;
@@ -129,7 +135,13 @@ impl Connection {
             .max_buf_size((limits.max_header_bytes * 2).max(8192))
             .serve_connection(io, TowerToHyperService::new(app));
         if let Err(error) = watcher.watch(connection).await {
-            tracing::debug!(%peer, %error, "connection ended with an error");
+            // A log line keeps of the address what a stored event would (`--store-ip`).
+            let peer = store_ip.stored(Some(peer.ip()));
+            tracing::debug!(
+                peer = peer.map(tracing::field::display),
+                %error,
+                "connection ended with an error"
+            );
         }
         drop(slot);
     }

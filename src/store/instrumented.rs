@@ -8,9 +8,11 @@ use super::{
     SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError,
     ViewStore, VisitRow, VisitStore, WindowPublication,
 };
+use super::{AddressStore, RewriteReport};
 use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
 use super::{EventAt, SubjectStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
+use crate::domain::address::StoreIp;
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
@@ -715,5 +717,17 @@ impl SubjectStore for Instrumented {
 
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
         timed("privacy_key", self.inner.privacy_key(candidate)).await
+    }
+}
+
+#[async_trait]
+impl AddressStore for Instrumented {
+    async fn rewrite_addresses(
+        &self,
+        policy: StoreIp,
+        progress: &mut (dyn FnMut(RewriteReport) + Send),
+    ) -> Result<RewriteReport, StoreError> {
+        let call = self.inner.rewrite_addresses(policy, progress);
+        timed("rewrite_addresses", call).await
     }
 }

@@ -13,8 +13,9 @@
 //! days), [`AccessStore`] (API keys and registered sites) and [`ProcessStore`] (the server
 //! processes sharing the store, and what each may leave unsaved) and [`DeliveryStore`]
 //! (billable impressions counted for caps) and [`SliceStore`] (the closed slices of days not yet
-//! sealed). Campaigns and sites share one
-//! method wherever they follow the same rule, keyed by [`Owner`]. [`Store`] is their sum.
+//! sealed) and [`AddressStore`] (stored addresses rewritten under a privacy policy). Campaigns
+//! and sites share one method wherever they follow the same rule, keyed by [`Owner`].
+//! [`Store`] is their sum.
 
 pub mod cassandra;
 pub mod embedded;
@@ -32,6 +33,7 @@ pub(crate) use rows::{
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
+use crate::domain::address::StoreIp;
 use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
@@ -627,6 +629,33 @@ pub trait SubjectStore: Send + Sync {
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError>;
 }
 
+/// What a rewrite of stored addresses went through and changed, so far or in all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RewriteReport {
+    /// Impression rows read.
+    pub rows_seen: u64,
+    /// Rows whose address was rewritten (the others kept no address, or one the policy keeps
+    /// as it is).
+    pub rows_rewritten: u64,
+}
+
+/// Stored client addresses brought under a `--store-ip` policy after the fact (`adevents
+/// privacy truncate-addresses`): rows written before the policy, or under a laxer one. The
+/// only address stored is an impression's `user_ip` (its view-join network is a /24 or /48
+/// already).
+#[async_trait]
+pub trait AddressStore: Send + Sync {
+    /// Rewrites every stored impression's `user_ip` to what `policy` keeps of it, writing only
+    /// the rows that change, and calls `progress` with the totals after each page of rows.
+    /// A one-off full scan, not for the request path. Idempotent (what a policy keeps, it
+    /// keeps again unchanged), so running it again is how an interrupted run resumes.
+    async fn rewrite_addresses(
+        &self,
+        policy: StoreIp,
+        progress: &mut (dyn FnMut(RewriteReport) + Send),
+    ) -> Result<RewriteReport, StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
@@ -643,6 +672,7 @@ pub trait Store:
     + ConversionStore
     + EventIndexStore
     + SubjectStore
+    + AddressStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

@@ -25,6 +25,7 @@ mod limits_process;
 mod listings;
 mod migrations;
 mod open_days;
+mod addresses;
 mod privacy;
 mod process;
 mod reach;

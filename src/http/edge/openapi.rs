@@ -247,7 +247,11 @@ pub(crate) mod texts {
             OneOfBuilder::new()
                 .item(format("ipv4"))
                 .item(format("ipv6"))
-                .description(Some("IPv4 or IPv6; default: the client address"))
+                .description(Some(
+                    "IPv4 or IPv6; default: the client address. Stored, answered and logged \
+                     as --store-ip says: by default with its last bits zeroed (IPv4 to its /24, \
+                     IPv6 to its /48); the full address is used only for invalid-traffic checks",
+                ))
                 .into()
         }
     }

@@ -158,6 +158,7 @@ fn parse<'de, W: IntoEvent<'de>>(
     let context = Context {
         now: chrono::Utc::now(),
         client_ip: client_ip(parts, &state.options.trusted_proxies),
+        store_ip: state.options.store_ip,
         advertiser,
         classifier: std::sync::Arc::clone(&state.classifier),
     };

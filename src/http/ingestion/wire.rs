@@ -2,6 +2,7 @@
 //! Every problem is reported with the item's index and the field's name; a request with any
 //! problem stores nothing.
 
+use crate::domain::address::StoreIp;
 use crate::domain::echo::echo;
 use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{
@@ -145,6 +146,8 @@ pub(crate) struct Context {
     pub(crate) now: DateTime<Utc>,
     /// The client's address, used when an impression names no `user_ip`.
     pub(crate) client_ip: Option<IpAddr>,
+    /// What of the impression's address is kept (`--store-ip`).
+    pub(crate) store_ip: StoreIp,
     /// The only advertiser whose events the caller may send (an `ingest` key's); `None`: any.
     pub(crate) advertiser: Option<AdvertiserId>,
     /// Tells invalid traffic from the event's own `user_agent` and explicit `user_ip` (the
@@ -280,13 +283,18 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
                 ),
             },
         };
-        let user_ip = viewer_ip.or(cx.context.client_ip);
         let user_agent = self.user_agent.as_deref().and_then(UserAgent::new);
+        // Judged on the full address: a denied range may be narrower than what is kept.
         let invalid = cx.context.classifier.classify(Signals {
             user_agent: user_agent.as_ref(),
             prefetch: false,
             address: viewer_ip,
         });
+        // From here on only what `--store-ip` keeps: the event is what gets stored.
+        let user_ip = cx
+            .context
+            .store_ip
+            .stored(viewer_ip.or(cx.context.client_ip));
         let user_data = match UserData::new(self.user_data.unwrap_or_default()) {
             Ok(user_data) => Some(user_data),
             Err(message) => item.fail("user_data", message),
@@ -507,6 +515,7 @@ mod tests {
         Context {
             now: "2026-11-26T12:00:00Z".parse().expect("valid"),
             client_ip: Some("203.0.113.9".parse().expect("valid")),
+            store_ip: StoreIp::Full,
             advertiser: None,
             classifier: std::sync::Arc::new(Classifier::default()),
         }
@@ -530,6 +539,70 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].user_ip, context().client_ip);
         assert_eq!(events[0].timestamp.to_string(), "2025-11-26T12:00:00.000Z");
+    }
+
+    fn with_address(ip: &str) -> String {
+        impression(ID, "1764158400000")
+            .replace(r#""extra":"ignored""#, &format!(r#""user_ip":"{ip}""#))
+    }
+
+    #[test]
+    fn the_address_kept_follows_store_ip_for_a_posted_and_a_client_address() {
+        for (policy, posted, client) in [
+            (
+                StoreIp::Truncated,
+                Some("198.51.100.0"),
+                Some("203.0.113.0"),
+            ),
+            (StoreIp::Full, Some("198.51.100.77"), Some("203.0.113.9")),
+            (StoreIp::None, None, None),
+        ] {
+            let context = Context {
+                store_ip: policy,
+                ..context()
+            };
+            let body = with_address("198.51.100.77");
+            let (events, _) =
+                parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context)
+                    .expect("valid");
+            assert_eq!(events[0].user_ip, posted.map(|ip| ip.parse().expect("ip")));
+            let body = impression(ID, "1764158400000");
+            let (events, _) =
+                parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context)
+                    .expect("valid");
+            assert_eq!(events[0].user_ip, client.map(|ip| ip.parse().expect("ip")));
+        }
+    }
+
+    #[test]
+    fn a_denied_range_narrower_than_what_is_kept_still_matches_the_posted_address() {
+        let context = Context {
+            store_ip: StoreIp::Truncated,
+            classifier: std::sync::Arc::new(Classifier::new(vec![
+                "198.51.100.77/32".parse().expect("net"),
+            ])),
+            ..context()
+        };
+        let body = format!(
+            "[{}, {}]",
+            with_address("198.51.100.77"),
+            with_address("198.51.100.78").replace(ID, "11111111-6c08-4160-9196-f0050faffe62")
+        );
+        let (events, _) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context)
+                .expect("valid");
+        assert_eq!(
+            events.iter().map(|event| event.invalid).collect::<Vec<_>>(),
+            [
+                Some(crate::domain::traffic::InvalidReason::DeniedAddress),
+                None
+            ]
+        );
+        assert!(
+            events
+                .iter()
+                .all(|event| event.user_ip == "198.51.100.0".parse().ok())
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! streamed an impression at a time (its copies, view reports and clicks).
 
 use super::subject_of;
+use crate::domain::address::StoreIp;
 use crate::domain::privacy::Subject;
 use crate::domain::traffic::InvalidReason;
 use crate::http::AppState;
@@ -44,10 +45,10 @@ enum SubjectLine<'a> {
     },
 }
 
-fn line(record: &SubjectRecord) -> SubjectLine<'_> {
+fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
     match record {
         SubjectRecord::Impression(impression) => {
-            SubjectLine::Impression(ImpressionRecord::new(impression, None, None))
+            SubjectLine::Impression(ImpressionRecord::new(impression, None, None, store_ip))
         }
         SubjectRecord::Click { campaign, click } => SubjectLine::Click {
             advertiser_id: campaign.advertiser_id.to_string(),
@@ -106,7 +107,7 @@ pub(crate) async fn get_subject(
     let Subject::User(user) = subject;
     let records = state.subject_access.records(user, scope).await?;
     let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
-    tokio::spawn(produce(records, pages));
+    tokio::spawn(produce(records, state.options.store_ip, pages));
     let body = Body::from_stream(futures::stream::unfold(
         receiver,
         |mut receiver| async move { receiver.recv().await.map(|page| (page, receiver)) },
@@ -122,7 +123,11 @@ pub(crate) async fn get_subject(
 }
 
 /// Encodes each page of records into `pages` until the end, a failure, or a departed client.
-async fn produce(mut records: SubjectRecords, pages: mpsc::Sender<Result<Bytes, std::io::Error>>) {
+async fn produce(
+    mut records: SubjectRecords,
+    store_ip: StoreIp,
+    pages: mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
     loop {
         let page = match records.next_page().await {
             Ok(Some(page)) => page,
@@ -135,7 +140,7 @@ async fn produce(mut records: SubjectRecords, pages: mpsc::Sender<Result<Bytes, 
         };
         let mut encoded = Vec::new();
         for record in &page {
-            if let Err(error) = serde_json::to_writer(&mut encoded, &line(record)) {
+            if let Err(error) = serde_json::to_writer(&mut encoded, &line(record, store_ip)) {
                 let _ = pages.send(Err(std::io::Error::other(error))).await;
                 return;
             }

@@ -6,6 +6,7 @@
 //! client that went away lets the body drop. A store failure after the first byte can only
 //! cut the answer short (the status is sent); the client sees an unterminated chunked body.
 
+use crate::domain::address::StoreIp;
 use crate::domain::echo::echo;
 use crate::domain::event::Impression;
 use crate::domain::traffic::{InvalidReason, UserAgent};
@@ -69,6 +70,8 @@ pub(crate) struct ImpressionRecord<'a> {
     user_id: String,
     /// RFC 3339, UTC, milliseconds.
     timestamp: String,
+    /// What `--store-ip` keeps of the address: by default its /24 (IPv4) or /48 (IPv6), with
+    /// the rest zeroed; null with `none`.
     user_ip: Option<String>,
     #[schema(value_type = BTreeMap<String, String>)]
     user_data: &'a BTreeMap<String, String>,
@@ -111,10 +114,13 @@ impl From<&ImpressionViews> for ViewRecord {
 }
 
 impl<'a> ImpressionRecord<'a> {
+    /// `store_ip` applies to the answer too: a row stored before `--store-ip` was set (or
+    /// before `adevents privacy truncate-addresses` ran) is never shown whole.
     pub(crate) fn new(
         impression: &'a Impression,
         clicked: Option<bool>,
         views: Option<ViewRecord>,
+        store_ip: StoreIp,
     ) -> Self {
         Self {
             impression_id: impression.impression_id.to_string(),
@@ -123,7 +129,7 @@ impl<'a> ImpressionRecord<'a> {
             ad_id: impression.ad_id.to_string(),
             user_id: impression.user_id.to_string(),
             timestamp: impression.timestamp.to_string(),
-            user_ip: impression.user_ip.map(|ip| ip.to_string()),
+            user_ip: store_ip.stored(impression.user_ip).map(|ip| ip.to_string()),
             user_data: impression.user_data.entries(),
             clicked,
             user_agent: impression.user_agent.as_ref().map(UserAgent::as_str),
@@ -132,22 +138,23 @@ impl<'a> ImpressionRecord<'a> {
         }
     }
 
-    fn exported(row: &'a Exported) -> Self {
+    fn exported(row: &'a Exported, store_ip: StoreIp) -> Self {
         Self::new(
             &row.impression,
             Some(row.clicked),
             Some(ViewRecord::from(&row.views)),
+            store_ip,
         )
     }
 }
 
 /// One page of an export, encoded.
-fn encode(format: Format, page: &[Exported]) -> Result<Bytes, String> {
+fn encode(format: Format, page: &[Exported], store_ip: StoreIp) -> Result<Bytes, String> {
     let mut out = Vec::with_capacity(page.len() * 320);
     match format {
         Format::Ndjson => {
             for row in page {
-                serde_json::to_writer(&mut out, &ImpressionRecord::exported(row))
+                serde_json::to_writer(&mut out, &ImpressionRecord::exported(row, store_ip))
                     .map_err(|error| error.to_string())?;
                 out.push(b'\n');
             }
@@ -158,7 +165,7 @@ fn encode(format: Format, page: &[Exported]) -> Result<Bytes, String> {
                 .terminator(csv::Terminator::CRLF)
                 .from_writer(&mut out);
             for row in page {
-                let record = ImpressionRecord::exported(row);
+                let record = ImpressionRecord::exported(row, store_ip);
                 let user_data =
                     serde_json::to_string(record.user_data).map_err(|error| error.to_string())?;
                 let views = ViewRecord::from(&row.views);
@@ -263,7 +270,13 @@ pub(crate) async fn get_impressions(
         .await?;
     let first = export.next_page().await?;
     let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
-    tokio::spawn(produce(export, format, first, pages));
+    tokio::spawn(produce(
+        export,
+        format,
+        state.options.store_ip,
+        first,
+        pages,
+    ));
     let body = Body::from_stream(futures::stream::unfold(
         receiver,
         |mut receiver| async move { receiver.recv().await.map(|page| (page, receiver)) },
@@ -287,6 +300,7 @@ pub(crate) async fn get_impressions(
 async fn produce(
     mut export: Export,
     format: Format,
+    store_ip: StoreIp,
     first: Option<Vec<Exported>>,
     pages: mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
@@ -322,7 +336,7 @@ async fn produce(
             continue;
         }
         rows += page.len() as u64;
-        let encoded = encode(format, &page)
+        let encoded = encode(format, &page, store_ip)
             .map_err(|error| std::io::Error::other(format!("encoding an export: {error}")));
         if pages.send(encoded).await.is_err() {
             tracing::info!(rows, "export stopped: the client went away");
@@ -371,7 +385,7 @@ pub(crate) async fn get_recent_impressions(
     let answer = RecentAnswer {
         impressions: impressions
             .iter()
-            .map(|impression| ImpressionRecord::new(impression, None, None))
+            .map(|impression| ImpressionRecord::new(impression, None, None, state.options.store_ip))
             .collect(),
     };
     Ok(Json(answer).into_response())

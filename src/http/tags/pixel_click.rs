@@ -97,7 +97,8 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
     };
     let viewer = Viewer::of(&parts.headers, address);
     let impression = Impression {
-        user_ip: address,
+        // The classifier below still judges the full address, from `viewer`.
+        user_ip: state.options.store_ip.stored(address),
         invalid: state.classifier.classify(viewer.signals()),
         user_agent: viewer.user_agent,
         pixel_arrival: Some(now),

@@ -97,7 +97,12 @@ pub(crate) async fn post_view_report(
         impression_id: impression.impression_id,
         impression_time: impression.timestamp,
         received: now,
-        client: Client::of(address, viewer.user_agent.as_ref()),
+        // The network the join compares is what `--store-ip` keeps of the address: the same
+        // /24 (/48) whether truncated or full, and none at all with `none`, as for impressions.
+        client: Client::of(
+            state.options.store_ip.stored(address),
+            viewer.user_agent.as_ref(),
+        ),
         report,
         invalid: state.classifier.classify(viewer.signals()),
     };

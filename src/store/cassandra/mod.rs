@@ -5,10 +5,12 @@
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
-//! [`delivery`], [`listings`], [`conversions`], [`event_index`], [`subjects`]),
+//! [`delivery`], [`listings`], [`conversions`], [`event_index`], [`subjects`],
+//! [`addresses`]),
 //! each with its prepared statements.
 
 mod access;
+mod addresses;
 mod backfill;
 pub mod config;
 mod conversions;

@@ -11,9 +11,10 @@
 //! Laid out like the Cassandra store: opening ([`open`]), the engine and its committer
 //! ([`engine`], [`committer`]), key and value encodings, and one file per subsystem of the
 //! contract ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`],
-//! [`processes`], [`delivery`], [`listings`]).
+//! [`processes`], [`delivery`], [`listings`], [`addresses`]).
 
 mod access;
+mod addresses;
 mod committer;
 mod conversions;
 mod delivery;

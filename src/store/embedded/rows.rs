@@ -5,6 +5,7 @@
 //! for a full impression, go from the address to `user_data`): they read as valid with no
 //! user agent. Newer rows add the traffic part: a reason code (0: valid), then the user agent.
 
+use crate::domain::address::StoreIp;
 use crate::domain::conversion::LookBack;
 use crate::domain::conversion::attribution::LookBacks;
 use crate::domain::delivery::Caps;
@@ -78,17 +79,7 @@ pub(crate) fn impression_value(event: &Impression) -> Vec<u8> {
     let mut value = Vec::with_capacity(64);
     value.extend_from_slice(event.ad_id.as_uuid().as_bytes());
     value.extend_from_slice(event.user_id.as_uuid().as_bytes());
-    match event.user_ip {
-        None => value.push(0),
-        Some(IpAddr::V4(ip)) => {
-            value.push(4);
-            value.extend_from_slice(&ip.octets());
-        }
-        Some(IpAddr::V6(ip)) => {
-            value.push(6);
-            value.extend_from_slice(&ip.octets());
-        }
-    }
+    push_address(&mut value, event.user_ip);
     value.push(TRAFFIC_MARK);
     value.push(event.invalid.map_or(0, InvalidReason::code));
     let agent = event.user_agent.as_ref().map_or("", UserAgent::as_str);
@@ -100,6 +91,54 @@ pub(crate) fn impression_value(event: &Impression) -> Vec<u8> {
         value.extend_from_slice(&serde_json::to_vec(event.user_data.entries()).unwrap_or_default());
     }
     value
+}
+
+/// A full row's address part: a tag (0: none, 4 or 6), then the address's bytes.
+fn push_address(value: &mut Vec<u8>, address: Option<IpAddr>) {
+    match address {
+        None => value.push(0),
+        Some(IpAddr::V4(ip)) => {
+            value.push(4);
+            value.extend_from_slice(&ip.octets());
+        }
+        Some(IpAddr::V6(ip)) => {
+            value.push(6);
+            value.extend_from_slice(&ip.octets());
+        }
+    }
+}
+
+/// The address of a full row's value (see [`push_address`]) and the bytes after it.
+fn split_address(value: &[u8]) -> Option<(Option<IpAddr>, &[u8])> {
+    let rest = value.get(32..)?;
+    match rest.first()? {
+        0 => Some((None, rest.get(1..)?)),
+        4 => {
+            let octets: [u8; 4] = rest.get(1..5)?.try_into().ok()?;
+            Some((Some(IpAddr::from(octets)), rest.get(5..)?))
+        }
+        6 => {
+            let octets: [u8; 16] = rest.get(1..17)?.try_into().ok()?;
+            Some((Some(IpAddr::from(octets)), rest.get(17..)?))
+        }
+        _ => None,
+    }
+}
+
+/// A full row's value with its address as `policy` keeps it, everything else byte for byte;
+/// `Some(None)` when it keeps it as it is (or there is none), `None` when the value does not
+/// decode.
+pub(crate) fn with_address_kept(value: &[u8], policy: StoreIp) -> Option<Option<Vec<u8>>> {
+    let (address, rest) = split_address(value)?;
+    let kept = policy.stored(address);
+    if kept == address {
+        return Some(None);
+    }
+    let mut rewritten = Vec::with_capacity(value.len());
+    rewritten.extend_from_slice(value.get(..32)?);
+    push_address(&mut rewritten, kept);
+    rewritten.extend_from_slice(rest);
+    Some(Some(rewritten))
 }
 
 /// The bytes of one entry of a copies-index row: its time, then its reason code.
@@ -134,19 +173,7 @@ pub(crate) struct FullRow {
 /// Decodes [`impression_value`].
 pub(crate) fn decode_impression_value(value: &[u8]) -> Option<FullRow> {
     let (ad, user) = decode_two_ids(value)?;
-    let rest = value.get(32..)?;
-    let (ip, rest) = match rest.first()? {
-        0 => (None, rest.get(1..)?),
-        4 => {
-            let octets: [u8; 4] = rest.get(1..5)?.try_into().ok()?;
-            (Some(IpAddr::from(octets)), rest.get(5..)?)
-        }
-        6 => {
-            let octets: [u8; 16] = rest.get(1..17)?.try_into().ok()?;
-            (Some(IpAddr::from(octets)), rest.get(17..)?)
-        }
-        _ => return None,
-    };
+    let (ip, rest) = split_address(value)?;
     let (invalid, user_agent, rest) = match rest.split_first() {
         Some((&TRAFFIC_MARK, traffic)) => {
             let invalid = InvalidReason::from_code(*traffic.first()?).ok()?;
@@ -341,6 +368,52 @@ mod tests {
             assert_eq!(decode_client_part(&part), Some((client, arrival)));
         }
         assert_eq!(decode_client_part(&[]), Some((Client::default(), None)));
+    }
+
+    #[test]
+    fn a_full_rows_address_is_rewritten_in_place_and_only_when_it_changes() {
+        let event = |ip: &str| Impression {
+            impression_id: ImpressionId::new(Uuid::from_u128(1)),
+            campaign: CampaignKey {
+                advertiser_id: AdvertiserId::new(Uuid::from_u128(2)),
+                campaign_id: CampaignId::new(Uuid::from_u128(3)),
+            },
+            ad_id: AdId::new(Uuid::from_u128(4)),
+            user_id: UserId::new(Uuid::from_u128(5)),
+            timestamp: EventTime::from_stored(chrono::Utc::now()),
+            user_ip: ip.parse().ok(),
+            user_data: UserData::new(BTreeMap::from([("country".into(), "FR".into())]))
+                .expect("valid"),
+            user_agent: UserAgent::new("Mozilla/5.0 (X11; Linux x86_64)"),
+            invalid: Some(InvalidReason::DeniedAddress),
+            pixel_arrival: None,
+        };
+        for (stored, policy, expected) in [
+            ("198.51.100.77", StoreIp::Truncated, Some("198.51.100.0")),
+            ("2001:db8:1:2::9", StoreIp::Truncated, Some("2001:db8:1::")),
+            ("2001:db8:1:2::9", StoreIp::None, Some("")),
+            ("198.51.100.0", StoreIp::Truncated, None),
+            ("198.51.100.77", StoreIp::Full, None),
+            ("", StoreIp::Truncated, None),
+        ] {
+            let value = impression_value(&event(stored));
+            let rewritten = with_address_kept(&value, policy).expect("decodes");
+            match expected {
+                None => assert_eq!(rewritten, None, "{stored} {policy}"),
+                Some(kept) => {
+                    let rewritten = rewritten.expect("rewritten");
+                    assert_eq!(
+                        rewritten,
+                        impression_value(&event(kept)),
+                        "{stored} {policy}"
+                    );
+                    let row = decode_impression_value(&rewritten).expect("decodes");
+                    assert_eq!(row.invalid, Some(InvalidReason::DeniedAddress));
+                    assert_eq!(row.user_data.len(), 1);
+                }
+            }
+        }
+        assert_eq!(with_address_kept(&[0; 20], StoreIp::Truncated), None);
     }
 
     #[test]
