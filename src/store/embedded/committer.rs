@@ -151,6 +151,26 @@ impl Committer {
             .await
     }
 
+    /// Removes `removals` and merges each of `merged` with its stored value, atomically;
+    /// returns once they are durable.
+    pub(crate) async fn commit_removing(
+        &self,
+        context: &'static str,
+        removals: Removals,
+        merged: Vec<Merged>,
+    ) -> Result<(), StoreError> {
+        self.submit(
+            context,
+            removals,
+            Vec::new(),
+            Vec::new(),
+            merged,
+            Vec::new(),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Appends `records` to their logs atomically; returns once they are durable.
     pub(crate) async fn commit_appended(
         &self,
@@ -526,7 +546,7 @@ mod tests {
         row
     }
 
-    /// Taking the last entry out of a merged row removes the row.
+    /// Taking the last entry out of a merged row removes the row, beside the call's removals.
     #[tokio::test]
     async fn a_merge_that_leaves_nothing_removes_its_row() {
         let folder = tempfile::tempdir().expect("temp dir");
@@ -539,21 +559,37 @@ mod tests {
             .expect("opened"),
         );
         let committer = Committer::start(Arc::clone(&tables)).expect("started");
-        let merge = |value: &[u8], merge| {
-            let row = Merged {
-                table: Table::ImpressionCopy,
-                key: b"row".to_vec(),
-                value: value.to_vec(),
-                merge,
-            };
-            committer.commit_merged("test", Vec::new(), Vec::new(), vec![row])
+        let merged = |value: &[u8], merge| Merged {
+            table: Table::ImpressionCopy,
+            key: b"row".to_vec(),
+            value: value.to_vec(),
+            merge,
         };
-        let values = merge(b"ab", append).await.expect("committed");
+        let values = committer
+            .commit_merged(
+                "test",
+                vec![(Table::Meta, b"other".to_vec(), vec![1])],
+                Vec::new(),
+                vec![merged(b"ab", append)],
+            )
+            .await
+            .expect("committed");
         assert_eq!(values, vec![b"ab".to_vec()]);
-        let values = merge(b"a", take_out).await.expect("committed");
-        assert_eq!(values, vec![b"b".to_vec()]);
-        let values = merge(b"b", take_out).await.expect("committed");
-        assert_eq!(values, vec![Vec::<u8>::new()]);
+        committer
+            .commit_removing("test", Vec::new(), vec![merged(b"a", take_out)])
+            .await
+            .expect("committed");
+        let row = tables.impression_copy.get(b"row").expect("read");
+        assert_eq!(row.as_deref(), Some(&b"b"[..]));
+        committer
+            .commit_removing(
+                "test",
+                vec![(Table::Meta, b"other".to_vec())],
+                vec![merged(b"b", take_out)],
+            )
+            .await
+            .expect("committed");
         assert!(tables.impression_copy.get(b"row").expect("read").is_none());
+        assert!(tables.meta.get(b"other").expect("read").is_none());
     }
 }

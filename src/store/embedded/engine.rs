@@ -56,6 +56,8 @@ pub(crate) struct Tables {
     pub(crate) conversion_decision: Keyspace,
     pub(crate) conversion: Keyspace,
     pub(crate) campaign_conversion: Keyspace,
+    /// The subject directory: which advertisers and weeks index a user's events.
+    pub(crate) subject_week: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
@@ -104,6 +106,7 @@ pub(crate) enum Table {
     ConversionDecision,
     Conversion,
     CampaignConversion,
+    SubjectWeek,
     Meta,
 }
 
@@ -147,6 +150,7 @@ impl Tables {
             Table::ConversionDecision => &self.conversion_decision,
             Table::Conversion => &self.conversion,
             Table::CampaignConversion => &self.campaign_conversion,
+            Table::SubjectWeek => &self.subject_week,
             Table::Meta => &self.meta,
         }
     }
