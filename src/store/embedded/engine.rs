@@ -58,6 +58,8 @@ pub(crate) struct Tables {
     pub(crate) campaign_conversion: Keyspace,
     /// The subject directory: which advertisers and weeks index a user's events.
     pub(crate) subject_week: Keyspace,
+    /// Erasure records, the pending list, erased subjects and settled counts.
+    pub(crate) erasure: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
@@ -107,6 +109,7 @@ pub(crate) enum Table {
     Conversion,
     CampaignConversion,
     SubjectWeek,
+    Erasure,
     Meta,
 }
 
@@ -151,6 +154,7 @@ impl Tables {
             Table::Conversion => &self.conversion,
             Table::CampaignConversion => &self.campaign_conversion,
             Table::SubjectWeek => &self.subject_week,
+            Table::Erasure => &self.erasure,
             Table::Meta => &self.meta,
         }
     }

@@ -2,25 +2,42 @@
 //! deleted by their keys, and erasure records (see [`SubjectStore`]).
 //!
 //! The directory (`subject_week`) is keyed by user (16 bytes), advertiser (16) and week (4, in
-//! key order) with no value, so a user's lines are one prefix.
+//! key order) with no value, so a user's lines are one prefix. Erasures share one table
+//! (`erasure`) under a kind byte and the erasure's id: the record, its pending-list entry, its
+//! erased subject and its counts. The counts are a row of their own so that the first caller to
+//! settle them keeps them (the commit thread writes them only where none are), whatever later
+//! rewrites the record. Values are small postcard records. The store's privacy key is a marker
+//! in `meta`, written the same way.
 
 use super::EmbeddedStore;
-use super::committer::{Merged, Removals};
+use super::committer::{Guarded, Merged, Removals};
 use super::engine::{Table, corrupt, engine_error};
 use super::{event_index, events, keys};
 use crate::domain::conversion::index::{IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus, PrivacyKey, Subject,
+    SubjectHash, SubjectWeek,
 };
 use crate::store::{EventAt, StoreError, SubjectStore};
 use async_trait::async_trait;
+use chrono::DateTime;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// Rows a prefix delete removes per commit: a user's week of a busy advertiser may index
 /// millions of events, and one commit must not hold them all in memory.
 const DELETES_PER_COMMIT: usize = 20_000;
+
+/// The kinds of rows of the `erasure` table.
+const RECORD: u8 = b'R';
+const PENDING: u8 = b'P';
+const SUBJECT: u8 = b'S';
+const COUNTS: u8 = b'C';
+
+/// The privacy key's row in `meta`.
+const PRIVACY_KEY: &str = "privacy_key";
 
 /// User (16), advertiser (16), week (4).
 fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
@@ -36,6 +53,144 @@ fn decode_subject_week(key: &[u8]) -> Option<SubjectWeek> {
         advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(16..32)?).ok()?),
         week: keys::decode_week(key.get(32..)?)?,
     })
+}
+
+fn erasure_key(kind: u8, id: ErasureId) -> Vec<u8> {
+    let mut key = vec![kind];
+    key.extend_from_slice(id.as_uuid().as_bytes());
+    key
+}
+
+fn decode_erasure_id(key: &[u8]) -> Option<ErasureId> {
+    Some(ErasureId::new(Uuid::from_slice(key.get(1..)?).ok()?))
+}
+
+/// A subject in the clear; an enum so that other kinds of subject can follow.
+#[derive(Serialize, Deserialize)]
+enum StoredSubject {
+    User(Uuid),
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredCounts {
+    impressions: u64,
+    clicks: u64,
+    view_reports: u64,
+    conversions: u64,
+    visits: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredErasure {
+    subject: Option<StoredSubject>,
+    subject_hash: [u8; 32],
+    scope: Option<Uuid>,
+    requested_millis: i64,
+    status: String,
+    completed_millis: Option<i64>,
+    erased: Option<StoredCounts>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredErasedSubject {
+    subject_hash: [u8; 32],
+    scope: Option<Uuid>,
+    requested_millis: i64,
+}
+
+fn stored_counts(counts: &ErasedCounts) -> StoredCounts {
+    StoredCounts {
+        impressions: counts.impressions,
+        clicks: counts.clicks,
+        view_reports: counts.view_reports,
+        conversions: counts.conversions,
+        visits: counts.visits,
+    }
+}
+
+fn from_stored_counts(stored: StoredCounts) -> ErasedCounts {
+    ErasedCounts {
+        impressions: stored.impressions,
+        clicks: stored.clicks,
+        view_reports: stored.view_reports,
+        conversions: stored.conversions,
+        visits: stored.visits,
+    }
+}
+
+fn counts_value(counts: &ErasedCounts) -> Vec<u8> {
+    // Plain data into a Vec: serialising cannot fail.
+    postcard::to_stdvec(&stored_counts(counts)).unwrap_or_default()
+}
+
+fn decode_counts(value: &[u8]) -> Option<ErasedCounts> {
+    postcard::from_bytes(value).ok().map(from_stored_counts)
+}
+
+/// A stored value that decodes is settled and stays; one that does not is no one's answer.
+fn keeps_counts(value: &[u8]) -> bool {
+    decode_counts(value).is_some()
+}
+
+fn record_value(record: &ErasureRecord) -> Vec<u8> {
+    let stored = StoredErasure {
+        subject: record.subject.map(|subject| match subject {
+            Subject::User(user) => StoredSubject::User(user.as_uuid()),
+        }),
+        subject_hash: *record.subject_hash.as_bytes(),
+        scope: record.scope.map(|scope| scope.as_uuid()),
+        requested_millis: record.requested_at.timestamp_millis(),
+        status: record.status.name().to_owned(),
+        completed_millis: record.completed_at.map(|at| at.timestamp_millis()),
+        erased: record.erased.as_ref().map(stored_counts),
+    };
+    postcard::to_stdvec(&stored).unwrap_or_default()
+}
+
+fn decode_record(id: ErasureId, value: &[u8]) -> Option<ErasureRecord> {
+    let stored: StoredErasure = postcard::from_bytes(value).ok()?;
+    let completed_at = match stored.completed_millis {
+        None => None,
+        Some(millis) => Some(DateTime::from_timestamp_millis(millis)?),
+    };
+    Some(ErasureRecord {
+        id,
+        subject: stored.subject.map(|subject| match subject {
+            StoredSubject::User(user) => Subject::User(UserId::new(user)),
+        }),
+        subject_hash: SubjectHash::new(stored.subject_hash),
+        scope: stored.scope.map(AdvertiserId::new),
+        requested_at: DateTime::from_timestamp_millis(stored.requested_millis)?,
+        status: ErasureStatus::from_name(&stored.status)?,
+        completed_at,
+        erased: stored.erased.map(from_stored_counts),
+    })
+}
+
+fn erased_subject_value(subject: &ErasedSubject) -> Vec<u8> {
+    let stored = StoredErasedSubject {
+        subject_hash: *subject.subject_hash.as_bytes(),
+        scope: subject.scope.map(|scope| scope.as_uuid()),
+        requested_millis: subject.requested_at.timestamp_millis(),
+    };
+    postcard::to_stdvec(&stored).unwrap_or_default()
+}
+
+fn decode_erased_subject(value: &[u8]) -> Option<ErasedSubject> {
+    let stored: StoredErasedSubject = postcard::from_bytes(value).ok()?;
+    Some(ErasedSubject {
+        subject_hash: SubjectHash::new(stored.subject_hash),
+        scope: stored.scope.map(AdvertiserId::new),
+        requested_at: DateTime::from_timestamp_millis(stored.requested_millis)?,
+    })
+}
+
+fn decode_privacy_key(value: &[u8]) -> Option<PrivacyKey> {
+    Some(PrivacyKey::new(value.try_into().ok()?))
+}
+
+fn keeps_privacy_key(value: &[u8]) -> bool {
+    decode_privacy_key(value).is_some()
 }
 
 impl EmbeddedStore {
@@ -81,6 +236,28 @@ impl EmbeddedStore {
                 return Ok(());
             }
         }
+    }
+
+    /// Writes `value` under `key` unless a value it `keeps` is stored there, and returns what
+    /// is stored once it is durable: the first writer's value, on every caller.
+    async fn keep_first(
+        &self,
+        context: &'static str,
+        row: Guarded,
+    ) -> Result<fjall::Slice, StoreError> {
+        let (table, key) = (row.table, row.key.clone());
+        // Settled once, read often: a value already kept costs no commit.
+        if let Some(stored) = self.point(table, key.clone(), context).await?
+            && (row.keeps)(&stored)
+        {
+            return Ok(stored);
+        }
+        self.committer
+            .commit_guarded(context, Vec::new(), vec![row])
+            .await?;
+        self.point(table, key, context)
+            .await?
+            .ok_or_else(|| corrupt(context))
     }
 }
 
@@ -188,36 +365,122 @@ impl SubjectStore for EmbeddedStore {
         )
         .await
     }
-    async fn create_erasure(&self, _record: &ErasureRecord) -> Result<(), StoreError> {
-        todo!()
+
+    async fn create_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
+        let id = record.id;
+        let rows = vec![
+            (
+                Table::Erasure,
+                erasure_key(RECORD, id),
+                record_value(record),
+            ),
+            (Table::Erasure, erasure_key(PENDING, id), Vec::new()),
+            (
+                Table::Erasure,
+                erasure_key(SUBJECT, id),
+                erased_subject_value(&record.erased_subject()),
+            ),
+        ];
+        self.write("recording an erasure", rows).await
     }
 
-    async fn erasure(&self, _id: ErasureId) -> Result<Option<ErasureRecord>, StoreError> {
-        todo!()
+    async fn erasure(&self, id: ErasureId) -> Result<Option<ErasureRecord>, StoreError> {
+        const CONTEXT: &str = "reading an erasure";
+        let (record, counts) = self
+            .blocking(move |tables| {
+                let table = tables.get(Table::Erasure);
+                let read = |kind| {
+                    table
+                        .get(erasure_key(kind, id))
+                        .map_err(|error| engine_error(CONTEXT, error))
+                };
+                Ok((read(RECORD)?, read(COUNTS)?))
+            })
+            .await?;
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        let mut record = decode_record(id, &record).ok_or_else(|| corrupt(CONTEXT))?;
+        // Settled counts live beside the record until the done form carries them.
+        if record.erased.is_none() {
+            record.erased = counts
+                .map(|counts| decode_counts(&counts).ok_or_else(|| corrupt(CONTEXT)))
+                .transpose()?;
+        }
+        Ok(Some(record))
     }
 
     async fn pending_erasures(&self) -> Result<Vec<ErasureId>, StoreError> {
-        todo!()
+        const CONTEXT: &str = "reading pending erasures";
+        self.scan(Table::Erasure, vec![PENDING], None, CONTEXT)
+            .await?
+            .iter()
+            .map(|(key, _)| decode_erasure_id(key).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
     }
 
     async fn settle_erasure_counts(
         &self,
-        _id: ErasureId,
-        _counts: ErasedCounts,
+        id: ErasureId,
+        counts: ErasedCounts,
     ) -> Result<ErasedCounts, StoreError> {
-        todo!()
+        const CONTEXT: &str = "settling an erasure's counts";
+        let stored = self
+            .keep_first(
+                CONTEXT,
+                Guarded {
+                    table: Table::Erasure,
+                    key: erasure_key(COUNTS, id),
+                    value: counts_value(&counts),
+                    keeps: keeps_counts,
+                },
+            )
+            .await?;
+        decode_counts(&stored).ok_or_else(|| corrupt(CONTEXT))
     }
 
-    async fn finish_erasure(&self, _record: &ErasureRecord) -> Result<(), StoreError> {
-        todo!()
+    async fn finish_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
+        // The done form never names the subject in the clear, whatever the caller passed.
+        let done = ErasureRecord {
+            subject: None,
+            ..record.clone()
+        };
+        self.committer
+            .commit_replacing(
+                "finishing an erasure",
+                vec![(Table::Erasure, erasure_key(PENDING, record.id))],
+                vec![(
+                    Table::Erasure,
+                    erasure_key(RECORD, record.id),
+                    record_value(&done),
+                )],
+            )
+            .await
     }
 
     async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError> {
-        todo!()
+        const CONTEXT: &str = "reading erased subjects";
+        self.scan(Table::Erasure, vec![SUBJECT], None, CONTEXT)
+            .await?
+            .iter()
+            .map(|(_, value)| decode_erased_subject(value).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
     }
 
-    async fn privacy_key(&self, _candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
-        todo!()
+    async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
+        const CONTEXT: &str = "storing the privacy key";
+        let stored = self
+            .keep_first(
+                CONTEXT,
+                Guarded {
+                    table: Table::Meta,
+                    key: PRIVACY_KEY.as_bytes().to_vec(),
+                    value: candidate.as_bytes().to_vec(),
+                    keeps: keeps_privacy_key,
+                },
+            )
+            .await?;
+        decode_privacy_key(&stored).ok_or_else(|| corrupt(CONTEXT))
     }
 }
 
@@ -234,6 +497,7 @@ mod tests {
     use crate::domain::view::{Client, ViewKinds, ViewReport, ViewReportEvent};
     use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
     use crate::store::{EventIndexStore, EventStore, SliceStore, ViewStore};
+    use chrono::Utc;
 
     fn open(folder: &tempfile::TempDir) -> EmbeddedStore {
         EmbeddedStore::open(&EmbeddedConfig {
@@ -527,5 +791,109 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(index.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_erasure_settles_its_counts_once_and_its_done_form_forgets_the_subject() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = open(&folder);
+        let user = UserId::new(id(0xfeed_beef));
+        let record = ErasureRecord::requested(
+            Subject::User(user),
+            SubjectHash::new([9; 32]),
+            Some(AdvertiserId::new(id(1))),
+            "2026-11-28T12:00:00.123Z".parse().expect("time"),
+        );
+        store.create_erasure(&record).await.expect("created");
+        assert_eq!(
+            store.erasure(record.id).await.expect("read"),
+            Some(record.clone())
+        );
+        assert_eq!(
+            store.erasure(ErasureId::generate()).await.expect("read"),
+            None
+        );
+        assert_eq!(
+            store.pending_erasures().await.expect("read"),
+            vec![record.id]
+        );
+        assert_eq!(
+            store.erased_subjects().await.expect("read"),
+            vec![record.erased_subject()]
+        );
+
+        let counts = |impressions| ErasedCounts {
+            impressions,
+            clicks: 2,
+            ..ErasedCounts::default()
+        };
+        let settled: Vec<_> = futures::future::join_all(
+            (1..=4).map(|n| store.settle_erasure_counts(record.id, counts(n))),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("settled");
+        assert!(
+            settled.iter().all(|each| *each == settled[0]),
+            "{settled:?}"
+        );
+        let later = store
+            .settle_erasure_counts(record.id, counts(99))
+            .await
+            .expect("settled");
+        assert_eq!(later, settled[0]);
+        let read = store
+            .erasure(record.id)
+            .await
+            .expect("read")
+            .expect("stored");
+        assert_eq!(read.erased, Some(settled[0]));
+
+        let done = read.done(settled[0], Utc::now());
+        store.finish_erasure(&done).await.expect("finished");
+        store.finish_erasure(&done).await.expect("again");
+        let read = store
+            .erasure(record.id)
+            .await
+            .expect("read")
+            .expect("stored");
+        assert_eq!(read.status, ErasureStatus::Done);
+        assert_eq!(read.subject, None);
+        assert_eq!(read.subject_hash, record.subject_hash);
+        assert_eq!(read.erased, Some(settled[0]));
+        let stored = store
+            .tables
+            .erasure
+            .get(erasure_key(RECORD, record.id))
+            .expect("read")
+            .expect("stored");
+        assert!(
+            !stored
+                .windows(16)
+                .any(|bytes| bytes == user.as_uuid().as_bytes()),
+            "the done record holds no user id"
+        );
+        assert!(store.pending_erasures().await.expect("read").is_empty());
+        assert_eq!(
+            store.erased_subjects().await.expect("read"),
+            vec![record.erased_subject()]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_privacy_key_stays() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = open(&folder);
+        let first = store
+            .privacy_key(&PrivacyKey::new([1; 32]))
+            .await
+            .expect("stored");
+        assert_eq!(first.as_bytes(), &[1; 32]);
+        let second = store
+            .privacy_key(&PrivacyKey::new([2; 32]))
+            .await
+            .expect("stored");
+        assert_eq!(second.as_bytes(), &[1; 32]);
     }
 }
