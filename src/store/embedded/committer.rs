@@ -26,7 +26,9 @@ pub(crate) struct Guarded {
 
 /// A row whose new value is `merge` of its stored value (if any) and `value`: the read and the
 /// write happen in the commit thread, in order, so no other write slips between them, and
-/// merges of one key in one group apply one after the other.
+/// merges of one key in one group apply one after the other. A merge that leaves an empty
+/// value removes the row: that is how an entry is taken out of a merged row, and the row
+/// goes once its last entry does.
 pub(crate) struct Merged {
     pub(crate) table: Table,
     pub(crate) key: Vec<u8>,
@@ -147,6 +149,26 @@ impl Committer {
     ) -> Result<MergedValues, StoreError> {
         self.submit(context, Vec::new(), rows, guarded, merged, Vec::new())
             .await
+    }
+
+    /// Removes `removals` and merges each of `merged` with its stored value, atomically;
+    /// returns once they are durable.
+    pub(crate) async fn commit_removing(
+        &self,
+        context: &'static str,
+        removals: Removals,
+        merged: Vec<Merged>,
+    ) -> Result<(), StoreError> {
+        self.submit(
+            context,
+            removals,
+            Vec::new(),
+            Vec::new(),
+            merged,
+            Vec::new(),
+        )
+        .await
+        .map(drop)
     }
 
     /// Appends `records` to their logs atomically; returns once they are durable.
@@ -378,6 +400,10 @@ fn run(
                     .collect()
             })
             .collect();
+        let (emptied, merged): (Rows, Rows) = merged
+            .into_iter()
+            .partition(|(_, _, value)| value.is_empty());
+        removals.extend(emptied.into_iter().map(|(table, key, _)| (table, key)));
         kept.extend(merged);
         // A failed commit leaves its number unused, which is harmless: numbers only have to
         // be new, not consecutive.
@@ -506,5 +532,64 @@ mod tests {
         assert_eq!(rows[0].0.as_ref(), log_key(b"p", 0));
         assert_eq!(rows[1].0.as_ref(), log_key(b"p", 1));
         assert_eq!(stored_log_number(&tables).expect("read"), 2);
+    }
+
+    fn append(stored: Option<&[u8]>, value: &[u8]) -> Vec<u8> {
+        let mut row = stored.unwrap_or_default().to_vec();
+        row.extend_from_slice(value);
+        row
+    }
+
+    fn take_out(stored: Option<&[u8]>, value: &[u8]) -> Vec<u8> {
+        let mut row = stored.unwrap_or_default().to_vec();
+        row.retain(|byte| !value.contains(byte));
+        row
+    }
+
+    /// Taking the last entry out of a merged row removes the row, beside the call's removals.
+    #[tokio::test]
+    async fn a_merge_that_leaves_nothing_removes_its_row() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let tables = Arc::new(
+            open_tables(&EmbeddedConfig {
+                data_dir: folder.path().to_owned(),
+                fsync: Fsync::Never,
+                memory: EngineMemory::default(),
+            })
+            .expect("opened"),
+        );
+        let committer = Committer::start(Arc::clone(&tables)).expect("started");
+        let merged = |value: &[u8], merge| Merged {
+            table: Table::ImpressionCopy,
+            key: b"row".to_vec(),
+            value: value.to_vec(),
+            merge,
+        };
+        let values = committer
+            .commit_merged(
+                "test",
+                vec![(Table::Meta, b"other".to_vec(), vec![1])],
+                Vec::new(),
+                vec![merged(b"ab", append)],
+            )
+            .await
+            .expect("committed");
+        assert_eq!(values, vec![b"ab".to_vec()]);
+        committer
+            .commit_removing("test", Vec::new(), vec![merged(b"a", take_out)])
+            .await
+            .expect("committed");
+        let row = tables.impression_copy.get(b"row").expect("read");
+        assert_eq!(row.as_deref(), Some(&b"b"[..]));
+        committer
+            .commit_removing(
+                "test",
+                vec![(Table::Meta, b"other".to_vec())],
+                vec![merged(b"b", take_out)],
+            )
+            .await
+            .expect("committed");
+        assert!(tables.impression_copy.get(b"row").expect("read").is_none());
+        assert!(tables.meta.get(b"other").expect("read").is_none());
     }
 }

@@ -56,6 +56,10 @@ pub(crate) struct Tables {
     pub(crate) conversion_decision: Keyspace,
     pub(crate) conversion: Keyspace,
     pub(crate) campaign_conversion: Keyspace,
+    /// The subject directory: which advertisers and weeks index a user's events.
+    pub(crate) subject_week: Keyspace,
+    /// Erasure records, the pending list, erased subjects and settled counts.
+    pub(crate) erasure: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
@@ -104,6 +108,8 @@ pub(crate) enum Table {
     ConversionDecision,
     Conversion,
     CampaignConversion,
+    SubjectWeek,
+    Erasure,
     Meta,
 }
 
@@ -147,6 +153,8 @@ impl Tables {
             Table::ConversionDecision => &self.conversion_decision,
             Table::Conversion => &self.conversion,
             Table::CampaignConversion => &self.campaign_conversion,
+            Table::SubjectWeek => &self.subject_week,
+            Table::Erasure => &self.erasure,
             Table::Meta => &self.meta,
         }
     }

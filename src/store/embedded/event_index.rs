@@ -14,10 +14,12 @@ use uuid::Uuid;
 /// Advertiser (16), week (4), key kind (1), key id (16).
 const PREFIX_LEN: usize = 37;
 
-fn key_prefix(advertiser: AdvertiserId, week: Week, key: IndexKey) -> Vec<u8> {
+/// Every entry of `key` in the advertiser's `week` starts so (also what erasing the key
+/// deletes).
+pub(super) fn key_prefix(advertiser: AdvertiserId, week: Week, key: IndexKey) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(PREFIX_LEN + 49);
     bytes.extend_from_slice(advertiser.as_uuid().as_bytes());
-    bytes.extend_from_slice(&((week.get() as u32) ^ (1 << 31)).to_be_bytes());
+    bytes.extend_from_slice(&keys::week_bytes(week));
     bytes.push(key.code() as u8);
     bytes.extend_from_slice(key.id().as_bytes());
     bytes

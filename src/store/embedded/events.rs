@@ -30,7 +30,11 @@ fn guard((table, key, value): (Table, Vec<u8>, Vec<u8>), keeps: fn(&[u8]) -> boo
 }
 
 /// A full impression row of `partition` back from its key and value.
-fn full_impression(partition: &EventPartition, key: &[u8], value: &[u8]) -> Option<Impression> {
+pub(super) fn full_impression(
+    partition: &EventPartition,
+    key: &[u8],
+    value: &[u8],
+) -> Option<Impression> {
     let (at, impression_id) = keys::decode_event_key(key)?;
     let row = rows::decode_impression_value(value)?;
     Some(Impression {
@@ -75,6 +79,24 @@ pub(super) fn merge_copies(stored: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
         }
     }
     entries.truncate(MAX_COPIES_KEPT);
+    copies_value(&entries)
+}
+
+/// A copies-index row without the entry of the time `erased` holds (8 bytes of epoch
+/// milliseconds): empty, which removes the row, once no entry remains, or when the stored row
+/// does not decode (no read could use it, and it may hold the erased copy).
+pub(super) fn remove_copy(stored: Option<&[u8]>, erased: &[u8]) -> Vec<u8> {
+    let Ok(at) = <[u8; 8]>::try_from(erased).map(i64::from_be_bytes) else {
+        return stored.unwrap_or_default().to_vec();
+    };
+    let mut entries = stored
+        .and_then(rows::decode_copy_entries)
+        .unwrap_or_default();
+    entries.retain(|(time, _)| *time != at);
+    copies_value(&entries)
+}
+
+fn copies_value(entries: &[(i64, u8)]) -> Vec<u8> {
     entries
         .iter()
         .flat_map(|(at, code)| at.to_be_bytes().into_iter().chain([*code]))
@@ -352,5 +374,24 @@ mod tests {
             rows::decode_copy_entries(&merge_copies(Some(b"damaged"), &entry(5, 0))),
             Some(vec![(5, 0)])
         );
+    }
+
+    #[test]
+    fn erasing_a_copy_takes_out_its_time_only_and_the_last_leaves_nothing() {
+        let millis = |at: i64| at.to_be_bytes();
+        let two = merge_copies(
+            Some(&merge_copies(None, &entry(1_000, 0))),
+            &entry(2_000, 1),
+        );
+        let one = remove_copy(Some(&two), &millis(1_000));
+        assert_eq!(rows::decode_copy_entries(&one), Some(vec![(2_000, 1)]));
+        assert_eq!(
+            remove_copy(Some(&one), &millis(5)),
+            one,
+            "another time stays"
+        );
+        assert!(remove_copy(Some(&one), &millis(2_000)).is_empty());
+        assert!(remove_copy(None, &millis(2_000)).is_empty());
+        assert!(remove_copy(Some(b"damaged"), &millis(2_000)).is_empty());
     }
 }

@@ -2,6 +2,7 @@
 //! is one contiguous key range, and continues with the clustering columns encoded so that
 //! byte order is Cassandra's clustering order (newest first for events).
 
+use crate::domain::conversion::index::Week;
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::time::Day;
@@ -46,6 +47,17 @@ pub(crate) fn decode_day(bytes: &[u8]) -> Option<Day> {
     NaiveDate::default()
         .checked_add_signed(chrono::TimeDelta::days(i64::from(days)))
         .map(Day::new)
+}
+
+/// A week of the event index in key order.
+pub(crate) fn week_bytes(week: Week) -> [u8; 4] {
+    ordered_i32(week.get())
+}
+
+/// A week back from [`week_bytes`].
+pub(crate) fn decode_week(bytes: &[u8]) -> Option<Week> {
+    let week = (u32::from_be_bytes(bytes.try_into().ok()?) ^ (1 << 31)) as i32;
+    Some(Week::new(week))
 }
 
 /// The key prefix every row of `partition` starts with.

@@ -106,6 +106,8 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
         conversion_decision: open("conversion_decision")?,
         conversion: open("conversion")?,
         campaign_conversion: open("campaign_conversion")?,
+        subject_week: open("subject_week")?,
+        erasure: open("erasure")?,
         meta,
         persist: match config.fsync {
             Fsync::Always => PersistMode::SyncData,
