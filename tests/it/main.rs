@@ -5,6 +5,7 @@
 mod common;
 
 mod ad_tags;
+mod addresses;
 mod api_docs;
 mod beacons;
 mod browser;
@@ -25,7 +26,6 @@ mod limits_process;
 mod listings;
 mod migrations;
 mod open_days;
-mod addresses;
 mod privacy;
 mod process;
 mod reach;
