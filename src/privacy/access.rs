@@ -41,7 +41,7 @@ impl SubjectAccess {
         user: UserId,
         scope: Option<AdvertiserId>,
     ) -> Result<SubjectRecords, StoreError> {
-        let found = self.finder.find(user, scope).await?;
+        let found = self.finder.find(user, scope, None).await?;
         Ok(SubjectRecords {
             store: Arc::clone(&self.store),
             finder: self.finder.clone(),

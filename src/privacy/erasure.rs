@@ -10,9 +10,11 @@
 
 use super::finder::{SubjectEvents, SubjectFinder};
 use crate::domain::conversion::index::{IndexKey, Week};
-use crate::domain::ids::{AdvertiserId, CampaignKey, UserId};
+use crate::domain::ids::{AdvertiserId, CampaignKey};
 use crate::domain::owner::Owner;
-use crate::domain::privacy::{ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject};
+use crate::domain::privacy::{
+    ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject, SubjectWeek,
+};
 use crate::domain::time::Day;
 use crate::erased::{ErasedSubjects, REFRESH};
 use crate::event_index::EventIndexer;
@@ -145,12 +147,15 @@ impl Erasures {
                 .await?;
             return Ok(true);
         };
-        let found = self.finder.find(user, record.scope).await?;
+        let found = self
+            .finder
+            .find(user, record.scope, Some(record.requested_at))
+            .await?;
         let counts = self
             .store
             .settle_erasure_counts(id, self.count(&found).await?)
             .await?;
-        self.erase(user, &found).await?;
+        self.erase(&found, record.requested_at).await?;
         self.store
             .finish_erasure(&record.done(counts, Utc::now()))
             .await?;
@@ -202,7 +207,15 @@ impl Erasures {
     }
 
     /// Deletes the rows, then what led to them: a job cut off before the end finds them again.
-    async fn erase(&self, user: UserId, found: &SubjectEvents) -> Result<(), StoreError> {
+    /// The user's own index entries go one by one, so entries of events stored since the
+    /// request stay; so do the directory lines of the request's week and later, which lead to
+    /// those (this process or another may remember having written them, and would not write
+    /// them again). Older weeks get no new events of the user: ingestion drops them.
+    async fn erase(
+        &self,
+        found: &SubjectEvents,
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         let mut removed: Vec<(CampaignKey, DateTime<Utc>)> = Vec::new();
         let mut impression_keys: BTreeSet<(AdvertiserId, Week, IndexKey)> = BTreeSet::new();
         for impression in &found.impressions {
@@ -244,19 +257,15 @@ impl Erasures {
             .buffer_unordered(CONCURRENCY)
             .try_collect::<()>()
             .await?;
-        stream::iter(found.weeks.clone())
-            .map(|line| {
-                let store = Arc::clone(&self.store);
-                async move {
-                    store
-                        .delete_index_key(line.advertiser_id, line.week, IndexKey::User(user))
-                        .await
-                }
-            })
-            .buffer_unordered(CONCURRENCY)
-            .try_collect::<()>()
-            .await?;
-        self.store.delete_subject_weeks(&found.weeks).await
+        self.store.delete_index_entries(&found.entries).await?;
+        let current = Week::of(requested_at);
+        let past: Vec<SubjectWeek> = found
+            .weeks
+            .iter()
+            .filter(|line| line.week < current)
+            .copied()
+            .collect();
+        self.store.delete_subject_weeks(&past).await
     }
 
     /// Marks the slices of days not yet sealed that counted a removed event. A sealed day keeps

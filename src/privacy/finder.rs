@@ -3,7 +3,7 @@
 //! its copies, and an impression's clicks and view reports are read by its keys. So the cost
 //! follows the subject's events, not the store's size.
 
-use crate::domain::conversion::index::{IndexKey, IndexedKind};
+use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind};
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
@@ -13,7 +13,7 @@ use crate::domain::time::EventTime;
 use crate::domain::view::StoredReport;
 use crate::settings::SettingsCache;
 use crate::store::{ClickRow, EventAt, Store, StoreError};
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -36,6 +36,8 @@ pub(crate) struct FoundImpression {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SubjectEvents {
     pub(crate) weeks: Vec<SubjectWeek>,
+    /// The user's own index entries that led here.
+    pub(crate) entries: Vec<IndexEntry>,
     pub(crate) impressions: Vec<FoundImpression>,
 }
 
@@ -50,11 +52,13 @@ impl SubjectFinder {
         Self { store, settings }
     }
 
-    /// The user's events of every advertiser, or of `scope` only.
+    /// The user's events of every advertiser, or of `scope` only; with `stored_before`, only
+    /// those stored or timed before then (an erasure leaves the user's later events be).
     pub(crate) async fn find(
         &self,
         user: UserId,
         scope: Option<AdvertiserId>,
+        stored_before: Option<DateTime<Utc>>,
     ) -> Result<SubjectEvents, StoreError> {
         let weeks: Vec<SubjectWeek> = self
             .store
@@ -76,10 +80,22 @@ impl SubjectFinder {
             .buffer_unordered(CONCURRENCY)
             .try_concat()
             .await?;
+        let entries: Vec<IndexEntry> = entries
+            .into_iter()
+            .filter(|entry| entry.user_id == Some(user))
+            // Stored before, or timed before: ingestion drops the user's events timed before
+            // an erasure once every process knows it, and a repair re-indexes events with its
+            // own time as their arrival.
+            .filter(|entry| {
+                stored_before.is_none_or(|before| {
+                    entry.received < before || entry.timestamp.instant() < before
+                })
+            })
+            .collect();
         // Every impression the user's entries name: its copies from the impression entries
         // (a click entry names its impression too, whose copies may have gone already).
         let mut named: BTreeMap<(CampaignKey, ImpressionId), BTreeSet<EventTime>> = BTreeMap::new();
-        for entry in entries.iter().filter(|entry| entry.user_id == Some(user)) {
+        for entry in &entries {
             let campaign = CampaignKey {
                 advertiser_id: entry.advertiser_id,
                 campaign_id: entry.campaign_id,
@@ -96,7 +112,11 @@ impl SubjectFinder {
             .buffer_unordered(CONCURRENCY)
             .try_collect()
             .await?;
-        Ok(SubjectEvents { weeks, impressions })
+        Ok(SubjectEvents {
+            weeks,
+            entries,
+            impressions,
+        })
     }
 
     async fn impression(

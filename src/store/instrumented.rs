@@ -646,6 +646,14 @@ impl SubjectStore for Instrumented {
         .await
     }
 
+    async fn delete_index_entries(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
+        timed(
+            "delete_index_entries",
+            self.inner.delete_index_entries(entries),
+        )
+        .await
+    }
+
     async fn delete_index_key(
         &self,
         advertiser: AdvertiserId,

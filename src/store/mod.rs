@@ -575,6 +575,10 @@ pub trait SubjectStore: Send + Sync {
 
     async fn delete_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError>;
 
+    /// Deletes these event-index entries (exactly these rows: entries of the same key stored
+    /// since, such as a user's events after an erasure's request, stay).
+    async fn delete_index_entries(&self, entries: &[IndexEntry]) -> Result<(), StoreError>;
+
     /// Deletes every event-index entry of `key` in the advertiser's `week`.
     async fn delete_index_key(
         &self,

@@ -30,6 +30,8 @@ pub(crate) struct SubjectStatements {
     pub(crate) insert_subject_week: PreparedStatement,
     pub(crate) select_subject_weeks: PreparedStatement,
     pub(crate) delete_subject_week: PreparedStatement,
+    /// One `event_index` row by its whole key.
+    pub(crate) delete_index_entry: PreparedStatement,
     /// A range delete: every `event_index` row of one key in one partition.
     pub(crate) delete_index_key: PreparedStatement,
     pub(crate) select_impression_at: PreparedStatement,
@@ -73,6 +75,7 @@ impl SubjectStatements {
             insert_subject_week,
             select_subject_weeks,
             delete_subject_week,
+            delete_index_entry,
             delete_index_key,
             select_impression_at,
             delete_impression,
@@ -97,13 +100,21 @@ impl SubjectStatements {
             session,
             [
                 format!(
-                    "INSERT INTO {keyspace}.subject_week (user_id, advertiser_id, week) \
-                     VALUES (?, ?, ?) USING TTL ?"
+                    "INSERT INTO {keyspace}.subject_week (bucket, user_id, advertiser_id, week) \
+                     VALUES (?, ?, ?, ?) USING TTL ?"
                 ),
-                format!("SELECT advertiser_id, week FROM {keyspace}.subject_week WHERE user_id = ?"),
+                format!(
+                    "SELECT advertiser_id, week FROM {keyspace}.subject_week \
+                     WHERE bucket = ? AND user_id = ?"
+                ),
                 format!(
                     "DELETE FROM {keyspace}.subject_week \
-                     WHERE user_id = ? AND advertiser_id = ? AND week = ?"
+                     WHERE bucket = ? AND user_id = ? AND advertiser_id = ? AND week = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.event_index WHERE advertiser_id = ? AND week = ? \
+                     AND bucket_id = ? AND key_kind = ? AND key_id = ? AND timestamp = ? \
+                     AND kind = ? AND impression_id = ? AND campaign_id = ? AND received = ?"
                 ),
                 format!(
                     "DELETE FROM {keyspace}.event_index WHERE advertiser_id = ? AND week = ? \
@@ -178,6 +189,7 @@ impl SubjectStatements {
             insert_subject_week,
             select_subject_weeks,
             delete_subject_week,
+            delete_index_entry,
             delete_index_key,
             select_impression_at,
             delete_impression,

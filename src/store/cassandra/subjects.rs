@@ -14,7 +14,7 @@ use super::event_index::partition_of;
 use super::event_reads::FullImpressionRow;
 use super::statements::{execute, execute_each, failed, partition_values, read_all, read_one};
 use super::subject_statements::SubjectStatements;
-use crate::domain::conversion::index::{IndexKey, Week};
+use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
@@ -23,6 +23,7 @@ use crate::domain::privacy::{
 use crate::store::{EventAt, StoreError, SubjectStore};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
+use futures::{StreamExt, TryStreamExt};
 use scylla::statement::batch::{Batch, BatchType};
 use uuid::Uuid;
 
@@ -44,13 +45,82 @@ fn event_row(at: &EventAt) -> EventRow {
     )
 }
 
+/// Partitions of the subject directory. A user's lines are a clustering slice of one of them,
+/// so one flush's lines, of thousands of users, are a few hundred batched writes rather than
+/// one write per user; a partition holds 1/1024 of the user-weeks within retention (about
+/// 30 MB a year at 10 million distinct users a week).
+const SUBJECT_BUCKETS: u64 = 1024;
+/// Lines in one unlogged batch at most, and batches in flight.
+const LINES_PER_BATCH: usize = 100;
+const BATCHES_IN_FLIGHT: usize = 32;
+
+fn bucket_of(user: UserId) -> i16 {
+    // Below 1024, so it fits.
+    (xxhash_rust::xxh3::xxh3_64(user.as_uuid().as_bytes()) % SUBJECT_BUCKETS) as i16
+}
+
 /// A directory line's key, as bound.
-fn line(week: &SubjectWeek) -> (Uuid, Uuid, i32) {
+fn line(week: &SubjectWeek) -> (i16, Uuid, Uuid, i32) {
     (
+        bucket_of(week.user_id),
         week.user_id.as_uuid(),
         week.advertiser_id.as_uuid(),
         week.week.get(),
     )
+}
+
+/// Lines grouped by partition, at most [`LINES_PER_BATCH`] a group.
+fn line_batches(weeks: &[SubjectWeek]) -> Vec<Vec<&SubjectWeek>> {
+    let mut by_bucket: std::collections::HashMap<i16, Vec<&SubjectWeek>> =
+        std::collections::HashMap::new();
+    for week in weeks {
+        by_bucket
+            .entry(bucket_of(week.user_id))
+            .or_default()
+            .push(week);
+    }
+    by_bucket
+        .into_values()
+        .flat_map(|group| {
+            group
+                .chunks(LINES_PER_BATCH)
+                .map(<[&SubjectWeek]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Writes one partition's lines: a lone line as a plain insert, more as one unlogged batch.
+async fn write_lines(
+    session: &scylla::client::session::Session,
+    insert: &scylla::statement::prepared::PreparedStatement,
+    lines: Vec<&SubjectWeek>,
+    ttl: i32,
+) -> Result<(), StoreError> {
+    const CONTEXT: &str = "writing the subject directory";
+    let bound = |week: &SubjectWeek| {
+        let (bucket, user, advertiser, week) = line(week);
+        (bucket, user, advertiser, week, ttl)
+    };
+    if let [week] = lines[..] {
+        return session
+            .execute_unpaged(insert, bound(week))
+            .await
+            .map(|_| ())
+            .map_err(failed(CONTEXT));
+    }
+    let mut batch = Batch::new(BatchType::Unlogged);
+    batch.set_is_idempotent(true);
+    let mut values = Vec::with_capacity(lines.len());
+    for week in lines {
+        batch.append_statement(insert.clone());
+        values.push(bound(week));
+    }
+    session
+        .batch(&batch, values)
+        .await
+        .map(|_| ())
+        .map_err(failed(CONTEXT))
 }
 
 impl CassandraStore {
@@ -62,22 +132,21 @@ impl CassandraStore {
 #[async_trait]
 impl SubjectStore for CassandraStore {
     async fn write_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
+        if weeks.is_empty() {
+            return Ok(());
+        }
         let statement = &self.subject_statements().await?.insert_subject_week;
         // The index rows' TTL: a line written with each of its week's entries expires no
         // sooner than the last of them.
-        let ttl = self.ttl_seconds;
-        execute_each(
-            &self.session,
-            statement,
-            weeks,
-            ROWS_IN_FLIGHT,
-            |week| {
-                let (user, advertiser, week) = line(week);
-                (user, advertiser, week, ttl)
-            },
-            "writing the subject directory",
-        )
-        .await
+        let (session, ttl) = (&*self.session, self.ttl_seconds);
+        let writes: Vec<_> = line_batches(weeks)
+            .into_iter()
+            .map(|lines| write_lines(session, statement, lines, ttl))
+            .collect();
+        futures::stream::iter(writes)
+            .buffer_unordered(BATCHES_IN_FLIGHT)
+            .try_collect::<()>()
+            .await
     }
 
     async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
@@ -85,7 +154,7 @@ impl SubjectStore for CassandraStore {
         let rows: Vec<(Uuid, i32)> = read_all(
             &self.session,
             statement,
-            (user.as_uuid(),),
+            (bucket_of(user), user.as_uuid()),
             "reading the subject directory",
         )
         .await?;
@@ -108,6 +177,34 @@ impl SubjectStore for CassandraStore {
             ROWS_IN_FLIGHT,
             line,
             "deleting from the subject directory",
+        )
+        .await
+    }
+
+    async fn delete_index_entries(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
+        let statement = &self.subject_statements().await?.delete_index_entry;
+        execute_each(
+            &self.session,
+            statement,
+            entries,
+            ROWS_IN_FLIGHT,
+            |entry| {
+                let (advertiser_id, week, bucket_id) =
+                    partition_of(entry.advertiser_id, entry.week(), entry.key);
+                (
+                    advertiser_id,
+                    week,
+                    bucket_id,
+                    entry.key.code(),
+                    entry.key.id(),
+                    entry.timestamp.instant(),
+                    entry.kind.code(),
+                    entry.impression_id.as_uuid(),
+                    entry.campaign_id.as_uuid(),
+                    entry.received,
+                )
+            },
+            "deleting from the event index",
         )
         .await
     }

@@ -26,7 +26,7 @@ pub(super) fn key_prefix(advertiser: AdvertiserId, week: Week, key: IndexKey) ->
 }
 
 /// Then the event's time (8), kind (1), impression (16), campaign (16) and arrival (8).
-fn entry_key(entry: &IndexEntry) -> Vec<u8> {
+pub(super) fn entry_key(entry: &IndexEntry) -> Vec<u8> {
     let mut key = key_prefix(entry.advertiser_id, entry.week(), entry.key);
     key.extend_from_slice(&keys::ordered_i64(entry.timestamp.epoch_millis()));
     key.push(entry.kind.code() as u8);

@@ -13,7 +13,7 @@ use super::EmbeddedStore;
 use super::committer::{Guarded, Merged, Removals};
 use super::engine::{Table, corrupt, engine_error};
 use super::{event_index, events, keys};
-use crate::domain::conversion::index::{IndexKey, Week};
+use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
@@ -292,6 +292,16 @@ impl SubjectStore for EmbeddedStore {
             .collect();
         self.committer
             .commit_replacing("deleting from the subject directory", removals, Vec::new())
+            .await
+    }
+
+    async fn delete_index_entries(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
+        let removals = entries
+            .iter()
+            .map(|entry| (Table::EventIndex, event_index::entry_key(entry)))
+            .collect();
+        self.committer
+            .commit_replacing("deleting from the event index", removals, Vec::new())
             .await
     }
 
