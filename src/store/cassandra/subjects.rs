@@ -63,15 +63,15 @@ impl CassandraStore {
 impl SubjectStore for CassandraStore {
     async fn write_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
         let statement = &self.subject_statements().await?.insert_subject_week;
-        // The index rows' TTL: a line written with each of its week's entries expires no
-        // sooner than the last of them.
-        let ttl = self.ttl_seconds;
+        // A line expires with the last day of its week: no sooner than the entries it leads
+        // to, which expire with their own days.
         execute_each(
             &self.session,
             statement,
             weeks,
             ROWS_IN_FLIGHT,
             |week| {
+                let ttl = self.raw_ttl(week.week.last_day());
                 let (user, advertiser, week) = line(week);
                 (user, advertiser, week, ttl)
             },
