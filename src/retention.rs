@@ -196,3 +196,115 @@ impl Sweeper {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::bucket::BucketCount;
+    use crate::domain::event::Impression;
+    use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+    use crate::domain::partition::EventPartition;
+    use crate::domain::user_data::UserData;
+    use crate::store::SettingsStore;
+    use crate::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
+    use uuid::Uuid;
+
+    fn impression(campaign: CampaignKey, at: DateTime<Utc>) -> Impression {
+        Impression {
+            impression_id: ImpressionId::new(Uuid::new_v4()),
+            campaign,
+            ad_id: AdId::new(Uuid::new_v4()),
+            user_id: UserId::new(Uuid::new_v4()),
+            timestamp: EventTime::from_stored(at),
+            user_ip: None,
+            user_data: UserData::default(),
+            user_agent: None,
+            invalid: None,
+            pixel_arrival: None,
+        }
+    }
+
+    /// Stores `count` impressions of `campaign` on `day` as ingestion does (the day indexed).
+    async fn stored(store: &Arc<dyn Store>, campaign: CampaignKey, day: Day, count: usize) {
+        let partition = EventPartition {
+            campaign,
+            day,
+            bucket: BucketCount::ONE.bucket_of(Uuid::nil()),
+        };
+        let events: Vec<Impression> = (0..count)
+            .map(|n| impression(campaign, day.start_utc() + TimeDelta::minutes(n as i64)))
+            .collect();
+        store
+            .write_impressions(&partition, &events)
+            .await
+            .expect("written");
+        store
+            .mark_day(&Owner::Campaign(campaign), day)
+            .await
+            .expect("indexed");
+    }
+
+    async fn left(store: &Arc<dyn Store>, campaign: CampaignKey, day: Day) -> usize {
+        let partition = EventPartition {
+            campaign,
+            day,
+            bucket: BucketCount::ONE.bucket_of(Uuid::nil()),
+        };
+        store
+            .read_impression_summaries(&partition)
+            .await
+            .expect("read")
+            .len()
+    }
+
+    #[tokio::test]
+    async fn a_pass_drops_the_days_the_day_index_lists_before_the_first_kept_one() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store: Arc<dyn Store> = Arc::new(
+            EmbeddedStore::open(&EmbeddedConfig {
+                data_dir: folder.path().to_owned(),
+                fsync: Fsync::Never,
+                memory: EngineMemory::default(),
+            })
+            .expect("opened"),
+        );
+        let campaign = |n: u128| CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            campaign_id: CampaignId::new(Uuid::from_u128(n)),
+        };
+        let day = |text: &str| Day::new(text.parse().expect("date"));
+        // Two campaigns side by side in key order, with expired and kept days each.
+        for n in [1, 2] {
+            stored(&store, campaign(n), day("2026-09-01"), 30).await;
+            stored(&store, campaign(n), day("2026-09-20"), 30).await;
+            stored(&store, campaign(n), day("2026-10-30"), 30).await;
+        }
+        let settings: Arc<dyn SettingsStore> = store.clone();
+        let sweeper = Sweeper::new(
+            Arc::clone(&store),
+            Arc::new(SettingsCache::new(settings, Duration::from_secs(10))),
+            RetentionOptions {
+                raw: Retention::parse("30days").expect("a retention"),
+                ..RetentionOptions::default()
+            },
+        );
+        let now: DateTime<Utc> = "2026-10-31T12:00:00Z".parse().expect("instant");
+        let swept = sweeper.sweep_once(now).await.expect("swept");
+        assert!(swept.ranges > 0, "{swept:?}");
+        for n in [1, 2] {
+            assert_eq!(left(&store, campaign(n), day("2026-09-01")).await, 0);
+            assert_eq!(left(&store, campaign(n), day("2026-09-20")).await, 0);
+            assert_eq!(left(&store, campaign(n), day("2026-10-30")).await, 30);
+        }
+        // The day index no longer lists the swept days, and a second pass has nothing to do.
+        let listed = store
+            .owners_of_day(OwnerKind::Campaign, day("2026-09-20"))
+            .await
+            .expect("read");
+        assert!(listed.is_empty(), "{listed:?}");
+        assert_eq!(
+            sweeper.sweep_once(now).await.expect("swept"),
+            Swept::default()
+        );
+    }
+}
