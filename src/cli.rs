@@ -5,12 +5,14 @@ use crate::access::{AccessOptions, AuthMode, OperatorKey};
 use crate::app::{Options, ServiceOptions};
 use crate::domain::address::StoreIp;
 use crate::domain::beacon::BeaconRules;
+use crate::domain::retention::Retention;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::SliceRule;
 use crate::domain::view::ViewWindow;
 use crate::http::{BodyLimits, ConnectionLimits, EdgeOptions, InFlight, RateLimits};
 use crate::query::aggregate::BillableWindow;
 use crate::query::{FanOut, QueryOptions};
+use crate::retention::RetentionOptions;
 use crate::sealer::SealerOptions;
 use crate::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, Credentials, KeyspaceName, Replication, WriteMode,
@@ -357,6 +359,8 @@ impl ServeArgs {
                 fan_out,
                 open_days: (!self.slice_interval.is_zero())
                     .then(|| SliceRule::new(self.slice_grace)),
+                // The composition root sets it from the service's retention.
+                retain_raw: Retention::Forever,
             },
             slices: SliceRule::new(self.slice_grace),
             slice_interval: (!self.slice_interval.is_zero())
@@ -369,6 +373,15 @@ impl ServeArgs {
             sketch_memory: self.limits.sketch_memory.as_u64(),
             ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
             attribution_delay: self.attribution_delay.min(Duration::from_secs(3600)),
+            retention: RetentionOptions {
+                raw: self.store.retain_raw(),
+                // `serve` refuses a shorter one than --retain-raw before it gets here.
+                aggregates: self
+                    .store
+                    .retain_aggregates()
+                    .unwrap_or(self.store.retain_aggregates),
+                ..RetentionOptions::default()
+            },
         };
         let edge = EdgeOptions {
             body_limits: BodyLimits {
@@ -393,6 +406,8 @@ impl ServeArgs {
             click_ttl: self.click_ttl,
             view_window: self.view_window,
             view_memory_entries: self.view_memory_entries as usize,
+            // The composition root sets it from the service's retention.
+            retain_raw: Retention::Forever,
         };
         Options { service, edge }
     }
@@ -603,11 +618,57 @@ pub(crate) struct StoreArgs {
     /// tables in memory are written out, so it also bounds their memory together.
     #[arg(long, env = "ADEVENTS_EMBEDDED_JOURNAL", default_value = "64MiB", value_parser = parse_journal_size)]
     pub(crate) embedded_journal: bytesize::ByteSize,
+    /// Raw events (impressions, clicks, view reports, beacons, conversions and their indexes)
+    /// of a UTC day are deleted this long after the day began, on both stores: `forever`, or
+    /// at least `2days` (`400days`, `13weeks`). An event of a day already past it is refused.
+    /// `--retention` (`ADEVENTS_RETENTION`), its old name, is accepted until the next release.
+    #[arg(long, env = "ADEVENTS_RETAIN_RAW", default_value = "forever", value_parser = parse_retention)]
+    pub(crate) retain_raw: Retention,
+    /// The old name of --retain-raw (Cassandra only, counted from the write); one of the two.
+    #[arg(long, env = "ADEVENTS_RETENTION", hide = true, value_parser = parse_retention, conflicts_with = "retain_raw")]
+    pub(crate) retention: Option<Retention>,
+    /// Rollups (sealed days' counts and sketches) of a UTC day are deleted this long after
+    /// the day began: `forever`, or at least --retain-raw. Delivery's sealed totals are
+    /// always kept, or lifetime caps would start again.
+    #[arg(long, env = "ADEVENTS_RETAIN_AGGREGATES", default_value = "forever", value_parser = parse_retention)]
+    pub(crate) retain_aggregates: Retention,
     #[command(flatten)]
     pub(crate) cassandra: CassandraArgs,
 }
 
+/// A `forever` or a duration of at least two days.
+fn parse_retention(text: &str) -> Result<Retention, String> {
+    Retention::parse(text).map_err(|error| error.to_string())
+}
+
 impl StoreArgs {
+    /// `--retain-raw`, or `--retention` where only the old name is given.
+    pub(crate) fn retain_raw(&self) -> Retention {
+        self.retention.unwrap_or(self.retain_raw)
+    }
+
+    /// `--retain-aggregates`, never shorter than `--retain-raw`: a rollup that expired before
+    /// its day's raw events would leave a sealed day answering nothing while they remain.
+    pub(crate) fn retain_aggregates(&self) -> Result<Retention, String> {
+        let (raw, aggregates) = (self.retain_raw(), self.retain_aggregates);
+        match (raw, aggregates) {
+            (Retention::For(raw), Retention::For(kept)) if kept < raw => Err(format!(
+                "--retain-aggregates {aggregates} is shorter than --retain-raw {}",
+                Retention::For(raw)
+            )),
+            (Retention::Forever, Retention::For(_)) => Err(format!(
+                "--retain-aggregates {aggregates} is shorter than --retain-raw forever"
+            )),
+            _ => Ok(aggregates),
+        }
+    }
+
+    pub(crate) fn cassandra_config(&self) -> Result<CassandraConfig, String> {
+        Ok(self
+            .cassandra
+            .to_config(self.retain_raw(), self.retain_aggregates()?))
+    }
+
     pub(crate) fn embedded_config(&self) -> EmbeddedConfig {
         EmbeddedConfig {
             data_dir: self.data_dir.clone(),
@@ -689,13 +750,10 @@ pub(crate) struct CassandraArgs {
     /// per row with many in flight (see docs/BENCHMARKS.md for the measurement).
     #[arg(long, env = "ADEVENTS_CASSANDRA_WRITE_MODE", value_enum, default_value_t = WriteMode::Batch)]
     pub(crate) cassandra_write_mode: WriteMode,
-    /// Raw events expire after this long (e.g. `400days`); unset keeps them forever.
-    #[arg(long, env = "ADEVENTS_RETENTION", value_parser = humantime::parse_duration)]
-    pub(crate) retention: Option<Duration>,
 }
 
 impl CassandraArgs {
-    pub(crate) fn to_config(&self) -> CassandraConfig {
+    fn to_config(&self, retain_raw: Retention, retain_aggregates: Retention) -> CassandraConfig {
         CassandraConfig {
             nodes: self.cassandra_nodes.clone(),
             keyspace: self.keyspace.clone(),
@@ -710,7 +768,8 @@ impl CassandraArgs {
             connect_timeout: self.cassandra_connect_timeout,
             request_timeout: self.cassandra_request_timeout,
             write_mode: self.cassandra_write_mode,
-            retention: self.retention,
+            retain_raw,
+            retain_aggregates,
         }
     }
 }
@@ -780,6 +839,8 @@ mod tests {
         assert_eq!(default_of("replication"), "simple:1");
         assert_eq!(default_of("consistency"), "local-quorum");
         assert_eq!(default_of("store-ip"), "truncated");
+        assert_eq!(default_of("retain-raw"), "forever");
+        assert_eq!(default_of("retain-aggregates"), "forever");
     }
 
     #[test]
@@ -799,7 +860,7 @@ mod tests {
         let Command::Migrate(args) = command else {
             panic!("expected migrate");
         };
-        let config = args.store.cassandra.to_config();
+        let config = args.store.cassandra_config().expect("valid");
         assert_eq!(config.nodes.len(), 2);
         assert_eq!(config.keyspace.as_str(), "ads_prod");
         assert!(
@@ -829,6 +890,41 @@ mod tests {
         let error =
             Cli::try_parse_from(["adevents", "--store-ip", "partial"]).expect_err("refused");
         assert!(error.to_string().contains("--store-ip"), "{error}");
+    }
+
+    #[test]
+    fn retain_raw_takes_its_old_name_until_the_next_release() {
+        let retained = |args: &[&str]| {
+            let Command::Serve(args) = Cli::try_parse_from(args).expect("parses").into_command()
+            else {
+                panic!("serve is the default command");
+            };
+            (args.store.retain_raw(), args.store.retain_aggregates())
+        };
+        let days = |text: &str| Retention::parse(text).expect("a retention");
+        assert_eq!(
+            retained(&["adevents", "--retain-raw", "400days"]).0,
+            days("400days")
+        );
+        assert_eq!(
+            retained(&["adevents", "--retention", "30days"]).0,
+            days("30days")
+        );
+        assert_eq!(retained(&["adevents"]).0, Retention::Forever);
+        let error = Cli::try_parse_from(["adevents", "--retain-raw", "1day"]).expect_err("refused");
+        assert!(error.to_string().contains("--retain-raw"), "{error}");
+        assert!(
+            Cli::try_parse_from(["adevents", "--retain-raw", "3days", "--retention", "3days"])
+                .is_err()
+        );
+        let (_, aggregates) = retained(&[
+            "adevents",
+            "--retain-raw",
+            "30days",
+            "--retain-aggregates",
+            "10days",
+        ]);
+        assert!(aggregates.is_err());
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub mod query;
 mod random_id;
 mod readiness;
 mod remembered;
+pub mod retention;
 pub mod sealer;
 mod server;
 pub mod settings;

@@ -17,6 +17,7 @@
 use crate::domain::beacon::SiteId;
 use crate::domain::ids::CampaignKey;
 use crate::domain::owner::{Owner, OwnerKind};
+use crate::domain::retention::Retention;
 use crate::domain::sealing::SealingRule;
 use crate::domain::slices::SliceRule;
 use crate::domain::time::Day;
@@ -35,6 +36,9 @@ use std::time::Duration;
 
 /// How many days of marks the sealer reads from the late index each pass (the index keeps ten).
 const LATE_INDEX_SCAN_DAYS: i64 = 8;
+/// How long before a day's raw events expire the sealer leaves it alone: longer than a seal
+/// of one day takes, so no seal reads a day while it expires.
+const EXPIRY_MARGIN: TimeDelta = TimeDelta::hours(1);
 /// Owner-days whose seal this process knows, so marks it has handled cost no read; past this
 /// many it starts over.
 const KNOWN_SEALS: usize = 100_000;
@@ -55,6 +59,9 @@ pub struct SealerOptions {
     /// When slices of days not yet sealed close (`None`: slices are not aggregated, and a
     /// seal reads the day raw).
     pub(crate) open_days: Option<SliceRule>,
+    /// How long raw events are kept (`--retain-raw`): a day whose raw events are gone, or go
+    /// before a seal could finish, keeps the rollup it has.
+    pub(crate) retain_raw: Retention,
 }
 
 impl Default for SealerOptions {
@@ -67,6 +74,7 @@ impl Default for SealerOptions {
             view_window: ViewWindow::default(),
             fan_out: FanOut { concurrency: 64 },
             open_days: Some(SliceRule::default()),
+            retain_raw: Retention::Forever,
         }
     }
 }
@@ -113,6 +121,13 @@ impl Sealer {
 
     pub(crate) fn rule(&self) -> SealingRule {
         self.options.rule
+    }
+
+    /// Whether `day` is left as it is at `now`: its raw events are past `--retain-raw`, or
+    /// will be within [`EXPIRY_MARGIN`], so a seal would read what is left of them (or what
+    /// the sweep deletes meanwhile) and replace a complete rollup with a partial one.
+    pub(crate) fn keeps_rollup(&self, day: Day, now: DateTime<Utc>) -> bool {
+        self.options.retain_raw.expired(day, now + EXPIRY_MARGIN)
     }
 
     /// Aggregates one campaign-day from its raw partitions and stores the rollup.
@@ -270,7 +285,11 @@ impl Sealer {
         let mut marks = store.late_marks(since).await?;
         marks.sort_by_key(|mark| mark.late_at);
         for mark in marks {
-            if self.known_current(&mark.owner, mark.day, mark.late_at) {
+            // A mark of a day past retention (an event stored just before it expired) is
+            // not for a seal: the raw events it would read are gone, the rollup stays.
+            if self.known_current(&mark.owner, mark.day, mark.late_at)
+                || self.keeps_rollup(mark.day, now)
+            {
                 continue;
             }
             let state = store.seal_state(&mark.owner, mark.day).await?;
@@ -290,6 +309,9 @@ impl Sealer {
         }
         for back in (1..=i64::from(self.options.lookback_days)).rev() {
             let day = Day::new(today.date() - TimeDelta::days(back));
+            if self.keeps_rollup(day, now) {
+                continue;
+            }
             let may_seal = self.options.rule.may_seal(day, now);
             for kind in [OwnerKind::Campaign, OwnerKind::Site] {
                 for owner in store.owners_of_day(kind, day).await? {

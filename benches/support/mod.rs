@@ -35,7 +35,8 @@ pub fn config_in(keyspace: &str, write_mode: WriteMode) -> CassandraConfig {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(60),
         write_mode,
-        retention: None,
+        retain_raw: adevents::domain::retention::Retention::Forever,
+        retain_aggregates: adevents::domain::retention::Retention::Forever,
     }
 }
 

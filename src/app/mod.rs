@@ -1,7 +1,7 @@
 //! The composition root: builds the store's services once, starts and stops the work that runs
 //! beside the requests (the sketch and delivery flushers, the billable-window reconciler, this
-//! process's reports, the key refresh, the sealer, the slice aggregator, the repair of gone
-//! processes), and owns
+//! process's reports, the key refresh, the sealer, the slice aggregator, the retention sweep,
+//! the repair of gone processes), and owns
 //! readiness. `serve`, the commands, the tests and the benches build through it; the HTTP layer
 //! gets only what its handlers need ([`AppState`]).
 
@@ -20,6 +20,7 @@ use crate::delivery::DeliveryService;
 use crate::delivery::live::{LiveDelivery, spawn_flusher as spawn_delivery_flusher};
 use crate::delivery::rebuild::DayRepair;
 use crate::domain::owner::OwnerKind;
+use crate::domain::retention::Retention;
 use crate::domain::view::ViewWindow;
 use crate::erased::ErasedSubjects;
 use crate::event_index::EventIndexer;
@@ -33,6 +34,7 @@ use crate::privacy::finder::SubjectFinder;
 use crate::processes::ProcessRegistry;
 use crate::query::Queries;
 use crate::readiness::Readiness;
+use crate::retention::Sweeper;
 use crate::sealer::{Sealer, SharedProgress};
 use crate::settings::{Settings, SettingsCache};
 use crate::slicer::{SliceAggregator, SlicerOptions};
@@ -65,7 +67,13 @@ pub struct App {
 impl App {
     /// Wires the services over `store`, timing every store call for `/metrics`.
     pub fn new(store: Arc<dyn Store>, options: Options) -> Self {
-        let Options { mut service, edge } = options;
+        let Options {
+            mut service,
+            mut edge,
+        } = options;
+        // One retention for every part: the edge refuses what the sealer and sweep leave.
+        edge.retain_raw = service.retention.raw;
+        service.sealer.retain_raw = service.retention.raw;
         // Days not yet sealed are answered from their slices only while slices are aggregated.
         let open_days = service.slice_interval.map(|_| service.slices);
         service.queries.open_days = open_days;
@@ -231,6 +239,15 @@ impl App {
         )
     }
 
+    /// The sweep of raw events past `--retain-raw`, over this app's store and settings.
+    pub fn sweeper(&self) -> Sweeper {
+        Sweeper::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.settings_cache),
+            self.options.retention,
+        )
+    }
+
     /// The aggregator of closed slices, over this app's store and settings; `None` when
     /// slices are not aggregated.
     pub fn slicer(&self) -> Option<SliceAggregator> {
@@ -298,6 +315,9 @@ impl App {
         let indexer = self.indexer.start();
         let decider = self.decider.start();
         let erasures = self.erasures.start();
+        // Nothing to sweep while everything is kept.
+        let sweeper =
+            (self.options.retention.raw != Retention::Forever).then(|| self.sweeper().spawn());
         Running::new([
             Some(sketches),
             Some(delivery),
@@ -308,6 +328,7 @@ impl App {
             Some(indexer),
             Some(decider),
             Some(erasures),
+            sweeper,
         ])
     }
 

@@ -4,6 +4,7 @@ use crate::access::AccessOptions;
 use crate::domain::slices::SliceRule;
 use crate::http::EdgeOptions;
 use crate::query::QueryOptions;
+use crate::retention::RetentionOptions;
 use crate::sealer::SealerOptions;
 use ipnet::IpNet;
 use std::time::Duration;
@@ -45,6 +46,9 @@ pub struct ServiceOptions {
     /// How long after a conversion arrives its attribution is decided: a click still on its
     /// way meanwhile counts.
     pub attribution_delay: Duration,
+    /// What is kept how long (`--retain-raw`, `--retain-aggregates`): ingestion refuses events
+    /// of expired days, the sealer leaves them alone, the sweep deletes their raw rows.
+    pub retention: RetentionOptions,
 }
 
 impl Default for ServiceOptions {
@@ -62,6 +66,7 @@ impl Default for ServiceOptions {
             sketch_memory: 256 * 1024 * 1024,
             ivt_deny_cidrs: Vec::new(),
             attribution_delay: Duration::from_secs(60),
+            retention: RetentionOptions::default(),
         }
     }
 }

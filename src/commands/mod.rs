@@ -44,6 +44,8 @@ pub enum CommandError {
     Rollup(String),
     #[error("{0}")]
     Access(String),
+    #[error("{0}")]
+    Options(String),
 }
 
 /// A store opened for a command, with the concrete type kept for store-specific work.
@@ -62,7 +64,7 @@ impl OpenedStore {
                 Ok(Self::Embedded(Arc::new(EmbeddedStore::open(&config)?)))
             }
             StoreKind::Cassandra => {
-                let config = args.cassandra.to_config();
+                let config = args.cassandra_config().map_err(CommandError::Options)?;
                 tracing::info!(nodes = %config.nodes.join(","), keyspace = %config.keyspace, "connecting to Cassandra");
                 let store = CassandraStore::connect(config, migrations).await?;
                 Ok(Self::Cassandra(Arc::new(store)))

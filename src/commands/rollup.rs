@@ -32,6 +32,7 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         // By hand (after a bug fix, say), a day is aggregated from its raw events, never from
         // slice aggregates the fixed code may not have made.
         open_days: None,
+        retain_raw: args.store.retain_raw(),
         ..SealerOptions::default()
     };
     let sealer = Sealer::new(store, settings, options, Default::default());
@@ -49,6 +50,10 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
                 if !rule.may_seal(day, now) {
                     return Err(not_closed(day, &args));
                 }
+                if sealer.keeps_rollup(day, now) {
+                    println!("kept the rollup of {day}: its raw events are past --retain-raw");
+                    continue;
+                }
                 sealer.seal_campaign_day(campaign, day).await?;
                 println!("sealed {day} of campaign {}", campaign.campaign_id);
             }
@@ -60,6 +65,10 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
             for day in days {
                 if !rule.may_seal(day, now) {
                     return Err(not_closed(day, &args));
+                }
+                if sealer.keeps_rollup(day, now) {
+                    println!("kept the rollup of {day}: its beacons are past --retain-raw");
+                    continue;
                 }
                 let beacons = sealer.seal_site_day(&site, day).await?;
                 println!("sealed {day} of site {site} from {beacons} beacons");

@@ -12,6 +12,16 @@ use tokio::sync::oneshot;
 
 pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     server::survive_file_size_limit();
+    args.store
+        .retain_aggregates()
+        .map_err(CommandError::Options)?;
+    if args.store.retention.is_some() {
+        tracing::warn!(
+            "--retention (ADEVENTS_RETENTION) is the old name of --retain-raw (ADEVENTS_RETAIN_RAW), \
+             which now holds on both stores and counts from each event's UTC day; the old name \
+             goes in the next release"
+        );
+    }
     let migrations = embedded_migrations()?;
     let store = OpenedStore::open(&args.store, &migrations).await?;
     if args.no_migrate {

@@ -16,6 +16,7 @@ pub mod owner;
 pub mod partition;
 pub mod privacy;
 pub(crate) mod process;
+pub mod retention;
 pub(crate) mod sealing;
 pub(crate) mod sketch;
 pub mod slices;

@@ -9,6 +9,7 @@ use crate::conversions::intake::ConversionIntake;
 use crate::delivery::DeliveryService;
 use crate::domain::address::StoreIp;
 use crate::domain::beacon::BeaconRules;
+use crate::domain::retention::Retention;
 use crate::freshness::Freshness;
 use crate::http::edge::body::BodyLimits;
 use crate::http::edge::limits::{
@@ -58,6 +59,9 @@ pub struct EdgeOptions {
     pub(crate) view_window: Duration,
     /// The (impression, client) pairs of view reports remembered in memory.
     pub(crate) view_memory_entries: usize,
+    /// Events of a UTC day that began longer ago than this are refused (`--retain-raw`; the
+    /// composition root sets it from the service's retention).
+    pub(crate) retain_raw: Retention,
 }
 
 impl Default for EdgeOptions {
@@ -80,6 +84,7 @@ impl Default for EdgeOptions {
             click_ttl: Duration::from_secs(30 * 24 * 3600),
             view_window: Duration::from_secs(600),
             view_memory_entries: 500_000,
+            retain_raw: Retention::Forever,
         }
     }
 }

@@ -8,7 +8,7 @@ use super::{
     SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceStore, Store, StoreError,
     ViewStore, VisitRow, VisitStore, WindowPublication,
 };
-use super::{AddressStore, RewriteReport};
+use super::{AddressStore, ExpiredDays, RetentionStore, RewriteReport, Swept};
 use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
 use super::{EventAt, SubjectStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -737,5 +737,12 @@ impl AddressStore for Instrumented {
     ) -> Result<RewriteReport, StoreError> {
         let call = self.inner.rewrite_addresses(policy, progress);
         timed("rewrite_addresses", call).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for Instrumented {
+    async fn drop_expired_days(&self, expired: &ExpiredDays) -> Result<Swept, StoreError> {
+        timed("drop_expired_days", self.inner.drop_expired_days(expired)).await
     }
 }

@@ -660,6 +660,49 @@ pub trait AddressStore: Send + Sync {
     ) -> Result<RewriteReport, StoreError>;
 }
 
+/// The raw days of one owner that retention deletes (`--retain-raw`), with every partition
+/// they may have been written to (each bucket count in force on each day).
+#[derive(Debug, Clone)]
+pub enum ExpiredDays {
+    Campaign {
+        campaign: CampaignKey,
+        days: Vec<Day>,
+        partitions: Vec<EventPartition>,
+    },
+    Site {
+        site: SiteId,
+        days: Vec<Day>,
+        partitions: Vec<VisitPartition>,
+    },
+}
+
+/// What a sweep deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Key ranges (embedded store) or partitions (Cassandra) deleted whole.
+    pub ranges: u64,
+    /// Rows deleted one at a time (what no range held).
+    pub rows: u64,
+}
+
+impl std::ops::AddAssign for Swept {
+    fn add_assign(&mut self, other: Self) {
+        self.ranges += other.ranges;
+        self.rows += other.rows;
+    }
+}
+
+/// Deletes what retention no longer keeps (docs/DESIGN.md, "Retention").
+#[async_trait]
+pub trait RetentionStore: Send + Sync {
+    /// Deletes the raw rows of `expired` (a campaign's impressions, their thin copies and
+    /// copies index, clicks and click index, view reports, its conversions and open-day
+    /// slices; a site's beacons and live sketches), then the days' lines in the day index, so
+    /// a later sweep finds them no more. Rollups, seal states and delivery's sealed totals
+    /// stay. Idempotent: a sweep cut off anywhere is done again whole by the next.
+    async fn drop_expired_days(&self, expired: &ExpiredDays) -> Result<Swept, StoreError>;
+}
+
 /// A place events are kept: every subsystem, and whether the whole answers.
 #[async_trait]
 pub trait Store:
@@ -677,6 +720,7 @@ pub trait Store:
     + EventIndexStore
     + SubjectStore
     + AddressStore
+    + RetentionStore
     + 'static
 {
     /// Succeeds when the store answers requests and its schema is the one this build expects:

@@ -379,7 +379,8 @@ impl PrivateStore {
                 let keyspace = private_keyspace("ip");
                 let mut config = config(keyspace.clone());
                 // Rows that expire: a rewritten address must expire with its row.
-                config.retention = Some(std::time::Duration::from_secs(400 * 86_400));
+                config.retain_raw =
+                    adevents::domain::retention::Retention::parse("400days").expect("a retention");
                 let store = store_for(config, true).await;
                 (Self::Cassandra(keyspace), Arc::new(store))
             }

@@ -31,6 +31,7 @@ mod process;
 mod reach;
 mod readiness;
 mod reports;
+mod retention;
 mod sealing;
 mod summary;
 mod uniques;

@@ -93,6 +93,14 @@ impl Week {
         self.0
     }
 
+    /// The last UTC day this week holds part of: what outlives every event of the week expires
+    /// with that day.
+    pub fn last_day(&self) -> crate::domain::time::Day {
+        let end = (i64::from(self.0) + 1) * 7 * 86_400 - 1;
+        let at = DateTime::from_timestamp(end, 0).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        crate::domain::time::Day::new(at.date_naive())
+    }
+
     /// Every week from the one holding `from` through the one holding `to`, newest first.
     pub fn newest_first(from: DateTime<Utc>, to: DateTime<Utc>) -> impl Iterator<Item = Week> {
         let (first, last) = (Self::of(from).0, Self::of(to).0);

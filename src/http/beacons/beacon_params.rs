@@ -16,7 +16,7 @@ pub(crate) struct BeaconError {
 }
 
 impl BeaconError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),

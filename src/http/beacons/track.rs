@@ -211,16 +211,21 @@ async fn track(
     params: Vec<(String, String)>,
 ) -> Result<(), ApiError> {
     let fallback = page_host(headers);
-    let mut beacon = parse_beacon(
-        params,
-        fallback.as_deref(),
-        Utc::now(),
-        state.options.beacon_rules,
-    )
-    .map_err(|errors| {
-        metrics::counter!("adevents_events_rejected_total", "kind" => "beacon").increment(1);
-        invalid_beacon(errors)
-    })?;
+    let now = Utc::now();
+    let retain_raw = state.options.retain_raw;
+    let mut beacon = parse_beacon(params, fallback.as_deref(), now, state.options.beacon_rules)
+        .and_then(|beacon| {
+            // Judged by the beacon's UTC day, as impressions are: a day is kept whole or not.
+            if retain_raw.expired(beacon.timestamp.utc_day(), now) {
+                Err(vec![BeaconError::new("timestamp", retain_raw.refusal())])
+            } else {
+                Ok(beacon)
+            }
+        })
+        .map_err(|errors| {
+            metrics::counter!("adevents_events_rejected_total", "kind" => "beacon").increment(1);
+            invalid_beacon(errors)
+        })?;
     if let Err(refusal) = state
         .access
         .admit_beacon(&beacon.site, page_origin(headers).as_ref())

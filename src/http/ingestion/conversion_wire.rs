@@ -89,7 +89,7 @@ impl<'de> IntoEvent<'de> for ConversionWire<'de> {
                 .map_err(|message| item.fail::<()>("action", format!("{} {message}", echo(&text))))
                 .ok(),
         };
-        let timestamp = item.timestamp(self.timestamp, context.now);
+        let timestamp = item.timestamp(self.timestamp, context);
         let mut optional_id = |field: &str, value: Option<Cow<'_, str>>| match value {
             None => Some(None),
             Some(text) => item.uuid(field, Some(text)).map(Some),

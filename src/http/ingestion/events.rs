@@ -161,6 +161,7 @@ fn parse<'de, W: IntoEvent<'de>>(
         store_ip: state.options.store_ip,
         advertiser,
         classifier: std::sync::Arc::clone(&state.classifier),
+        retain_raw: state.options.retain_raw,
     };
     parse_body::<W>(
         bytes,

@@ -8,6 +8,7 @@ use crate::domain::event::{Click, Impression};
 use crate::domain::ids::{
     AdId, AdvertiserId, CampaignId, CampaignKey, IdError, ImpressionId, UserId, parse_uuid,
 };
+use crate::domain::retention::Retention;
 use crate::domain::time::{EventTime, EventTimeError};
 use crate::domain::traffic::UserAgent;
 use crate::domain::user_data::UserData;
@@ -153,6 +154,8 @@ pub(crate) struct Context {
     /// Tells invalid traffic from the event's own `user_agent` and explicit `user_ip` (the
     /// request itself comes from the ad server, not the viewer).
     pub(crate) classifier: std::sync::Arc<Classifier>,
+    /// Events of a UTC day that began longer ago than this are refused (`--retain-raw`).
+    pub(crate) retain_raw: Retention,
 }
 
 /// Collects one item's field problems while converting it.
@@ -182,6 +185,19 @@ impl Item<'_> {
     }
 
     pub(super) fn timestamp(
+        &mut self,
+        value: Option<WireTimestamp>,
+        context: &Context,
+    ) -> Option<EventTime> {
+        let now = context.now;
+        let timestamp = self.event_time(value, now)?;
+        if context.retain_raw.expired(timestamp.utc_day(), now) {
+            return self.fail("timestamp", context.retain_raw.refusal());
+        }
+        Some(timestamp)
+    }
+
+    fn event_time(
         &mut self,
         value: Option<WireTimestamp>,
         now: DateTime<Utc>,
@@ -272,7 +288,7 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
         let campaign_id = item.uuid("campaign_id", self.campaign_id);
         let ad_id = item.uuid("ad_id", self.ad_id);
         let user_id = item.uuid("user_id", self.user_id);
-        let timestamp = item.timestamp(self.timestamp, cx.context.now);
+        let timestamp = item.timestamp(self.timestamp, cx.context);
         let viewer_ip = match self.user_ip {
             None => None,
             Some(text) => match text.parse::<IpAddr>() {
@@ -335,7 +351,7 @@ impl<'de> IntoEvent<'de> for ClickWire<'de> {
         let advertiser_id = item.uuid("advertiser_id", self.advertiser_id);
         let campaign_id = item.uuid("campaign_id", self.campaign_id);
         let ad_id = item.uuid("ad_id", self.ad_id);
-        let timestamp = item.timestamp(self.timestamp, cx.context.now);
+        let timestamp = item.timestamp(self.timestamp, cx.context);
         let user_agent = self.user_agent.as_deref().and_then(UserAgent::new);
         let invalid = cx.context.classifier.classify(Signals {
             user_agent: user_agent.as_ref(),
@@ -518,7 +534,34 @@ mod tests {
             store_ip: StoreIp::Full,
             advertiser: None,
             classifier: std::sync::Arc::new(Classifier::default()),
+            retain_raw: Retention::Forever,
         }
+    }
+
+    #[test]
+    fn an_event_of_a_day_past_retention_is_refused_by_its_day() {
+        let context = Context {
+            retain_raw: Retention::parse("30days").expect("a retention"),
+            ..context()
+        };
+        // Now is 2026-11-26 12:00: 2026-10-27 began 30.5 days ago, 2026-10-28 29.5 days ago.
+        let body = format!(
+            "[{}, {}]",
+            impression(ID, "\"2026-10-27T23:59:59Z\""),
+            impression(
+                "11111111-6c08-4160-9196-f0050faffe62",
+                "\"2026-10-28T00:00:00Z\""
+            )
+        );
+        let Err(ApiError::InvalidRequest { errors, .. }) =
+            parse_body::<ImpressionWire>(body.as_bytes(), BodyFormat::Json, 10, &context)
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].index, Some(0));
+        assert_eq!(errors[0].field.as_deref(), Some("timestamp"));
+        assert!(errors[0].message.contains("--retain-raw"), "{errors:?}");
     }
 
     fn impression(id: &str, timestamp: &str) -> String {

@@ -95,6 +95,16 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
         Ok(impression) => impression,
         Err(refusal) => return refusal.label(),
     };
+    // Its `t` names a UTC day past --retain-raw (a long --tag-ttl): the viewer still gets the
+    // image, and nothing of that day is stored any more. A click (`/c`) is at the time it
+    // arrives, whose day is always kept.
+    if state
+        .options
+        .retain_raw
+        .expired(impression.timestamp.utc_day(), now)
+    {
+        return "past_retention";
+    }
     let viewer = Viewer::of(&parts.headers, address);
     let impression = Impression {
         // The classifier below still judges the full address, from `viewer`.

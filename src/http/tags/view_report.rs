@@ -81,6 +81,17 @@ pub(crate) async fn post_view_report(
             )));
         }
     };
+    // A report is stored under its impression's UTC day: past --retain-raw that day's events
+    // are gone, so the report is answered like one out of its window and not recorded (the
+    // script on the page could do nothing with a 400).
+    if state
+        .options
+        .retain_raw
+        .expired(impression.timestamp.utc_day(), now)
+    {
+        count("view", "past_retention");
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let limits = BodyLimits {
         max_bytes: MAX_REPORT_BYTES,
         max_events: 1,

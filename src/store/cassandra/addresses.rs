@@ -4,7 +4,7 @@
 //! policy changes. A one-off command, so a full scan is fine; its statements are prepared when
 //! it runs, not with the request path's.
 //!
-//! Each update keeps what is left of the cell's TTL (`--retention`): an update with none would
+//! Each update keeps what is left of the cell's TTL (`--retain-raw`): an update with none would
 //! outlive the rest of its row and leave it behind as a row of nothing but an address.
 
 use super::CassandraStore;

@@ -1,6 +1,7 @@
 //! How to reach a Cassandra or ScyllaDB cluster and how to lay out the keyspace there, as
 //! validated values: an invalid keyspace name or replication setting cannot be constructed.
 
+use crate::domain::retention::Retention;
 use std::{fmt, str::FromStr, time::Duration};
 
 /// Everything the Cassandra store needs to connect and create its keyspace.
@@ -22,8 +23,11 @@ pub struct CassandraConfig {
     pub request_timeout: Duration,
     /// How a partition's events are sent: see [`WriteMode`].
     pub write_mode: WriteMode,
-    /// Raw events expire after this long (`USING TTL`); none keeps them forever (audits).
-    pub retention: Option<Duration>,
+    /// Raw rows expire this long after their UTC day began (`USING TTL`, `--retain-raw`).
+    pub retain_raw: Retention,
+    /// Rollups of days expire this long after the day began (`--retain-aggregates`); never
+    /// delivery's sealed totals, or lifetime caps would start again.
+    pub retain_aggregates: Retention,
 }
 
 /// How the events of one partition are sent to the cluster.

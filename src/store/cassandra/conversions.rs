@@ -90,7 +90,7 @@ impl ConversionStatements {
             [
                 format!(
                     "INSERT INTO {keyspace}.conversion_copy (advertiser_id, conversion_id, copy_id, \
-                     {CONVERSION_COLUMNS}) VALUES ({})",
+                     {CONVERSION_COLUMNS}) VALUES ({}) USING TTL ?",
                     markers(11)
                 ),
                 format!(
@@ -119,7 +119,8 @@ impl ConversionStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.conversion_decision (advertiser_id, conversion_id, \
-                     {CONVERSION_COLUMNS}, campaign_id, {CREDIT_COLUMNS}) VALUES ({}) IF NOT EXISTS",
+                     {CONVERSION_COLUMNS}, campaign_id, {CREDIT_COLUMNS}) VALUES ({}) IF NOT EXISTS \
+                     USING TTL ?",
                     markers(15)
                 ),
                 format!(
@@ -128,7 +129,7 @@ impl ConversionStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.conversion (advertiser_id, day, bucket_id, conversion_id, \
-                     {CONVERSION_COLUMNS}, campaign_id, {CREDIT_COLUMNS}) VALUES ({})",
+                     {CONVERSION_COLUMNS}, campaign_id, {CREDIT_COLUMNS}) VALUES ({}) USING TTL ?",
                     markers(17)
                 ),
                 format!(
@@ -137,7 +138,7 @@ impl ConversionStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_conversion (advertiser_id, campaign_id, day, \
-                     conversion_id, {CONVERSION_COLUMNS}, {CREDIT_COLUMNS}) VALUES ({})",
+                     conversion_id, {CONVERSION_COLUMNS}, {CREDIT_COLUMNS}) VALUES ({}) USING TTL ?",
                     markers(16)
                 ),
                 format!(
@@ -233,16 +234,18 @@ struct CopyValues<'a> {
     copy_id: Uuid,
     #[scylla(flatten)]
     conversion: ConversionCells<'a>,
+    ttl: i32,
 }
 
 impl<'a> CopyValues<'a> {
-    fn new(copy: &'a ReceivedConversion) -> Self {
+    fn new(copy: &'a ReceivedConversion, ttl: i32) -> Self {
         let conversion = &copy.conversion;
         Self {
             advertiser_id: conversion.advertiser_id.as_uuid(),
             conversion_id: conversion.conversion_id.as_str(),
             copy_id: copy.copy,
             conversion: ConversionCells::of(conversion, copy.received),
+            ttl,
         }
     }
 }
@@ -279,10 +282,11 @@ struct DecisionValues<'a> {
     campaign_id: MaybeUnset<Uuid>,
     #[scylla(flatten)]
     credit: CreditCells,
+    ttl: i32,
 }
 
 impl<'a> DecisionValues<'a> {
-    fn new(decided: &'a DecidedConversion) -> Self {
+    fn new(decided: &'a DecidedConversion, ttl: i32) -> Self {
         let conversion = &decided.conversion;
         Self {
             advertiser_id: conversion.advertiser_id.as_uuid(),
@@ -290,6 +294,7 @@ impl<'a> DecisionValues<'a> {
             conversion: ConversionCells::of(conversion, decided.received),
             campaign_id: set_or_unset(decided.campaign_id().map(|id| id.as_uuid())),
             credit: CreditCells::of(decided.attribution),
+            ttl,
         }
     }
 }
@@ -307,10 +312,11 @@ struct DayValues<'a> {
     campaign_id: MaybeUnset<Uuid>,
     #[scylla(flatten)]
     credit: CreditCells,
+    ttl: i32,
 }
 
 impl<'a> DayValues<'a> {
-    fn new(decided: &'a DecidedConversion) -> Self {
+    fn new(decided: &'a DecidedConversion, ttl: i32) -> Self {
         let conversion = &decided.conversion;
         Self {
             advertiser_id: conversion.advertiser_id.as_uuid(),
@@ -321,6 +327,7 @@ impl<'a> DayValues<'a> {
             conversion: ConversionCells::of(conversion, decided.received),
             campaign_id: set_or_unset(decided.campaign_id().map(|id| id.as_uuid())),
             credit: CreditCells::of(decided.attribution),
+            ttl,
         }
     }
 }
@@ -337,10 +344,11 @@ struct CampaignDayValues<'a> {
     conversion: ConversionCells<'a>,
     #[scylla(flatten)]
     credit: CreditCells,
+    ttl: i32,
 }
 
 impl<'a> CampaignDayValues<'a> {
-    fn new(decided: &'a DecidedConversion, campaign: CampaignId) -> Self {
+    fn new(decided: &'a DecidedConversion, campaign: CampaignId, ttl: i32) -> Self {
         let conversion = &decided.conversion;
         Self {
             advertiser_id: conversion.advertiser_id.as_uuid(),
@@ -349,6 +357,7 @@ impl<'a> CampaignDayValues<'a> {
             conversion_id: conversion.conversion_id.as_str(),
             conversion: ConversionCells::of(conversion, decided.received),
             credit: CreditCells::of(decided.attribution),
+            ttl,
         }
     }
 }
@@ -560,7 +569,8 @@ impl ConversionStore for CassandraStore {
             &statements.insert_copy,
             copies,
             ROWS_IN_FLIGHT,
-            CopyValues::new,
+            // Every row of a conversion expires with its own UTC day, as raw events do.
+            |copy| CopyValues::new(copy, self.raw_ttl(copy.conversion.day())),
             "writing conversion copies",
         );
         let due_written = execute_each(
@@ -676,7 +686,10 @@ impl ConversionStore for CassandraStore {
         let conversion = &decided.conversion;
         let rows = self
             .session
-            .execute_unpaged(&statements.decide, DecisionValues::new(decided))
+            .execute_unpaged(
+                &statements.decide,
+                DecisionValues::new(decided, self.raw_ttl(decided.conversion.day())),
+            )
             .await
             .map_err(failed(CONTEXT))?
             .into_rows_result()
@@ -743,7 +756,7 @@ impl ConversionStore for CassandraStore {
             &statements.insert_conversion,
             decided,
             ROWS_IN_FLIGHT,
-            DayValues::new,
+            |decided| DayValues::new(decided, self.raw_ttl(decided.conversion.day())),
             "writing decided conversions",
         );
         let by_campaign = execute_each(
@@ -751,7 +764,9 @@ impl ConversionStore for CassandraStore {
             &statements.insert_campaign_conversion,
             &credited,
             ROWS_IN_FLIGHT,
-            |(decided, campaign)| CampaignDayValues::new(decided, *campaign),
+            |(decided, campaign)| {
+                CampaignDayValues::new(decided, *campaign, self.raw_ttl(decided.conversion.day()))
+            },
             "writing campaigns' conversions",
         );
         futures::try_join!(by_day, by_campaign)?;
@@ -875,7 +890,7 @@ mod tests {
                 received: at("2026-11-28T12:00:01Z"),
                 attribution,
             };
-            let values = DecisionValues::new(&decided);
+            let values = DecisionValues::new(&decided, 0);
             let advertiser = AdvertiserId::new(values.advertiser_id);
             let id = values.conversion_id.to_owned();
             let campaign = stored(values.campaign_id);

@@ -12,6 +12,7 @@ use super::event_writes::set_or_unset;
 use super::statements::{failed, prepare_all, read_all};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId, UserId};
+use crate::domain::retention::Retention;
 use crate::domain::time::EventTime;
 use crate::store::error::Message;
 use crate::store::{EventIndexStore, StoreError};
@@ -184,12 +185,19 @@ async fn write_batch(
     session: &Session,
     insert: &PreparedStatement,
     entries: Vec<&IndexEntry>,
-    ttl: i32,
+    retain_raw: Retention,
 ) -> Result<(), StoreError> {
+    // Each entry expires with the raw event it points to: from its event's UTC day.
+    let now = Utc::now();
+    let ttl = |entry: &IndexEntry| {
+        retain_raw
+            .ttl_seconds(entry.timestamp.utc_day(), now)
+            .unwrap_or(0)
+    };
     const CONTEXT: &str = "writing the event index";
     if let [entry] = entries[..] {
         return session
-            .execute_unpaged(insert, EntryValues::new(entry, ttl))
+            .execute_unpaged(insert, EntryValues::new(entry, ttl(entry)))
             .await
             .map(|_| ())
             .map_err(failed(CONTEXT));
@@ -199,7 +207,7 @@ async fn write_batch(
     let mut values = Vec::with_capacity(entries.len());
     for entry in entries {
         batch.append_statement(insert.clone());
-        values.push(EntryValues::new(entry, ttl));
+        values.push(EntryValues::new(entry, ttl(entry)));
     }
     session
         .batch(&batch, values)
@@ -215,12 +223,12 @@ impl EventIndexStore for CassandraStore {
             return Ok(());
         }
         let insert = &self.index_statements().await?.insert;
-        let (session, ttl) = (&*self.session, self.ttl_seconds);
+        let (session, retain_raw) = (&*self.session, self.retain_raw);
         // The futures are made before they enter the stream (they do nothing until polled): a
         // closure inside the stream would not prove the future `Send` for every lifetime.
         let writes: Vec<_> = index_batches(entries)
             .into_iter()
-            .map(|batch| write_batch(session, insert, batch, ttl))
+            .map(|batch| write_batch(session, insert, batch, retain_raw))
             .collect();
         futures::stream::iter(writes)
             .buffer_unordered(BATCHES_IN_FLIGHT)

@@ -20,7 +20,12 @@ impl EventStore for CassandraStore {
         impressions: &[Impression],
     ) -> Result<Vec<EventTime>, StoreError> {
         let statements = &self.prepared().await?.events;
-        event_writes::write_impressions(&self.writer(statements), partition, impressions).await?;
+        event_writes::write_impressions(
+            &self.writer(statements, partition.day),
+            partition,
+            impressions,
+        )
+        .await?;
         Ok(Vec::new())
     }
 
@@ -30,7 +35,7 @@ impl EventStore for CassandraStore {
         clicks: &[Click],
     ) -> Result<(), StoreError> {
         let statements = &self.prepared().await?.events;
-        event_writes::write_clicks(&self.writer(statements), partition, clicks).await
+        event_writes::write_clicks(&self.writer(statements, partition.day), partition, clicks).await
     }
 
     async fn read_impression_summaries(

@@ -6,7 +6,7 @@
 //! "not ready" until migrations create it). One file per subsystem of the contract
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
 //! [`delivery`], [`listings`], [`conversions`], [`event_index`], [`subjects`],
-//! [`addresses`]),
+//! [`addresses`], [`retention`]),
 //! each with its prepared statements.
 
 mod access;
@@ -26,6 +26,7 @@ mod listings;
 pub mod migrator;
 mod processes;
 mod replica_batches;
+mod retention;
 mod rollups;
 mod seals;
 mod session;
@@ -38,6 +39,8 @@ mod views;
 mod visit_batches;
 mod visits;
 
+use crate::domain::retention::Retention;
+use crate::domain::time::Day;
 use crate::migrations::Migration;
 use crate::store::{Store, StoreError};
 use access::AccessStatements;
@@ -63,9 +66,6 @@ use subject_statements::SubjectStatements;
 use tokio::sync::OnceCell;
 use views::ViewStatements;
 use visits::VisitStatements;
-
-/// Cassandra refuses a TTL above 20 years.
-const MAX_TTL_SECONDS: i32 = 630_720_000;
 
 /// A readiness probe answers quickly or not at all: a load balancer asks again soon.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -97,10 +97,12 @@ pub struct CassandraStore {
     /// Prepared once, at start-up after migrations ([`prepare`](Self::prepare)), or by the
     /// first request if the schema was not there yet.
     prepared: OnceCell<Prepared>,
-    /// Seconds for `USING TTL` (0: never expire).
-    ttl_seconds: i32,
+    /// How long raw rows live after their UTC day began (`USING TTL`, from the row's own day).
+    retain_raw: Retention,
     /// Single beacons grouped by partition while a write of the partition is in flight.
     visit_batches: Arc<visit_batches::VisitBatches>,
+    /// The sweep's deletions, prepared by its first pass (they are not on any request path).
+    retention: OnceCell<retention::RetentionStatements>,
 }
 
 impl CassandraStore {
@@ -110,25 +112,15 @@ impl CassandraStore {
         migrations: &[Migration],
     ) -> Result<Self, StoreError> {
         let session = session::connect(&config).await?;
-        let ttl_seconds = match config.retention {
-            None => 0,
-            Some(retention) => i32::try_from(retention.as_secs().max(1))
-                .ok()
-                .filter(|ttl| *ttl <= MAX_TTL_SECONDS)
-                .ok_or_else(|| {
-                    StoreError::internal_message(
-                        "--retention is longer than Cassandra's TTL limit of 20 years; \
-                         leave it unset to keep events forever",
-                    )
-                })?,
-        };
+        let retain_raw = config.retain_raw;
         Ok(Self {
             session: Arc::new(session),
             config,
             latest_migration: migrations.last().cloned(),
             prepared: OnceCell::new(),
-            ttl_seconds,
+            retain_raw,
             visit_batches: Arc::default(),
+            retention: OnceCell::new(),
         })
     }
 
@@ -192,13 +184,30 @@ impl CassandraStore {
             .await
     }
 
-    fn writer<'a>(&'a self, statements: &'a EventStatements) -> EventWriter<'a> {
+    fn writer<'a>(&'a self, statements: &'a EventStatements, day: Day) -> EventWriter<'a> {
         EventWriter {
             session: &self.session,
             statements,
             mode: self.config.write_mode,
-            ttl: self.ttl_seconds,
+            ttl: self.raw_ttl(day),
         }
+    }
+
+    /// Seconds for `USING TTL` of a raw row of `day` written now: so the row expires
+    /// `--retain-raw` after its day began, not after it was written, and every row of a day
+    /// at once (0: never expire).
+    fn raw_ttl(&self, day: Day) -> i32 {
+        self.retain_raw
+            .ttl_seconds(day, chrono::Utc::now())
+            .unwrap_or(0)
+    }
+
+    /// Seconds for `USING TTL` of a rollup row of `day` (`--retain-aggregates`; 0: never).
+    fn aggregate_ttl(&self, day: Day) -> i32 {
+        self.config
+            .retain_aggregates
+            .ttl_seconds(day, chrono::Utc::now())
+            .unwrap_or(0)
     }
 
     /// The driver session, for benchmarks that compare the service with raw driver calls.

@@ -75,11 +75,11 @@ impl RollupStatements {
                     "INSERT INTO {keyspace}.campaign_rollup (advertiser_id, campaign_id, day, slice, ad_id, \
                      impressions, clicks, billable_impressions, invalid_impressions, invalid_clicks, {VIEW_COLUMNS}, \
                      {CONVERSION_COLUMNS}) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ? AND TTL ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.campaign_reach_level (advertiser_id, campaign_id, day, level, hour, \
-                     ad_id, sketch) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     ad_id, sketch) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ? AND TTL ?"
                 ),
                 format!(
                     "SELECT slice, ad_id, impressions, clicks, billable_impressions, invalid_impressions, \
@@ -97,11 +97,11 @@ impl RollupStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.site_visits (site, day, combination, slice, visits, invalid_visits) \
-                     VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ? AND TTL ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.site_reach (site, day, combination, hour, sketch) \
-                     VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ? AND TTL ?"
                 ),
                 format!(
                     "SELECT slice, visits, invalid_visits FROM {keyspace}.site_visits WHERE {SITE_COMBINATION}"
@@ -261,6 +261,8 @@ struct SliceValues {
     #[scylla(flatten)]
     conversions: ConversionCells,
     written_at: i64,
+    /// `--retain-aggregates`, from the day's start (0: never expire).
+    ttl: i32,
 }
 
 #[derive(DeserializeRow)]
@@ -297,6 +299,8 @@ struct SiteVisitValues<'a> {
     visits: i64,
     invalid_visits: i64,
     written_at: i64,
+    /// `--retain-aggregates`, from the day's start (0: never expire).
+    ttl: i32,
 }
 
 /// The bound values of a `campaign_reach_level` insert.
@@ -313,6 +317,8 @@ struct ReachValues<'a> {
     ad_id: Uuid,
     sketch: &'a [u8],
     written_at: i64,
+    /// `--retain-aggregates`, from the day's start (0: never expire).
+    ttl: i32,
 }
 
 #[derive(DeserializeRow)]
@@ -333,6 +339,8 @@ struct SiteUnitValues<'a, V: scylla::serialize::value::SerializeValue> {
     unit: i32,
     value: V,
     written_at: i64,
+    /// `--retain-aggregates`, from the day's start (0: never expire).
+    ttl: i32,
 }
 
 #[async_trait]
@@ -365,6 +373,7 @@ impl RollupStore for CassandraStore {
         let statements = &self.prepared().await?.rollups;
         let (advertiser_id, campaign_id, date) = campaign_day(campaign, day);
         let written_at = read_started.timestamp_micros();
+        let ttl = self.aggregate_ttl(day);
         let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
         // Rows of an earlier seal that this one has no more (a click that moved to another
         // day as a late, earlier first click arrived) must not linger: a partition deletion
@@ -396,6 +405,7 @@ impl RollupStore for CassandraStore {
                 in_view_measured: stored_count(row.views.in_view_measured),
                 conversions: ConversionCells::of(&row.conversions),
                 written_at,
+                ttl,
             },
             CONTEXT,
         )
@@ -414,6 +424,7 @@ impl RollupStore for CassandraStore {
                 ad_id: row.ad_id.map(|ad| ad.as_uuid()).unwrap_or_default(),
                 sketch: row.sketch.as_slice(),
                 written_at,
+                ttl,
             },
             CONTEXT,
         )
@@ -506,6 +517,7 @@ impl RollupStore for CassandraStore {
         const CONTEXT: &str = "writing a site rollup";
         let statements = &self.prepared().await?.rollups;
         let written_at = read_started.timestamp_micros();
+        let ttl = self.aggregate_ttl(day);
         let (slice_base, hour_base) = (day.first_slice(), day.first_hour());
         let date = day.date();
         // (combination, slice within the day, visits) of every row.
@@ -530,6 +542,7 @@ impl RollupStore for CassandraStore {
                 visits: stored_count(visits.valid),
                 invalid_visits: stored_count(visits.invalid),
                 written_at,
+                ttl,
             },
             CONTEXT,
         )
@@ -558,6 +571,7 @@ impl RollupStore for CassandraStore {
                 unit: *hour,
                 value: *sketch,
                 written_at,
+                ttl,
             },
             CONTEXT,
         )

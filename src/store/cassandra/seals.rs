@@ -204,7 +204,7 @@ impl SealStore for CassandraStore {
                 .await
             }
             Owner::Site(site) => {
-                let values = (day.date(), site.as_str(), self.ttl_seconds);
+                let values = (day.date(), site.as_str(), self.raw_ttl(day));
                 execute(&self.session, &statements.insert_site_day, values, CONTEXT).await
             }
         }?;

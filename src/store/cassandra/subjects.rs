@@ -94,17 +94,16 @@ fn line_batches(weeks: &[SubjectWeek]) -> Vec<Vec<&SubjectWeek>> {
 async fn write_lines(
     session: &scylla::client::session::Session,
     insert: &scylla::statement::prepared::PreparedStatement,
-    lines: Vec<&SubjectWeek>,
-    ttl: i32,
+    lines: Vec<(&SubjectWeek, i32)>,
 ) -> Result<(), StoreError> {
     const CONTEXT: &str = "writing the subject directory";
-    let bound = |week: &SubjectWeek| {
+    let bound = |(week, ttl): (&SubjectWeek, i32)| {
         let (bucket, user, advertiser, week) = line(week);
         (bucket, user, advertiser, week, ttl)
     };
-    if let [week] = lines[..] {
+    if let [only] = lines[..] {
         return session
-            .execute_unpaged(insert, bound(week))
+            .execute_unpaged(insert, bound(only))
             .await
             .map(|_| ())
             .map_err(failed(CONTEXT));
@@ -112,9 +111,9 @@ async fn write_lines(
     let mut batch = Batch::new(BatchType::Unlogged);
     batch.set_is_idempotent(true);
     let mut values = Vec::with_capacity(lines.len());
-    for week in lines {
+    for line in lines {
         batch.append_statement(insert.clone());
-        values.push(bound(week));
+        values.push(bound(line));
     }
     session
         .batch(&batch, values)
@@ -136,12 +135,18 @@ impl SubjectStore for CassandraStore {
             return Ok(());
         }
         let statement = &self.subject_statements().await?.insert_subject_week;
-        // The index rows' TTL: a line written with each of its week's entries expires no
-        // sooner than the last of them.
-        let (session, ttl) = (&*self.session, self.ttl_seconds);
+        // A line expires with the last day of its week: no sooner than the entries it leads
+        // to, which expire with their own days.
+        let session = &*self.session;
         let writes: Vec<_> = line_batches(weeks)
             .into_iter()
-            .map(|lines| write_lines(session, statement, lines, ttl))
+            .map(|lines| {
+                let lines = lines
+                    .into_iter()
+                    .map(|week| (week, self.raw_ttl(week.week.last_day())))
+                    .collect();
+                write_lines(session, statement, lines)
+            })
             .collect();
         futures::stream::iter(writes)
             .buffer_unordered(BATCHES_IN_FLIGHT)

@@ -160,7 +160,8 @@ impl ViewStore for CassandraStore {
     ) -> Result<(), StoreError> {
         let statement = &self.view_statements().await?.insert;
         let key = partition_values(partition);
-        let ttl = self.ttl_seconds;
+        // Reports expire with their impression's day, as the impression itself does.
+        let ttl = self.raw_ttl(partition.day);
         execute_each(
             &self.session,
             statement,

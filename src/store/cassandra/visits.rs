@@ -108,7 +108,7 @@ impl VisitStore for CassandraStore {
         let writer = VisitWriter {
             session: Arc::clone(&self.session),
             insert_visit: self.prepared().await?.visits.insert_visit.clone(),
-            ttl: self.ttl_seconds,
+            ttl: self.raw_ttl(partition.day),
         };
         match visits {
             // One beacon per `/track` request: grouped with its partition's other beacons.
@@ -158,7 +158,7 @@ impl VisitStore for CassandraStore {
                     hour: row.hour,
                     writer: row.writer,
                     sketch: row.sketch.as_slice(),
-                    ttl: self.ttl_seconds,
+                    ttl: self.raw_ttl(partition.day),
                     captured_at: row.captured_at,
                 })
             })

@@ -25,6 +25,7 @@ mod keys;
 mod listings;
 mod open;
 mod processes;
+mod retention;
 mod rollup_keys;
 mod rollups;
 mod rows;

@@ -81,7 +81,8 @@ pub fn config(keyspace: KeyspaceName) -> CassandraConfig {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(20),
         write_mode: WriteMode::Batch,
-        retention: None,
+        retain_raw: adevents::domain::retention::Retention::Forever,
+        retain_aggregates: adevents::domain::retention::Retention::Forever,
     }
 }
 

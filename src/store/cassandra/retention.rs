@@ -1,0 +1,260 @@
+//! Retention on Cassandra (docs/DESIGN.md, "Retention"). Rows written by this release carry a
+//! TTL from their own UTC day and expire by themselves, whole SSTables at a time under TWCS;
+//! a TTL cannot be shortened afterwards, so the sweep deletes the partitions of expired days
+//! for rows stored before (or under a longer retention), then the days' lines in the day
+//! index. Partition deletions: one tombstone per partition, never one per row, except for the
+//! click index, which is keyed by impression and is deleted click by click.
+
+use super::CassandraStore;
+use super::config::KeyspaceName;
+use super::statements::{EVENT_PARTITION, execute, partition_values, prepare_all};
+use crate::domain::beacon::{SiteId, VisitPartition};
+use crate::domain::conversion::CONVERSION_BUCKETS;
+use crate::domain::ids::CampaignKey;
+use crate::domain::partition::EventPartition;
+use crate::domain::time::Day;
+use crate::store::{EventStore, ExpiredDays, RetentionStore, StoreError, Swept};
+use async_trait::async_trait;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+const CONTEXT: &str = "deleting expired days";
+
+/// The event tables partitioned by (advertiser, campaign, day, bucket).
+const EVENT_TABLES: [&str; 5] = [
+    "impression",
+    "impression_summary",
+    "impression_copy",
+    "click",
+    "view_report",
+];
+
+pub(crate) struct RetentionStatements {
+    /// One per [`EVENT_TABLES`] entry, in that order.
+    delete_event_partition: Vec<PreparedStatement>,
+    delete_click_index: PreparedStatement,
+    delete_campaign_conversions: PreparedStatement,
+    delete_advertiser_conversions: PreparedStatement,
+    delete_campaign_day: PreparedStatement,
+    delete_visit_partition: PreparedStatement,
+    delete_site_day: PreparedStatement,
+}
+
+impl RetentionStatements {
+    pub(crate) async fn prepare(
+        session: &Session,
+        keyspace: &KeyspaceName,
+    ) -> Result<Self, StoreError> {
+        let delete_event_partition = prepare_all(
+            session,
+            EVENT_TABLES
+                .map(|table| format!("DELETE FROM {keyspace}.{table} WHERE {EVENT_PARTITION}")),
+        )
+        .await?
+        .to_vec();
+        let [
+            delete_click_index,
+            delete_campaign_conversions,
+            delete_advertiser_conversions,
+            delete_campaign_day,
+            delete_visit_partition,
+            delete_site_day,
+        ] = prepare_all(
+            session,
+            [
+                format!(
+                    "DELETE FROM {keyspace}.click_by_impression WHERE advertiser_id = ? \
+                     AND campaign_id = ? AND impression_id = ? AND timestamp = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.campaign_conversion WHERE advertiser_id = ? \
+                     AND campaign_id = ? AND day = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.conversion WHERE advertiser_id = ? AND day = ? \
+                     AND bucket_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.campaign_day WHERE day = ? AND advertiser_id = ? \
+                     AND campaign_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.visit WHERE site = ? AND day = ? AND bucket_id = ?"
+                ),
+                format!("DELETE FROM {keyspace}.site_day WHERE day = ? AND site = ?"),
+            ],
+        )
+        .await?;
+        Ok(Self {
+            delete_event_partition,
+            delete_click_index,
+            delete_campaign_conversions,
+            delete_advertiser_conversions,
+            delete_campaign_day,
+            delete_visit_partition,
+            delete_site_day,
+        })
+    }
+}
+
+impl CassandraStore {
+    async fn retention_statements(&self) -> Result<&RetentionStatements, StoreError> {
+        self.retention
+            .get_or_try_init(|| RetentionStatements::prepare(&self.session, &self.config.keyspace))
+            .await
+    }
+
+    async fn drop_event_partition(
+        &self,
+        statements: &RetentionStatements,
+        partition: &EventPartition,
+    ) -> Result<Swept, StoreError> {
+        let mut swept = Swept::default();
+        // The click index first: its rows are found from the clicks, which go after it.
+        let clicks = self.read_clicks(partition).await?;
+        let campaign = partition.campaign;
+        futures::future::try_join_all(clicks.iter().map(|click| {
+            let values = (
+                campaign.advertiser_id.as_uuid(),
+                campaign.campaign_id.as_uuid(),
+                click.impression_id.as_uuid(),
+                click.timestamp.instant(),
+            );
+            execute(
+                &self.session,
+                &statements.delete_click_index,
+                values,
+                CONTEXT,
+            )
+        }))
+        .await?;
+        swept.rows += clicks.len() as u64;
+        let key = partition_values(partition);
+        futures::future::try_join_all(
+            statements
+                .delete_event_partition
+                .iter()
+                .map(|delete| execute(&self.session, delete, key, CONTEXT)),
+        )
+        .await?;
+        swept.ranges += statements.delete_event_partition.len() as u64;
+        Ok(swept)
+    }
+
+    async fn drop_campaign_day(
+        &self,
+        statements: &RetentionStatements,
+        campaign: CampaignKey,
+        day: Day,
+    ) -> Result<Swept, StoreError> {
+        let (advertiser, campaign_id) = (
+            campaign.advertiser_id.as_uuid(),
+            campaign.campaign_id.as_uuid(),
+        );
+        let date = day.date();
+        execute(
+            &self.session,
+            &statements.delete_campaign_conversions,
+            (advertiser, campaign_id, date),
+            CONTEXT,
+        )
+        .await?;
+        // The advertiser's own list of the day's conversions: every campaign of the
+        // advertiser deletes it again, which costs a tombstone and changes nothing.
+        futures::future::try_join_all((0..CONVERSION_BUCKETS).map(|bucket| {
+            execute(
+                &self.session,
+                &statements.delete_advertiser_conversions,
+                (advertiser, date, bucket as i16),
+                CONTEXT,
+            )
+        }))
+        .await?;
+        Ok(Swept {
+            ranges: 1 + u64::from(CONVERSION_BUCKETS),
+            rows: 0,
+        })
+    }
+
+    async fn drop_site_partition(
+        &self,
+        statements: &RetentionStatements,
+        partition: &VisitPartition,
+    ) -> Result<(), StoreError> {
+        let values = (
+            partition.site.as_str(),
+            partition.day.date(),
+            partition.bucket.get() as i16,
+        );
+        execute(
+            &self.session,
+            &statements.delete_visit_partition,
+            values,
+            CONTEXT,
+        )
+        .await
+    }
+
+    async fn forget_site_day(
+        &self,
+        statements: &RetentionStatements,
+        site: &SiteId,
+        day: Day,
+    ) -> Result<(), StoreError> {
+        let values = (day.date(), site.as_str());
+        execute(&self.session, &statements.delete_site_day, values, CONTEXT).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for CassandraStore {
+    async fn drop_expired_days(&self, expired: &ExpiredDays) -> Result<Swept, StoreError> {
+        let statements = self.retention_statements().await?;
+        let mut swept = Swept::default();
+        match expired {
+            ExpiredDays::Campaign {
+                campaign,
+                days,
+                partitions,
+            } => {
+                for partition in partitions {
+                    swept += self.drop_event_partition(statements, partition).await?;
+                }
+                for day in days {
+                    swept += self.drop_campaign_day(statements, *campaign, *day).await?;
+                }
+                // The day index last: until its lines go, the next sweep finds the days again.
+                for day in days {
+                    let values = (
+                        day.date(),
+                        campaign.advertiser_id.as_uuid(),
+                        campaign.campaign_id.as_uuid(),
+                    );
+                    execute(
+                        &self.session,
+                        &statements.delete_campaign_day,
+                        values,
+                        CONTEXT,
+                    )
+                    .await?;
+                    swept.rows += 1;
+                }
+            }
+            ExpiredDays::Site {
+                site,
+                days,
+                partitions,
+            } => {
+                for partition in partitions {
+                    self.drop_site_partition(statements, partition).await?;
+                    swept.ranges += 1;
+                }
+                for day in days {
+                    self.forget_site_day(statements, site, *day).await?;
+                    swept.rows += 1;
+                }
+            }
+        }
+        Ok(swept)
+    }
+}

@@ -1,0 +1,332 @@
+//! Retention (`--retain-raw`): events of a UTC day that began longer ago are refused whole,
+//! naming their `timestamp`; the sweep deletes the raw events of such days on both stores and
+//! keeps their rollups, so summaries and uniques of sealed days still answer; on Cassandra
+//! every row is written with a TTL counted from its own day.
+
+use crate::common::beacons::{fresh_site, register_site, uniques};
+use crate::common::events::{Campaign, export_records, post, post_all, summary};
+use crate::common::{Backend, TestServer, http, test_options};
+use adevents::app::{App, Options};
+use adevents::domain::beacon::SiteId;
+use adevents::domain::owner::Owner;
+use adevents::domain::retention::Retention;
+use adevents::domain::time::Day;
+use adevents::sealer::{Sealer, SealerOptions};
+use adevents::settings::SettingsCache;
+use adevents::store::Store;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+
+conformance!(
+    events_of_days_past_retention_are_refused_naming_timestamp_and_nothing_is_stored,
+    the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer,
+);
+
+mod cassandra_only {
+    #[tokio::test]
+    async fn rows_expire_with_their_day_not_with_their_write() {
+        super::rows_expire_with_their_day_not_with_their_write().await
+    }
+}
+
+fn options_keeping(retention: &str) -> Options {
+    let mut options = test_options();
+    options.service.retention.raw = Retention::parse(retention).expect("a retention");
+    options
+}
+
+/// Midnight UTC `days` days before today's.
+fn days_ago(days: i64) -> DateTime<Utc> {
+    Utc::now().duration_trunc(Duration::days(1)).expect("a day") - Duration::days(days)
+}
+
+fn day_of(at: DateTime<Utc>) -> Day {
+    Day::new(at.date_naive())
+}
+
+/// The field errors of a 400, as (index, field).
+fn named(body: &Value) -> Vec<(Option<u64>, String)> {
+    body["error"]["errors"]
+        .as_array()
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|error| {
+                    (
+                        error["index"].as_u64(),
+                        error["field"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn events_of_days_past_retention_are_refused_naming_timestamp_and_nothing_is_stored(
+    backend: Backend,
+) {
+    let server = backend.server_with(options_keeping("30days")).await;
+    let campaign = Campaign::fresh();
+    let ad = Uuid::new_v4();
+    // 31 days and one hour ago: its day began more than 30 days ago, whatever the hour now.
+    let expired = Utc::now() - Duration::days(31) - Duration::hours(1);
+    let recent = Utc::now() - Duration::minutes(1);
+    let (expired_id, recent_id) = (Uuid::new_v4(), Uuid::new_v4());
+    let (status, body) = post(
+        &server,
+        "/v1/impressions",
+        &json!([
+            campaign.impression(recent_id, ad, recent),
+            campaign.impression(expired_id, ad, expired),
+        ]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(named(&body), [(Some(1), "timestamp".to_owned())], "{body}");
+    assert!(
+        body["error"]["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("--retain-raw")),
+        "{body}"
+    );
+    // Refused whole: not even the recent impression was stored.
+    let today = recent.date_naive();
+    let records = export_records(
+        &server,
+        &campaign,
+        &format!("from={}&to={today}", today - chrono::Days::new(1)),
+    )
+    .await;
+    assert!(records.is_empty(), "{records:?}");
+
+    let (status, body) = post(
+        &server,
+        "/v1/clicks",
+        &json!([campaign.click(expired_id, ad, expired)]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(named(&body), [(Some(0), "timestamp".to_owned())], "{body}");
+
+    let (status, body) = post(
+        &server,
+        "/v1/conversions",
+        &json!({
+            "conversion_id": Uuid::new_v4().to_string(),
+            "advertiser_id": campaign.advertiser_id,
+            "action": "purchase",
+            "timestamp": expired.to_rfc3339(),
+            "user_id": Uuid::new_v4(),
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        named(&body)
+            .into_iter()
+            .map(|(_, field)| field)
+            .collect::<Vec<_>>(),
+        ["timestamp"],
+        "{body}"
+    );
+
+    let base = server.url("");
+    let site = fresh_site();
+    register_site(&base, &site).await;
+    let response = http()
+        .post(server.url("/track"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!(
+            "site={site}&guid=a-visitor&timestamp={}",
+            expired.timestamp()
+        ))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(
+        named(&body)
+            .into_iter()
+            .map(|(_, field)| field)
+            .collect::<Vec<_>>(),
+        ["timestamp"],
+        "{body}"
+    );
+    let day = expired.date_naive();
+    let answer = uniques(
+        &base,
+        &site,
+        &[
+            ("from".to_owned(), day.to_string()),
+            ("to".to_owned(), day.to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(answer["total"]["visits"], 0, "{answer}");
+}
+
+fn sealer(store: &Arc<dyn Store>) -> Sealer {
+    let settings = SettingsCache::new(store.clone(), std::time::Duration::from_secs(10));
+    Sealer::new(
+        store.clone(),
+        Arc::new(settings),
+        SealerOptions::default(),
+        Default::default(),
+    )
+}
+
+async fn the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer(backend: Backend) {
+    let store = backend.store().await;
+    // Stored while everything is kept (before the operator set a retention).
+    let server = TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let ad = Uuid::new_v4();
+    let (old, kept) = (days_ago(10), days_ago(2));
+    let mut impressions = Vec::new();
+    let mut clicks = Vec::new();
+    for i in 0..20 {
+        let id = Uuid::new_v4();
+        let when = old + Duration::hours(9) + Duration::minutes(i * 7);
+        impressions.push(campaign.impression(id, ad, when));
+        if i % 5 == 0 {
+            clicks.push(campaign.click(id, ad, when + Duration::minutes(1)));
+        }
+    }
+    let kept_id = Uuid::new_v4();
+    impressions.push(campaign.impression(kept_id, ad, kept + Duration::hours(3)));
+    post_all(&server, "/v1/impressions", &impressions, 100).await;
+    post_all(&server, "/v1/clicks", &clicks, 100).await;
+    let site = fresh_site();
+    let base = server.url("");
+    register_site(&base, &site).await;
+    for n in 0..5 {
+        let response = http()
+            .post(server.url("/track"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "site={site}&guid=visitor-{n}&timestamp={}",
+                (old + Duration::hours(10) + Duration::minutes(n)).timestamp()
+            ))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    let old_day = old.date_naive();
+    let day_query = format!("from={old_day}&to={old_day}");
+    let raw = summary(&server, &campaign, &day_query).await;
+    assert_eq!(raw["totals"]["impressions"], 20, "{raw}");
+    // The events just posted marked their closed day late: a seal counts as current once its
+    // read started past the latest mark and the clock margin.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let sealer = sealer(&store);
+    sealer
+        .seal_campaign_day(campaign.key(), day_of(old))
+        .await
+        .expect("sealed");
+    let site_id = SiteId::parse(&site).expect("a site");
+    sealer
+        .seal_site_day(&site_id, day_of(old))
+        .await
+        .expect("sealed");
+    let uniques_query = [
+        ("from".to_owned(), old_day.to_string()),
+        ("to".to_owned(), old_day.to_string()),
+    ];
+    let sealed_uniques = uniques(&base, &site, &uniques_query).await;
+    assert_eq!(sealed_uniques["total"]["visits"], 5, "{sealed_uniques}");
+
+    let before = export_records(&server, &campaign, &day_query).await;
+    assert_eq!(
+        before.len(),
+        20,
+        "the raw events are there before the sweep"
+    );
+    // The operator now keeps raw events 5 days: the old day is past it, the other is not.
+    let app = App::new(Arc::clone(&store), options_keeping("5days"));
+    let now = Utc::now();
+    let swept = app
+        .sweeper()
+        .sweep_owner(&Owner::Campaign(campaign.key()), day_of(old), now)
+        .await
+        .expect("swept");
+    assert!(swept.ranges > 0, "{swept:?}");
+    app.sweeper()
+        .sweep_owner(&Owner::Site(site_id), day_of(old), now)
+        .await
+        .expect("swept");
+
+    let old_records = export_records(&server, &campaign, &day_query).await;
+    assert!(old_records.is_empty(), "raw events left: {old_records:?}");
+    let kept_day = kept.date_naive();
+    let kept_records = export_records(
+        &server,
+        &campaign,
+        &format!("from={kept_day}&to={kept_day}"),
+    )
+    .await;
+    assert_eq!(kept_records.len(), 1, "{kept_records:?}");
+    assert!(kept_records.contains_key(&kept_id.to_string()));
+    let sealed = summary(&server, &campaign, &day_query).await;
+    assert_eq!(sealed["sealed_days"], 1, "{sealed}");
+    assert_eq!(sealed["totals"], raw["totals"], "the rollup still answers");
+    let after = uniques(&base, &site, &uniques_query).await;
+    assert_eq!(after["total"], sealed_uniques["total"], "{after}");
+}
+
+async fn rows_expire_with_their_day_not_with_their_write() {
+    let mut config = crate::common::config(crate::common::shared_keyspace());
+    config.retain_raw = Retention::parse("30days").expect("a retention");
+    let store: Arc<dyn Store> = Arc::new(crate::common::store_for(config.clone(), true).await);
+    let server = TestServer::with_options(store, options_keeping("30days")).await;
+    let campaign = Campaign::fresh();
+    let (ad, id) = (Uuid::new_v4(), Uuid::new_v4());
+    let day = days_ago(10);
+    post_all(
+        &server,
+        "/v1/impressions",
+        &[campaign.impression(id, ad, day + Duration::hours(12))],
+        1,
+    )
+    .await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[campaign.click(id, ad, day + Duration::hours(13))],
+        1,
+    )
+    .await;
+    let session = crate::common::raw_session().await;
+    // The day expires 30 days after it began, so 20 days from its start plus what is left
+    // of today: never the full 30 days a TTL from the write would give.
+    let expected = (day + Duration::days(30) - Utc::now()).num_seconds();
+    for table in ["impression", "impression_summary", "click"] {
+        let rows = session
+            .query_unpaged(
+                format!(
+                    "SELECT TTL(ad_id) FROM {}.{table} WHERE advertiser_id = ? AND campaign_id = ? \
+                     AND day = ? AND bucket_id = 0",
+                    config.keyspace
+                ),
+                (
+                    campaign.advertiser_id,
+                    campaign.campaign_id,
+                    day.date_naive(),
+                ),
+            )
+            .await
+            .expect("read")
+            .into_rows_result()
+            .expect("rows");
+        let (ttl,): (Option<i32>,) = rows.first_row().expect("one row");
+        let ttl = i64::from(ttl.expect("a TTL"));
+        assert!(
+            (expected - 120..=expected).contains(&ttl),
+            "{table}: TTL {ttl} s, expected about {expected} s"
+        );
+    }
+}
