@@ -314,7 +314,7 @@ async fn load(site: &str, store: Arc<dyn Store>, beacons: usize) -> (usize, usiz
                 let store = Arc::clone(&store);
                 let partition = chunk[0].partition(BucketCount::ONE);
                 let chunk = chunk.to_vec();
-                async move { store.write_visits(&partition, &chunk).await }
+                async move { store.write_visits(&partition, &chunk, &[]).await }
             })
             .buffer_unordered(8)
             .try_collect::<()>()

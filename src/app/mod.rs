@@ -135,15 +135,28 @@ impl App {
             Arc::clone(&indexer),
             Arc::clone(&ingestor),
         ));
+        let beacons = Arc::new(
+            BeaconIngestor::new(
+                Arc::clone(&store),
+                Arc::clone(&settings_cache),
+                Arc::clone(&live_sketches),
+                Arc::clone(&registry),
+                rule,
+            )
+            .with_erased(Arc::clone(&erased)),
+        );
         let finder = SubjectFinder::new(Arc::clone(&store), Arc::clone(&settings_cache));
-        let erasures = Arc::new(Erasures::new(
-            Arc::clone(&store),
-            finder.clone(),
-            Arc::clone(&indexer),
-            Arc::clone(&ingestor),
-            erased,
-            Arc::clone(&readiness),
-        ));
+        let erasures = Arc::new(
+            Erasures::new(
+                Arc::clone(&store),
+                finder.clone(),
+                Arc::clone(&indexer),
+                Arc::clone(&ingestor),
+                erased,
+                Arc::clone(&readiness),
+            )
+            .with_beacons(Arc::clone(&beacons)),
+        );
         let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
             .unwrap_or(chrono::TimeDelta::MAX);
         let handlers = Handlers {
@@ -157,13 +170,7 @@ impl App {
                 Arc::clone(&store) as Arc<dyn crate::store::ConversionStore>,
                 attribution_delay,
             )),
-            beacons: Arc::new(BeaconIngestor::new(
-                Arc::clone(&store),
-                Arc::clone(&settings_cache),
-                Arc::clone(&live_sketches),
-                Arc::clone(&registry),
-                rule,
-            )),
+            beacons,
             queries: Arc::new(Queries::new(
                 Arc::clone(&store),
                 Arc::clone(&settings_cache),

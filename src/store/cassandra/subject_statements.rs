@@ -1,5 +1,6 @@
-//! The prepared statements of personal data on Cassandra (`migrations/0018_privacy.cql`): the
-//! subject directory, the deletes of one subject's rows by their keys, and erasure records.
+//! The prepared statements of personal data on Cassandra (`migrations/0018_privacy.cql`,
+//! `0019_visitors.cql`): the subject directory and the visitor index, the deletes of one
+//! subject's rows by their keys, and erasure records.
 //! Shared by [`super::subjects`] and [`super::erasures`].
 
 use super::config::KeyspaceName;
@@ -21,7 +22,7 @@ const EVENT_ROW: &str = "timestamp = ? AND impression_id = ?";
 
 /// The columns of an erasure record, in the order of its insert and of `StoredErasure`.
 pub(crate) const ERASURE_COLUMNS: &str =
-    "subject_kind, user_id, subject_hash, scope, requested_at, status, completed_at";
+    "subject_kind, user_id, site, guid, subject_hash, scope, requested_at, status, completed_at";
 
 /// The columns of `erasure_count`, in the order of its insert and of `StoredCounts`.
 pub(crate) const COUNT_COLUMNS: &str = "impressions, clicks, view_reports, conversions, visits";
@@ -62,6 +63,12 @@ pub(crate) struct SubjectStatements {
     pub(crate) insert_key: PreparedStatement,
     /// Read at consistency `SERIAL`, after a lost transaction.
     pub(crate) select_key_serial: PreparedStatement,
+    /// The visitor index (`migrations/0019_visitors.cql`), written `USING TTL ?`.
+    pub(crate) insert_visitor_day: PreparedStatement,
+    pub(crate) select_visitor_days: PreparedStatement,
+    pub(crate) delete_visitor_day: PreparedStatement,
+    /// One beacon's row by its whole primary key.
+    pub(crate) delete_visit: PreparedStatement,
 }
 
 impl SubjectStatements {
@@ -93,6 +100,10 @@ impl SubjectStatements {
             select_counts,
             mut insert_key,
             mut select_key_serial,
+            insert_visitor_day,
+            select_visitor_days,
+            delete_visitor_day,
+            delete_visit,
         ] = prepare_all(
             session,
             [
@@ -136,7 +147,7 @@ impl SubjectStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.erasure (id, {ERASURE_COLUMNS}) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!("SELECT {ERASURE_COLUMNS} FROM {keyspace}.erasure WHERE id = ?"),
                 format!(
@@ -163,6 +174,18 @@ impl SubjectStatements {
                 format!("SELECT {COUNT_COLUMNS} FROM {keyspace}.erasure_count WHERE id = ?"),
                 format!("INSERT INTO {keyspace}.privacy_key (name, key) VALUES (?, ?) IF NOT EXISTS"),
                 format!("SELECT key FROM {keyspace}.privacy_key WHERE name = ?"),
+                format!(
+                    "INSERT INTO {keyspace}.visitor_day (site, guid, day) VALUES (?, ?, ?) \
+                     USING TTL ?"
+                ),
+                format!("SELECT day FROM {keyspace}.visitor_day WHERE site = ? AND guid = ?"),
+                format!(
+                    "DELETE FROM {keyspace}.visitor_day WHERE site = ? AND guid = ? AND day = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.visit WHERE site = ? AND day = ? AND bucket_id = ? \
+                     AND timestamp = ? AND guid = ? AND features = ?"
+                ),
             ],
         )
         .await?;
@@ -199,6 +222,10 @@ impl SubjectStatements {
             select_counts_serial,
             insert_key,
             select_key_serial,
+            insert_visitor_day,
+            select_visitor_days,
+            delete_visitor_day,
+            delete_visit,
         })
     }
 }
