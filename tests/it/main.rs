@@ -36,3 +36,4 @@ mod summary;
 mod uniques;
 mod viewability;
 mod viewability_browser;
+mod visitors;
