@@ -59,6 +59,7 @@ async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
             site: SiteId::parse(site).expect("valid site"),
             allowed_origins: Vec::new(),
             require_origin: false,
+            respect_gpc: false,
             created_at: Utc::now(),
         })
         .await

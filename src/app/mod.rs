@@ -13,6 +13,7 @@ pub use options::{Options, ServiceOptions};
 
 use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
+use crate::beacons::gpc::DayKeys;
 use crate::beacons::live::{LiveSketches, spawn_flusher};
 use crate::conversions::decider::Decider;
 use crate::conversions::intake::ConversionIntake;
@@ -58,6 +59,8 @@ pub struct App {
     indexer: Arc<EventIndexer>,
     decider: Arc<Decider>,
     erasures: Arc<Erasures>,
+    /// The keys of the hashes of Global Privacy Control beacons, one a day.
+    day_keys: Arc<DayKeys>,
     options: Arc<ServiceOptions>,
     state: AppState,
 }
@@ -135,6 +138,9 @@ impl App {
             Arc::clone(&indexer),
             Arc::clone(&ingestor),
         ));
+        let day_keys = Arc::new(DayKeys::new(
+            Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>
+        ));
         let beacons = Arc::new(
             BeaconIngestor::new(
                 Arc::clone(&store),
@@ -143,7 +149,8 @@ impl App {
                 Arc::clone(&registry),
                 rule,
             )
-            .with_erased(Arc::clone(&erased)),
+            .with_erased(Arc::clone(&erased))
+            .with_day_keys(Arc::clone(&day_keys)),
         );
         let finder = SubjectFinder::new(Arc::clone(&store), Arc::clone(&settings_cache));
         let erasures = Arc::new(
@@ -209,6 +216,7 @@ impl App {
             indexer,
             decider,
             erasures,
+            day_keys,
             options: Arc::new(service),
         }
     }
@@ -305,6 +313,7 @@ impl App {
         let indexer = self.indexer.start();
         let decider = self.decider.start();
         let erasures = self.erasures.start();
+        let day_keys = self.day_keys.start();
         Running::new([
             Some(sketches),
             Some(delivery),
@@ -315,6 +324,7 @@ impl App {
             Some(indexer),
             Some(decider),
             Some(erasures),
+            Some(day_keys),
         ])
     }
 

@@ -3,6 +3,7 @@
 //! which reach the store about a second later ([`live`]). Sketches can always be rebuilt from
 //! the stored beacons ([`rebuild`]).
 
+pub(crate) mod gpc;
 pub mod live;
 pub mod rebuild;
 
@@ -17,6 +18,7 @@ use crate::remembered::Remembered;
 use crate::settings::SettingsCache;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
+use gpc::DayKeys;
 use live::LiveSketches;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -59,6 +61,8 @@ pub(crate) struct BeaconIngestor {
     visitor_seed: u64,
     /// Erased visitors, whose re-sent old beacons are dropped.
     erased: Option<Arc<ErasedSubjects>>,
+    /// The day keys a beacon sent under Global Privacy Control is hashed with.
+    day_keys: Option<Arc<DayKeys>>,
 }
 
 impl BeaconIngestor {
@@ -79,7 +83,14 @@ impl BeaconIngestor {
             visitor_days: Mutex::new((Instant::now(), HashSet::new())),
             visitor_seed: rand::random(),
             erased: None,
+            day_keys: None,
         }
+    }
+
+    /// Stores the beacons that ask for Global Privacy Control without their visitor.
+    pub(crate) fn with_day_keys(mut self, day_keys: Arc<DayKeys>) -> Self {
+        self.day_keys = Some(day_keys);
+        self
     }
 
     /// Drops the re-sent old beacons of erased visitors.
@@ -88,9 +99,15 @@ impl BeaconIngestor {
         self
     }
 
-    /// Stores `beacon` durably, with its visitor's entry in the visitor index, then counts
-    /// it.
-    pub(crate) async fn track(&self, beacon: Beacon) -> Result<(), TrackError> {
+    /// Stores `beacon` durably, then counts it. With `without_visitor` (its page asked for
+    /// Global Privacy Control and its site respects it) it is stored as a visit without a
+    /// visitor: its guid replaced by a keyed hash under its day's key, out of the visitor
+    /// index and of the unique visitors.
+    pub(crate) async fn track(
+        &self,
+        mut beacon: Beacon,
+        without_visitor: bool,
+    ) -> Result<(), TrackError> {
         if !self.live.has_room() {
             return Err(TrackError::SketchesFull);
         }
@@ -102,19 +119,29 @@ impl BeaconIngestor {
                 .increment(1);
             return Ok(());
         }
+        if without_visitor {
+            let day_keys = self.day_keys.as_ref().ok_or_else(|| {
+                StoreError::internal_message("beacons under Global Privacy Control need day keys")
+            })?;
+            let day = beacon.timestamp.utc_day();
+            beacon.guid = day_keys
+                .guid_of(&beacon.site, &beacon.guid, day, Utc::now())
+                .await?;
+        }
         let owner = Owner::Site(beacon.site.clone());
         let history = self.settings.history(&owner).await?;
         let partition = beacon.partition(history.buckets_at(beacon.timestamp.instant()));
         let visitor_day = self.visitor_day_hash(&beacon.site, &beacon.guid, partition.day);
-        let visitors = if self.lock_visitor_days().1.contains(&visitor_day) {
-            Vec::new()
-        } else {
-            vec![VisitorDay {
-                site: beacon.site.clone(),
-                guid: beacon.guid.clone(),
-                day: partition.day,
-            }]
-        };
+        let visitors =
+            if !beacon.guid.is_visitor() || self.lock_visitor_days().1.contains(&visitor_day) {
+                Vec::new()
+            } else {
+                vec![VisitorDay {
+                    site: beacon.site.clone(),
+                    guid: beacon.guid.clone(),
+                    day: partition.day,
+                }]
+            };
         self.mark_day(partition.day, &owner).await?;
         // Before the beacon can be counted: a crash before its sketches are stored is
         // repaired from the stored beacons (crate::app::repair).
@@ -131,8 +158,8 @@ impl BeaconIngestor {
         if self.sealing.is_late(partition.day, now) {
             self.store.mark_late(&owner, partition.day, now).await?;
         }
-        // Invalid traffic is stored, never counted as a visitor.
-        if beacon.invalid.is_none() {
+        // Invalid traffic is stored, never counted as a visitor; nor is a GPC beacon.
+        if beacon.invalid.is_none() && beacon.guid.is_visitor() {
             self.live.record(&beacon);
             self.registry.counted(&owner, partition.day);
         }

@@ -740,6 +740,19 @@ impl SubjectStore for Instrumented {
     ) -> Result<(), StoreError> {
         timed("erase_visits", self.inner.erase_visits(partition, visits)).await
     }
+
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError> {
+        timed("day_key", self.inner.day_key(day, candidate, expires)).await
+    }
+
+    async fn delete_day_keys(&self, before: Day) -> Result<(), StoreError> {
+        timed("delete_day_keys", self.inner.delete_day_keys(before)).await
+    }
 }
 
 #[async_trait]

@@ -637,6 +637,20 @@ pub trait SubjectStore: Send + Sync {
 
     async fn delete_visitor_days(&self, days: &[VisitorDay]) -> Result<(), StoreError>;
 
+    /// The key of UTC `day`'s hashes of Global Privacy Control beacons: `candidate` if none
+    /// was stored yet, else the stored one (the first writer wins, on every process). Stored
+    /// until `expires` at most: Cassandra lets it expire, the embedded store's is deleted by
+    /// [`delete_day_keys`](Self::delete_day_keys).
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError>;
+
+    /// Deletes the day keys of the days before `before` (a no-op where they expire).
+    async fn delete_day_keys(&self, before: Day) -> Result<(), StoreError>;
+
     /// Deletes beacons of one partition by their keys (time, guid, features): every stored
     /// copy of each.
     async fn erase_visits(

@@ -18,6 +18,7 @@ use crate::domain::privacy::{
     ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus, PrivacyKey, Subject,
     SubjectHash,
 };
+use crate::domain::time::Day;
 use crate::store::StoreError;
 use crate::store::error::Message;
 use chrono::{DateTime, Utc};
@@ -365,6 +366,30 @@ pub(crate) async fn privacy_key(
         return Ok(candidate.clone());
     }
     stored_key(session, statements, SUBJECT_HASH_KEY, CONTEXT).await
+}
+
+/// A day's key for the hashes of Global Privacy Control beacons (`gpc_day:2026-11-28`),
+/// stored once with a lightweight transaction that lets it expire after `ttl` seconds.
+pub(crate) async fn day_key(
+    session: &Session,
+    statements: &SubjectStatements,
+    day: Day,
+    candidate: &PrivacyKey,
+    ttl: i32,
+) -> Result<PrivacyKey, StoreError> {
+    const CONTEXT: &str = "storing a day key";
+    let name = format!("gpc_day:{}", day.date());
+    let result = session
+        .execute_unpaged(
+            &statements.insert_day_key,
+            (name.as_str(), candidate.as_bytes().as_slice(), ttl),
+        )
+        .await
+        .map_err(failed(CONTEXT))?;
+    if transaction_applied(result, CONTEXT)? {
+        return Ok(candidate.clone());
+    }
+    stored_key(session, statements, &name, CONTEXT).await
 }
 
 /// A key stored under `name`, after a lost transaction: another process stored its key first

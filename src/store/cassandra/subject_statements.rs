@@ -69,6 +69,8 @@ pub(crate) struct SubjectStatements {
     pub(crate) delete_visitor_day: PreparedStatement,
     /// One beacon's row by its whole primary key.
     pub(crate) delete_visit: PreparedStatement,
+    /// A day key: `INSERT … IF NOT EXISTS USING TTL ?`, with serial consistency `SERIAL`.
+    pub(crate) insert_day_key: PreparedStatement,
 }
 
 impl SubjectStatements {
@@ -104,6 +106,7 @@ impl SubjectStatements {
             select_visitor_days,
             delete_visitor_day,
             delete_visit,
+            mut insert_day_key,
         ] = prepare_all(
             session,
             [
@@ -186,6 +189,10 @@ impl SubjectStatements {
                     "DELETE FROM {keyspace}.visit WHERE site = ? AND day = ? AND bucket_id = ? \
                      AND timestamp = ? AND guid = ? AND features = ?"
                 ),
+                format!(
+                    "INSERT INTO {keyspace}.privacy_key (name, key) VALUES (?, ?) IF NOT EXISTS \
+                     USING TTL ?"
+                ),
             ],
         )
         .await?;
@@ -194,6 +201,7 @@ impl SubjectStatements {
         // that meets its own first attempt's row reads it back, so both stay idempotent.
         settle_counts.set_serial_consistency(Some(SerialConsistency::Serial));
         insert_key.set_serial_consistency(Some(SerialConsistency::Serial));
+        insert_day_key.set_serial_consistency(Some(SerialConsistency::Serial));
         let mut select_counts_serial = select_counts.clone();
         select_counts_serial.set_consistency(Consistency::Serial);
         select_key_serial.set_consistency(Consistency::Serial);
@@ -226,6 +234,7 @@ impl SubjectStatements {
             select_visitor_days,
             delete_visitor_day,
             delete_visit,
+            insert_day_key,
         })
     }
 }

@@ -271,6 +271,26 @@ impl SubjectStore for CassandraStore {
         .await
     }
 
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError> {
+        let statements = self.subject_statements().await?;
+        // Never 0, which would mean no expiry; the caller asks only before `expires`.
+        let ttl = (expires - Utc::now())
+            .num_seconds()
+            .clamp(1, i64::from(i32::MAX));
+        let ttl = i32::try_from(ttl).unwrap_or(i32::MAX);
+        erasures::day_key(&self.session, statements, day, candidate, ttl).await
+    }
+
+    async fn delete_day_keys(&self, _before: Day) -> Result<(), StoreError> {
+        // Written with their TTL: gone by themselves.
+        Ok(())
+    }
+
     async fn erase_visits(
         &self,
         partition: &VisitPartition,

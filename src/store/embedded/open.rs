@@ -165,6 +165,7 @@ fn register_stored_sites(tables: &Tables) -> Result<(), StoreError> {
                 site,
                 allowed_origins: Vec::new(),
                 require_origin: false,
+                respect_gpc: false,
                 created_at: now,
             };
             tables

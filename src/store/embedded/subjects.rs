@@ -24,7 +24,7 @@ use crate::domain::privacy::{
 use crate::domain::time::Day;
 use crate::store::{EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
-use chrono::DateTime;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -40,6 +40,15 @@ const COUNTS: u8 = b'C';
 
 /// The privacy key's row in `meta`.
 const PRIVACY_KEY: &str = "privacy_key";
+/// The prefix of the day keys' rows in `meta`, then the day (4 bytes, in order).
+const DAY_KEY: &[u8] = b"gpc_day_key:";
+
+fn day_key_row(day: Day) -> Vec<u8> {
+    let mut key = DAY_KEY.to_vec();
+    key.extend_from_slice(&keys::day_bytes(day));
+    key
+}
+
 /// User (16), advertiser (16), week (4).
 fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
     let mut key = line.user_id.as_uuid().as_bytes().to_vec();
@@ -542,6 +551,49 @@ impl SubjectStore for EmbeddedStore {
         visits: &[VisitRow],
     ) -> Result<(), StoreError> {
         self.erase_visit_rows(partition, visits).await
+    }
+
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        _expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError> {
+        const CONTEXT: &str = "storing a day key";
+        let stored = self
+            .keep_first(
+                CONTEXT,
+                Guarded {
+                    table: Table::Meta,
+                    key: day_key_row(day),
+                    value: candidate.as_bytes().to_vec(),
+                    keeps: keeps_privacy_key,
+                },
+            )
+            .await?;
+        decode_privacy_key(&stored).ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn delete_day_keys(&self, before: Day) -> Result<(), StoreError> {
+        const CONTEXT: &str = "deleting day keys";
+        let removals: Removals = self
+            .scan(Table::Meta, DAY_KEY.to_vec(), None, CONTEXT)
+            .await?
+            .into_iter()
+            .filter(|(key, _)| {
+                // A row that does not decode is no day's key: it goes too.
+                key.get(DAY_KEY.len()..)
+                    .and_then(keys::decode_day)
+                    .is_none_or(|day| day < before)
+            })
+            .map(|(key, _)| (Table::Meta, key.to_vec()))
+            .collect();
+        if removals.is_empty() {
+            return Ok(());
+        }
+        self.committer
+            .commit_replacing(CONTEXT, removals, Vec::new())
+            .await
     }
 }
 
