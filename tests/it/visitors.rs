@@ -15,6 +15,8 @@ conformance!(
     subject_access_lists_a_visitors_beacons,
     a_resent_old_beacon_of_an_erased_visitor_is_dropped_and_a_new_one_is_kept,
     visitor_requests_are_checked_like_beacons,
+    gpc_beacons_count_as_visits_without_a_visitor_and_cannot_be_found,
+    gpc_is_ignored_where_the_site_does_not_respect_it,
 );
 
 /// Some minutes ago, to the millisecond: a day no seal has closed.
@@ -26,8 +28,24 @@ fn minutes_ago(minutes: i64) -> DateTime<Utc> {
 
 /// Form-posts one beacon to `/track`, which must store it.
 async fn track(server: &TestServer, site: &str, guid: &str, at: DateTime<Utc>, page: &str) {
+    track_with(server, site, guid, at, page, false).await;
+}
+
+/// Form-posts one beacon, with `Sec-GPC: 1` when `gpc`, as a browser with Global Privacy
+/// Control on sends it.
+async fn track_with(
+    server: &TestServer,
+    site: &str,
+    guid: &str,
+    at: DateTime<Utc>,
+    page: &str,
+    gpc: bool,
+) {
     let timestamp = format!("{}.{:03}", at.timestamp(), at.timestamp_subsec_millis());
-    let request = http().post(server.url("/track"));
+    let mut request = http().post(server.url("/track"));
+    if gpc {
+        request = request.header("Sec-GPC", "1");
+    }
     let response = request
         .form(&[
             ("site", site),
@@ -195,4 +213,69 @@ async fn visitor_requests_are_checked_like_beacons(backend: Backend) {
             "{query}: {answer}"
         );
     }
+}
+
+/// Registers a fresh site with `respect_gpc`; returns it.
+async fn site_respecting_gpc(server: &TestServer, respect: bool) -> String {
+    let site = crate::common::beacons::fresh_site();
+    let response = http()
+        .put(server.url(&format!("/v1/sites/{site}")))
+        .json(&json!({"respect_gpc": respect}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.expect("JSON");
+    assert_eq!(answer["respect_gpc"], respect, "{answer}");
+    site
+}
+
+async fn gpc_beacons_count_as_visits_without_a_visitor_and_cannot_be_found(backend: Backend) {
+    let server = backend.server().await;
+    let site = site_respecting_gpc(&server, true).await;
+    let (private, counted) = ("visitor-with-gpc", "visitor-without-gpc");
+    let (first, second) = (minutes_ago(9), minutes_ago(8));
+    track_with(&server, &site, private, first, "/a", true).await;
+    track_with(&server, &site, private, second, "/b", true).await;
+    // The browser re-sends its beacon: the same beacon, counted once.
+    track_with(&server, &site, private, first, "/a", true).await;
+    track(&server, &site, counted, minutes_ago(7), "/a").await;
+    let (status, settings) = get(&server, &format!("/v1/sites/{site}"), "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(settings["respect_gpc"], true, "{settings}");
+
+    let settled = eventually(std::time::Duration::from_secs(10), || async {
+        let totals = totals(&server, &site).await;
+        totals["visits"] == 3 && totals["unique_visitors"] == 1
+    })
+    .await;
+    assert!(settled, "{}", totals(&server, &site).await);
+    // Flushed sketches never count them later either.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let totals = totals(&server, &site).await;
+    assert_eq!(totals["visits"], 3, "{totals}");
+    assert_eq!(totals["unique_visitors"], 1, "{totals}");
+    // Nothing stored names the visitor: no access lists it, no erasure finds it.
+    assert!(access(&server, &visitor(&site, private)).await.is_empty());
+    let record = erase(&server, json!({"site": site, "guid": private})).await;
+    assert_eq!(record["erased"]["visits"], 0, "{record}");
+    assert_eq!(
+        access_listing(&server, &visitor(&site, counted), 1)
+            .await
+            .len(),
+        1
+    );
+}
+
+async fn gpc_is_ignored_where_the_site_does_not_respect_it(backend: Backend) {
+    let server = backend.server().await;
+    let site = site_respecting_gpc(&server, false).await;
+    let guid = "visitor-with-gpc";
+    track_with(&server, &site, guid, minutes_ago(4), "/a", true).await;
+    let counted = eventually(std::time::Duration::from_secs(10), || async {
+        totals(&server, &site).await["unique_visitors"] == 1
+    })
+    .await;
+    assert!(counted, "{}", totals(&server, &site).await);
+    access_listing(&server, &visitor(&site, guid), 1).await;
 }
