@@ -171,7 +171,7 @@ impl Erasures {
                     ..ErasedCounts::default()
                 };
                 let counts = self.store.settle_erasure_counts(id, found_counts).await?;
-                self.erase_visitor(&found).await?;
+                self.erase_visitor(&found, record.requested_at).await?;
                 // Before the record says done: a beacon of the visitor stored once the
                 // erasure is done must be indexed again.
                 let days: Vec<Day> = found.days.iter().map(|entry| entry.day).collect();
@@ -302,7 +302,11 @@ impl Erasures {
     /// visits from the stored beacons, so nothing is marked: their visits exclude the visitor
     /// at once, and their live unique-visitor sketches are corrected by the day's seal, which
     /// counts from the beacons left.
-    async fn erase_visitor(&self, found: &VisitorEvents) -> Result<(), StoreError> {
+    async fn erase_visitor(
+        &self,
+        found: &VisitorEvents,
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         stream::iter(found.visits.clone())
             .map(|(partition, rows)| {
                 let store = Arc::clone(&self.store);
@@ -311,7 +315,9 @@ impl Erasures {
             .buffer_unordered(CONCURRENCY)
             .try_collect::<()>()
             .await?;
-        self.store.delete_visitor_days(&found.days).await
+        self.store
+            .delete_visitor_days(&found.days, requested_at)
+            .await
     }
 
     /// Marks the slices of days not yet sealed that counted a removed event. A sealed day keeps

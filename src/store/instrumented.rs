@@ -729,8 +729,13 @@ impl SubjectStore for Instrumented {
         .await
     }
 
-    async fn delete_visitor_days(&self, days: &[VisitorDay]) -> Result<(), StoreError> {
-        timed("delete_visitor_days", self.inner.delete_visitor_days(days)).await
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.delete_visitor_days(days, requested_at);
+        timed("delete_visitor_days", call).await
     }
 
     async fn erase_visits(

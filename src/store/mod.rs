@@ -635,7 +635,15 @@ pub trait SubjectStore: Send + Sync {
     /// The UTC days the visitor index holds for (`site`, `guid`), oldest first.
     async fn read_visitor_days(&self, site: &SiteId, guid: &Guid) -> Result<Vec<Day>, StoreError>;
 
-    async fn delete_visitor_days(&self, days: &[VisitorDay]) -> Result<(), StoreError>;
+    /// Deletes visitor-index entries as they were written before `requested_at`: an entry a
+    /// beacon writes again after the request survives a job (on another process, or late)
+    /// that deletes it afterwards (Cassandra deletes `USING TIMESTAMP`; the embedded store
+    /// has one process, whose job runs once at a time).
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
 
     /// The key of UTC `day`'s hashes of Global Privacy Control beacons: `candidate` if none
     /// was stored yet, else the stored one (the first writer wins, on every process). Stored

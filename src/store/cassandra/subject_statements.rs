@@ -66,6 +66,7 @@ pub(crate) struct SubjectStatements {
     /// The visitor index (`migrations/0019_visitors.cql`), written `USING TTL ?`.
     pub(crate) insert_visitor_day: PreparedStatement,
     pub(crate) select_visitor_days: PreparedStatement,
+    /// `USING TIMESTAMP ?`: the erasure's request.
     pub(crate) delete_visitor_day: PreparedStatement,
     /// One beacon's row by its whole primary key.
     pub(crate) delete_visit: PreparedStatement,
@@ -183,7 +184,8 @@ impl SubjectStatements {
                 ),
                 format!("SELECT day FROM {keyspace}.visitor_day WHERE site = ? AND guid = ?"),
                 format!(
-                    "DELETE FROM {keyspace}.visitor_day WHERE site = ? AND guid = ? AND day = ?"
+                    "DELETE FROM {keyspace}.visitor_day USING TIMESTAMP ? \
+                     WHERE site = ? AND guid = ? AND day = ?"
                 ),
                 format!(
                     "DELETE FROM {keyspace}.visit WHERE site = ? AND day = ? AND bucket_id = ? \

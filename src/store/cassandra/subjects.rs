@@ -258,14 +258,28 @@ impl SubjectStore for CassandraStore {
         Ok(rows.into_iter().map(|(day,)| Day::new(day)).collect())
     }
 
-    async fn delete_visitor_days(&self, days: &[VisitorDay]) -> Result<(), StoreError> {
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         let statement = &self.subject_statements().await?.delete_visitor_day;
+        // At the request's instant: every process runs pending erasures, and one that runs
+        // this job late must not delete the entry a beacon stored since wrote again.
+        let at = requested_at.timestamp_micros();
         execute_each(
             &self.session,
             statement,
             days,
             ROWS_IN_FLIGHT,
-            |entry| (entry.site.as_str(), entry.guid.as_str(), entry.day.date()),
+            |entry| {
+                (
+                    at,
+                    entry.site.as_str(),
+                    entry.guid.as_str(),
+                    entry.day.date(),
+                )
+            },
             "deleting from the visitor index",
         )
         .await

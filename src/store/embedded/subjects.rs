@@ -532,7 +532,11 @@ impl SubjectStore for EmbeddedStore {
             .collect()
     }
 
-    async fn delete_visitor_days(&self, days: &[VisitorDay]) -> Result<(), StoreError> {
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        _requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         let removals = days
             .iter()
             .map(|entry| {

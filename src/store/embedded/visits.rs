@@ -412,7 +412,7 @@ mod tests {
             .expect("erased");
         store.erase_visits(&partition, &found).await.expect("again");
         store
-            .delete_visitor_days(std::slice::from_ref(&erased))
+            .delete_visitor_days(std::slice::from_ref(&erased), chrono::Utc::now())
             .await
             .expect("deleted");
 
