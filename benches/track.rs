@@ -59,6 +59,7 @@ async fn serve(store: Arc<dyn Store>, site: &str) -> Server {
             site: SiteId::parse(site).expect("valid site"),
             allowed_origins: Vec::new(),
             require_origin: false,
+            respect_gpc: false,
             created_at: Utc::now(),
         })
         .await
@@ -314,7 +315,7 @@ async fn load(site: &str, store: Arc<dyn Store>, beacons: usize) -> (usize, usiz
                 let store = Arc::clone(&store);
                 let partition = chunk[0].partition(BucketCount::ONE);
                 let chunk = chunk.to_vec();
-                async move { store.write_visits(&partition, &chunk).await }
+                async move { store.write_visits(&partition, &chunk, &[]).await }
             })
             .buffer_unordered(8)
             .try_collect::<()>()

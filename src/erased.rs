@@ -3,6 +3,7 @@
 //! (docs/API.md, "Privacy"). Loaded at start and again every [`REFRESH`], so an erasure made
 //! on another process is known here within that time.
 
+use crate::domain::beacon::{Guid, SiteId};
 use crate::domain::ids::{AdvertiserId, UserId};
 use crate::domain::privacy::{ErasedSubject, PrivacyKey, Subject, SubjectHash};
 use crate::store::{StoreError, SubjectStore};
@@ -81,6 +82,25 @@ impl ErasedSubjects {
             .erased
             .get(&key.hash(&Subject::User(user)))
             .is_some_and(|erasures| erasures.iter().any(|erased| erased.covers(advertiser, at)))
+    }
+
+    /// Whether a beacon of the visitor `guid` of `site`, timed `at`, belongs to an erasure.
+    pub(crate) fn drops_beacon(&self, site: &SiteId, guid: &Guid, at: DateTime<Utc>) -> bool {
+        let known = self.read();
+        if known.erased.is_empty() {
+            return false;
+        }
+        let Some(key) = &known.key else {
+            return false;
+        };
+        let visitor = Subject::Visitor {
+            site: site.clone(),
+            guid: guid.clone(),
+        };
+        known
+            .erased
+            .get(&key.hash(&visitor))
+            .is_some_and(|erasures| erasures.iter().any(|erased| erased.covers_beacon(at)))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Known> {

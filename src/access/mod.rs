@@ -304,6 +304,14 @@ impl Access {
             .map_err(SiteRefusal::Origin)
     }
 
+    /// Whether `site` respects Global Privacy Control (its registration says so), whether or
+    /// not keys are on.
+    pub(crate) fn respects_gpc(&self, site: &SiteId) -> bool {
+        self.sites
+            .with(site, |profile| profile.respect_gpc)
+            .unwrap_or(false)
+    }
+
     /// Makes a tag secret for `advertiser`; it verifies URLs here as soon as this returns.
     pub(crate) async fn create_tag_secret(
         &self,

@@ -13,6 +13,7 @@ pub use options::{Options, ServiceOptions};
 
 use crate::access::{Access, AccessOptions};
 use crate::beacons::BeaconIngestor;
+use crate::beacons::gpc::DayKeys;
 use crate::beacons::live::{LiveSketches, spawn_flusher};
 use crate::conversions::decider::Decider;
 use crate::conversions::intake::ConversionIntake;
@@ -60,6 +61,8 @@ pub struct App {
     indexer: Arc<EventIndexer>,
     decider: Arc<Decider>,
     erasures: Arc<Erasures>,
+    /// The keys of the hashes of Global Privacy Control beacons, one a day.
+    day_keys: Arc<DayKeys>,
     options: Arc<ServiceOptions>,
     state: AppState,
 }
@@ -143,15 +146,32 @@ impl App {
             Arc::clone(&indexer),
             Arc::clone(&ingestor),
         ));
-        let finder = SubjectFinder::new(Arc::clone(&store), Arc::clone(&settings_cache));
-        let erasures = Arc::new(Erasures::new(
-            Arc::clone(&store),
-            finder.clone(),
-            Arc::clone(&indexer),
-            Arc::clone(&ingestor),
-            erased,
-            Arc::clone(&readiness),
+        let day_keys = Arc::new(DayKeys::new(
+            Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>
         ));
+        let beacons = Arc::new(
+            BeaconIngestor::new(
+                Arc::clone(&store),
+                Arc::clone(&settings_cache),
+                Arc::clone(&live_sketches),
+                Arc::clone(&registry),
+                rule,
+            )
+            .with_erased(Arc::clone(&erased))
+            .with_day_keys(Arc::clone(&day_keys)),
+        );
+        let finder = SubjectFinder::new(Arc::clone(&store), Arc::clone(&settings_cache));
+        let erasures = Arc::new(
+            Erasures::new(
+                Arc::clone(&store),
+                finder.clone(),
+                Arc::clone(&indexer),
+                Arc::clone(&ingestor),
+                erased,
+                Arc::clone(&readiness),
+            )
+            .with_beacons(Arc::clone(&beacons)),
+        );
         let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
             .unwrap_or(chrono::TimeDelta::MAX);
         let handlers = Handlers {
@@ -165,13 +185,7 @@ impl App {
                 Arc::clone(&store) as Arc<dyn crate::store::ConversionStore>,
                 attribution_delay,
             )),
-            beacons: Arc::new(BeaconIngestor::new(
-                Arc::clone(&store),
-                Arc::clone(&settings_cache),
-                Arc::clone(&live_sketches),
-                Arc::clone(&registry),
-                rule,
-            )),
+            beacons,
             queries: Arc::new(Queries::new(
                 Arc::clone(&store),
                 Arc::clone(&settings_cache),
@@ -210,6 +224,7 @@ impl App {
             indexer,
             decider,
             erasures,
+            day_keys,
             options: Arc::new(service),
         }
     }
@@ -318,6 +333,7 @@ impl App {
         // Nothing to sweep while everything is kept.
         let sweeper =
             (self.options.retention.raw != Retention::Forever).then(|| self.sweeper().spawn());
+        let day_keys = self.day_keys.start();
         Running::new([
             Some(sketches),
             Some(delivery),
@@ -329,6 +345,7 @@ impl App {
             Some(decider),
             Some(erasures),
             sweeper,
+            Some(day_keys),
         ])
     }
 

@@ -238,6 +238,9 @@ pub struct SiteProfile {
     pub allowed_origins: Vec<OriginPattern>,
     /// Whether a beacon must name its page (Origin or Referer): refuses server-side senders.
     pub require_origin: bool,
+    /// Whether a beacon sent with Global Privacy Control (`Sec-GPC: 1`) counts as a visit
+    /// without a visitor (docs/API.md, "Privacy").
+    pub respect_gpc: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -312,6 +315,7 @@ mod tests {
             site: SiteId::parse("shop.example").expect("valid"),
             allowed_origins: vec![OriginPattern::parse("https://shop.example").expect("valid")],
             require_origin: false,
+            respect_gpc: false,
             created_at: Utc::now(),
         };
         assert_eq!(site.admits(Some(&origin("https://shop.example"))), Ok(()));

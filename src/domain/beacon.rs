@@ -43,6 +43,9 @@ impl fmt::Display for SiteId {
     }
 }
 
+/// The first character of what a GPC beacon's guid is stored as ([`Guid::without_visitor`]).
+const NO_VISITOR: char = '\u{1}';
+
 /// A visitor id: 1–128 characters, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Guid(String);
@@ -61,6 +64,18 @@ impl Guid {
     /// A guid read back from a store, which only holds valid ones.
     pub(crate) fn from_stored(text: String) -> Self {
         Self(text)
+    }
+
+    /// What a beacon sent under Global Privacy Control is stored under instead of its guid:
+    /// `token` (a keyed hash of the visitor under its day's key, or random), behind a control
+    /// character that no guid a page sends may hold, so that it is never taken for a visitor.
+    pub(crate) fn without_visitor(token: &str) -> Self {
+        Self(format!("{NO_VISITOR}{token}"))
+    }
+
+    /// Whether this guid names a visitor (it is not what a GPC beacon was stored under).
+    pub(crate) fn is_visitor(&self) -> bool {
+        !self.0.starts_with(NO_VISITOR)
     }
 
     pub(crate) fn as_str(&self) -> &str {

@@ -1,12 +1,14 @@
-//! Subject access (docs/API.md, "Privacy"): every stored record of one user, found through the
-//! index ([`SubjectFinder`]) and read by its keys, an impression at a time, so the answer
-//! streams and its cost follows the subject's events.
+//! Subject access (docs/API.md, "Privacy"): every stored record of one user or visitor, found
+//! through the index ([`SubjectFinder`]) and read by its keys, an impression (a visit
+//! partition) at a time, so the answer streams and its cost follows the subject's events.
 
 use super::finder::{FoundImpression, SubjectFinder};
+use crate::domain::beacon::{SiteId, VisitPartition};
 use crate::domain::event::Impression;
-use crate::domain::ids::{AdvertiserId, CampaignKey, UserId};
+use crate::domain::ids::{AdvertiserId, CampaignKey};
+use crate::domain::privacy::Subject;
 use crate::domain::view::StoredReport;
-use crate::store::{ClickRow, Store, StoreError};
+use crate::store::{ClickRow, Store, StoreError, VisitRow};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -22,6 +24,11 @@ pub(crate) enum SubjectRecord {
         campaign: CampaignKey,
         report: StoredReport,
     },
+    /// A visitor's beacon.
+    Visit {
+        site: SiteId,
+        visit: VisitRow,
+    },
 }
 
 pub(crate) struct SubjectAccess {
@@ -34,18 +41,33 @@ impl SubjectAccess {
         Self { store, finder }
     }
 
-    /// The user's records (of one advertiser, or of all), to be read a page at a time. The
-    /// index is read before this returns, so a store outage is an error, not a cut answer.
+    /// The subject's records (a user's of one advertiser, or of all; a visitor's), to be read
+    /// a page at a time. The index is read before this returns, so a store outage is an
+    /// error, not a cut answer.
     pub(crate) async fn records(
         &self,
-        user: UserId,
+        subject: &Subject,
         scope: Option<AdvertiserId>,
     ) -> Result<SubjectRecords, StoreError> {
-        let found = self.finder.find(user, scope, None).await?;
+        let (left, visits): (
+            VecDeque<FoundImpression>,
+            VecDeque<(VisitPartition, Vec<VisitRow>)>,
+        ) = match subject {
+            Subject::User(user) => {
+                let found = self.finder.find(*user, scope, None).await?;
+                (found.impressions.into(), VecDeque::new())
+            }
+            // A visitor's beacons are few and read with the index: a partition's at a time.
+            Subject::Visitor { site, guid } => {
+                let found = self.finder.find_visitor(site, guid).await?;
+                (VecDeque::new(), found.visits.into())
+            }
+        };
         Ok(SubjectRecords {
             store: Arc::clone(&self.store),
             finder: self.finder.clone(),
-            left: found.impressions.into(),
+            left,
+            visits,
         })
     }
 }
@@ -55,6 +77,7 @@ pub(crate) struct SubjectRecords {
     store: Arc<dyn Store>,
     finder: SubjectFinder,
     left: VecDeque<FoundImpression>,
+    visits: VecDeque<(VisitPartition, Vec<VisitRow>)>,
 }
 
 impl SubjectRecords {
@@ -62,7 +85,14 @@ impl SubjectRecords {
     /// `None` at the end.
     pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<SubjectRecord>>, StoreError> {
         let Some(impression) = self.left.pop_front() else {
-            return Ok(None);
+            return Ok(self.visits.pop_front().map(|(partition, rows)| {
+                rows.into_iter()
+                    .map(|visit| SubjectRecord::Visit {
+                        site: partition.site.clone(),
+                        visit,
+                    })
+                    .collect()
+            }));
         };
         let campaign = impression.campaign;
         let mut page = Vec::new();

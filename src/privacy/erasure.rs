@@ -8,12 +8,13 @@
 //! pointers go last, so a job cut off anywhere (`kill -9`) is resumed by running it again, on
 //! this process or another.
 
-use super::finder::{SubjectEvents, SubjectFinder};
+use super::finder::{SubjectEvents, SubjectFinder, VisitorEvents};
+use crate::beacons::BeaconIngestor;
 use crate::domain::conversion::index::{IndexKey, Week};
 use crate::domain::ids::{AdvertiserId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::privacy::{
-    ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject, SubjectWeek,
+    ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject, SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
 use crate::erased::{ErasedSubjects, REFRESH};
@@ -46,6 +47,9 @@ pub(crate) struct Erasures {
     /// process's index is past it.
     repaired_at: std::sync::OnceLock<DateTime<Utc>>,
     wake: Arc<tokio::sync::Notify>,
+    /// Told which visitor-days an erasure deleted from the visitor index, so that it writes
+    /// them again for the visitor's next beacons.
+    beacons: Option<Arc<BeaconIngestor>>,
 }
 
 impl Erasures {
@@ -66,7 +70,13 @@ impl Erasures {
             readiness,
             repaired_at: std::sync::OnceLock::new(),
             wake: Arc::new(tokio::sync::Notify::new()),
+            beacons: None,
         }
+    }
+
+    pub(crate) fn with_beacons(mut self, beacons: Arc<BeaconIngestor>) -> Self {
+        self.beacons = Some(beacons);
+        self
     }
 
     /// Records an erasure of `subject` (of one advertiser's data, or of all); durable on return.
@@ -76,7 +86,8 @@ impl Erasures {
         scope: Option<AdvertiserId>,
     ) -> Result<ErasureRecord, StoreError> {
         let key = self.erased.key().await?;
-        let record = ErasureRecord::requested(subject, key.hash(&subject), scope, Utc::now());
+        let hash = key.hash(&subject);
+        let record = ErasureRecord::requested(subject, hash, scope, Utc::now());
         self.store.create_erasure(&record).await?;
         self.erased.add(record.erased_subject());
         metrics::counter!("adevents_erasures_requested_total").increment(1);
@@ -140,26 +151,57 @@ impl Erasures {
         if indexed_through < settled.max(repaired_at) {
             return Ok(false);
         }
-        let Some(Subject::User(user)) = record.subject else {
-            // A pending record always holds its subject; one that does not has nothing to find.
-            self.store
-                .finish_erasure(&record.done(ErasedCounts::default(), Utc::now()))
-                .await?;
-            return Ok(true);
+        let counts = match &record.subject {
+            Some(Subject::User(user)) => {
+                let user = *user;
+                let found = self
+                    .finder
+                    .find(user, record.scope, Some(record.requested_at))
+                    .await?;
+                let counts = self
+                    .store
+                    .settle_erasure_counts(id, self.count(&found).await?)
+                    .await?;
+                self.erase(&found, record.requested_at).await?;
+                self.store
+                    .finish_erasure(&record.done(counts, Utc::now()))
+                    .await?;
+                self.indexer.forget_subject(user);
+                counts
+            }
+            Some(Subject::Visitor { site, guid }) => {
+                let mut found = self.finder.find_visitor(site, guid).await?;
+                // Beacons timed after the request are the visitor's later ones: they stay.
+                for (_, rows) in &mut found.visits {
+                    rows.retain(|row| row.timestamp.instant() < record.requested_at);
+                }
+                found.visits.retain(|(_, rows)| !rows.is_empty());
+                let found_counts = ErasedCounts {
+                    visits: found.count(),
+                    ..ErasedCounts::default()
+                };
+                let counts = self.store.settle_erasure_counts(id, found_counts).await?;
+                self.erase_visitor(&found, record.requested_at).await?;
+                // Before the record says done: a beacon of the visitor stored once the
+                // erasure is done must be indexed again.
+                let days: Vec<Day> = found.days.iter().map(|entry| entry.day).collect();
+                if let Some(beacons) = &self.beacons {
+                    beacons.forget_visitor(site, guid, &days);
+                }
+                self.store
+                    .finish_erasure(&record.done(counts, Utc::now()))
+                    .await?;
+                counts
+            }
+            None => {
+                // A pending record always holds its subject; one that does not has nothing to
+                // find.
+                self.store
+                    .finish_erasure(&record.done(ErasedCounts::default(), Utc::now()))
+                    .await?;
+                return Ok(true);
+            }
         };
-        let found = self
-            .finder
-            .find(user, record.scope, Some(record.requested_at))
-            .await?;
-        let counts = self
-            .store
-            .settle_erasure_counts(id, self.count(&found).await?)
-            .await?;
-        self.erase(&found, record.requested_at).await?;
-        self.store
-            .finish_erasure(&record.done(counts, Utc::now()))
-            .await?;
-        self.indexer.forget_subject(user);
         metrics::counter!("adevents_erasures_done_total").increment(1);
         metrics::counter!("adevents_erased_events_total", "kind" => "impression")
             .increment(counts.impressions);
@@ -167,6 +209,8 @@ impl Erasures {
             .increment(counts.clicks);
         metrics::counter!("adevents_erased_events_total", "kind" => "view_report")
             .increment(counts.view_reports);
+        metrics::counter!("adevents_erased_events_total", "kind" => "visit")
+            .increment(counts.visits);
         tracing::info!(erasure = %id, "erasure done");
         Ok(true)
     }
@@ -266,6 +310,35 @@ impl Erasures {
             .copied()
             .collect();
         self.store.delete_subject_weeks(&past).await
+    }
+
+    /// Deletes a visitor's beacons, then the index entries that led to them. Open days count
+    /// visits from the stored beacons, so nothing is marked: their visits exclude the visitor
+    /// at once, and their live unique-visitor sketches are corrected by the day's seal, which
+    /// counts from the beacons left.
+    async fn erase_visitor(
+        &self,
+        found: &VisitorEvents,
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        stream::iter(found.visits.clone())
+            .map(|(partition, rows)| {
+                let store = Arc::clone(&self.store);
+                async move { store.erase_visits(&partition, &rows).await }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        // The request's day and later stay in the index: they lead to the visitor's later
+        // beacons, and a process that remembers writing the entry would not write it again.
+        let today = Day::new(requested_at.date_naive());
+        let past: Vec<VisitorDay> = found
+            .days
+            .iter()
+            .filter(|entry| entry.day < today)
+            .cloned()
+            .collect();
+        self.store.delete_visitor_days(&past, requested_at).await
     }
 
     /// Marks the slices of days not yet sealed that counted a removed event. A sealed day keeps

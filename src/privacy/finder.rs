@@ -1,18 +1,20 @@
 //! Finds one user's stored events without scanning: the subject directory names the
 //! advertiser-weeks that hold the user's index entries, the entries name each impression and
 //! its copies, and an impression's clicks and view reports are read by its keys. So the cost
-//! follows the subject's events, not the store's size.
+//! follows the subject's events, not the store's size. A site's visitor is found the same way
+//! through the visitor index: its days, then one visit partition per day.
 
+use crate::domain::beacon::{Guid, SiteId, VisitPartition};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind};
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
-use crate::domain::privacy::SubjectWeek;
+use crate::domain::privacy::{SubjectWeek, VisitorDay};
 use crate::domain::slices::Span;
 use crate::domain::time::EventTime;
 use crate::domain::view::StoredReport;
 use crate::settings::SettingsCache;
-use crate::store::{ClickRow, EventAt, Store, StoreError};
+use crate::store::{ClickRow, EventAt, Store, StoreError, VisitRow};
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +32,22 @@ pub(crate) struct FoundImpression {
     pub(crate) copies: Vec<EventAt>,
     /// Each stored click, where its row is.
     pub(crate) clicks: Vec<(EventAt, ClickRow)>,
+}
+
+/// Everything of one visitor that the visitor index leads to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct VisitorEvents {
+    /// The visitor's entries in the index.
+    pub(crate) days: Vec<VisitorDay>,
+    /// The visitor's stored beacons, by partition, oldest partition first.
+    pub(crate) visits: Vec<(VisitPartition, Vec<VisitRow>)>,
+}
+
+impl VisitorEvents {
+    /// Stored beacons, each once.
+    pub(crate) fn count(&self) -> u64 {
+        self.visits.iter().map(|(_, rows)| rows.len() as u64).sum()
+    }
 }
 
 /// Everything of one subject that the index leads to.
@@ -151,6 +169,65 @@ impl SubjectFinder {
             copies: copies.into_iter().map(at).collect(),
             clicks,
         })
+    }
+
+    /// A site's visitor's beacons: the visitor's days from the visitor index, then for each
+    /// day the one partition the guid hashes to under each bucket count in force that day
+    /// (the way `/track` chose it), filtered to the guid.
+    pub(crate) async fn find_visitor(
+        &self,
+        site: &SiteId,
+        guid: &Guid,
+    ) -> Result<VisitorEvents, StoreError> {
+        let days = self.store.read_visitor_days(site, guid).await?;
+        if days.is_empty() {
+            return Ok(VisitorEvents::default());
+        }
+        let history = self.settings.history(&Owner::Site(site.clone())).await?;
+        let staleness = self.settings.read_staleness();
+        let partitions: BTreeSet<VisitPartition> = days
+            .iter()
+            .flat_map(|day| {
+                history
+                    .counts_in_force(*day, staleness)
+                    .into_iter()
+                    .map(|count| VisitPartition {
+                        site: site.clone(),
+                        day: *day,
+                        bucket: count.bucket_of_bytes(guid.as_str().as_bytes()),
+                    })
+            })
+            .collect();
+        let mut visits: Vec<(VisitPartition, Vec<VisitRow>)> = stream::iter(partitions)
+            .map(|partition| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    let rows: Vec<VisitRow> = store
+                        .read_visits(&partition)
+                        .await?
+                        .into_iter()
+                        .filter(|row| row.guid == *guid)
+                        .collect();
+                    Ok::<_, StoreError>((partition, rows))
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_filter(|(_, rows)| std::future::ready(!rows.is_empty()))
+            .try_collect()
+            .await?;
+        visits.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, rows) in &mut visits {
+            rows.sort_by_key(|row| row.timestamp);
+        }
+        let days = days
+            .into_iter()
+            .map(|day| VisitorDay {
+                site: site.clone(),
+                guid: guid.clone(),
+                day,
+            })
+            .collect();
+        Ok(VisitorEvents { days, visits })
     }
 
     /// The view reports stored for one copy of an impression.

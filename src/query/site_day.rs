@@ -1,6 +1,7 @@
 //! One UTC day of one site, added up from its stored beacons: exact visits per 15-minute
 //! slice and visitors per hour, for every feature combination. Invalid traffic is counted
-//! beside the visits (never as one), and never as a visitor. The sealer stores it as the
+//! beside the visits (never as one), and never as a visitor; nor is a beacon sent under Global
+//! Privacy Control (docs/API.md, "Privacy"). The sealer stores it as the
 //! day's rollup; the start-up repair stores its sketches as the day's live state.
 
 use super::FanOut;
@@ -62,7 +63,10 @@ pub(crate) async fn aggregate_site_day(
                     continue;
                 }
                 visits.valid += 1;
-                entry.hours.entry(hour).or_default().insert(member);
+                // A beacon sent under Global Privacy Control is a visit without a visitor.
+                if row.guid.is_visitor() {
+                    entry.hours.entry(hour).or_default().insert(member);
+                }
             }
             aggregate.beacons += 1;
         }

@@ -13,7 +13,7 @@ use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
 use super::{EventAt, SubjectStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::address::StoreIp;
-use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
+use crate::domain::beacon::{Beacon, Guid, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::conversion::{ConversionId, DecidedConversion, ReceivedConversion};
@@ -25,7 +25,7 @@ use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek, VisitorDay,
 };
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
@@ -132,8 +132,10 @@ impl VisitStore for Instrumented {
         &self,
         partition: &VisitPartition,
         visits: &[Beacon],
+        visitors: &[VisitorDay],
     ) -> Result<(), StoreError> {
-        timed("write_visits", self.inner.write_visits(partition, visits)).await
+        let call = self.inner.write_visits(partition, visits, visitors);
+        timed("write_visits", call).await
     }
 
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
@@ -725,6 +727,44 @@ impl SubjectStore for Instrumented {
 
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
         timed("privacy_key", self.inner.privacy_key(candidate)).await
+    }
+
+    async fn read_visitor_days(&self, site: &SiteId, guid: &Guid) -> Result<Vec<Day>, StoreError> {
+        timed(
+            "read_visitor_days",
+            self.inner.read_visitor_days(site, guid),
+        )
+        .await
+    }
+
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.delete_visitor_days(days, requested_at);
+        timed("delete_visitor_days", call).await
+    }
+
+    async fn erase_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[VisitRow],
+    ) -> Result<(), StoreError> {
+        timed("erase_visits", self.inner.erase_visits(partition, visits)).await
+    }
+
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError> {
+        timed("day_key", self.inner.day_key(day, candidate, expires)).await
+    }
+
+    async fn delete_day_keys(&self, before: Day) -> Result<(), StoreError> {
+        timed("delete_day_keys", self.inner.delete_day_keys(before)).await
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) use rows::{
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::address::StoreIp;
-use crate::domain::beacon::{Beacon, SiteId, VisitPartition};
+use crate::domain::beacon::{Beacon, Guid, SiteId, VisitPartition};
 use crate::domain::campaign::{CampaignSettings, SettingsHistory};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::conversion::{ConversionId, DecidedConversion, ReceivedConversion};
@@ -44,7 +44,7 @@ use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek, VisitorDay,
 };
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
@@ -115,12 +115,16 @@ pub trait EventStore: Send + Sync {
 /// Beacons and the live unique-visitor sketches counted from them.
 #[async_trait]
 pub trait VisitStore: Send + Sync {
-    /// Writes beacons that all belong to `partition`. Idempotent: a beacon is its site, guid,
-    /// timestamp and features, and re-writing one overwrites it.
+    /// Writes beacons that all belong to `partition`, and `visitors`' entries in the visitor
+    /// index (docs/DESIGN.md, "Personal data"), durable no later than the beacons: in the
+    /// same commit on the embedded store, before them on Cassandra, so a stored beacon is
+    /// never out of an erasure's reach. Idempotent: a beacon is its site, guid, timestamp and
+    /// features, and re-writing one overwrites it.
     async fn write_visits(
         &self,
         partition: &VisitPartition,
         visits: &[Beacon],
+        visitors: &[VisitorDay],
     ) -> Result<(), StoreError>;
 
     /// Every beacon of one partition, in no promised order.
@@ -631,6 +635,41 @@ pub trait SubjectStore: Send + Sync {
     /// The store's key for subject hashes: `candidate` if none was stored yet, else the stored
     /// one (the first writer wins, on every process).
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError>;
+
+    /// The UTC days the visitor index holds for (`site`, `guid`), oldest first.
+    async fn read_visitor_days(&self, site: &SiteId, guid: &Guid) -> Result<Vec<Day>, StoreError>;
+
+    /// Deletes visitor-index entries as they were written before `requested_at`: an entry a
+    /// beacon writes again after the request survives a job (on another process, or late)
+    /// that deletes it afterwards (Cassandra deletes `USING TIMESTAMP`; the embedded store
+    /// has one process, whose job runs once at a time).
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The key of UTC `day`'s hashes of Global Privacy Control beacons: `candidate` if none
+    /// was stored yet, else the stored one (the first writer wins, on every process). Stored
+    /// until `expires` at most: Cassandra lets it expire, the embedded store's is deleted by
+    /// [`delete_day_keys`](Self::delete_day_keys).
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError>;
+
+    /// Deletes the day keys of the days before `before` (a no-op where they expire).
+    async fn delete_day_keys(&self, before: Day) -> Result<(), StoreError>;
+
+    /// Deletes beacons of one partition by their keys (time, guid, features): every stored
+    /// copy of each.
+    async fn erase_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[VisitRow],
+    ) -> Result<(), StoreError>;
 }
 
 /// What a rewrite of stored addresses went through and changed, so far or in all.

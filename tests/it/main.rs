@@ -37,3 +37,4 @@ mod summary;
 mod uniques;
 mod viewability;
 mod viewability_browser;
+mod visitors;

@@ -141,6 +141,12 @@ impl ErasedSubject {
     pub fn covers(&self, advertiser: AdvertiserId, at: DateTime<Utc>) -> bool {
         self.scope.is_none_or(|scope| scope == advertiser) && at < self.requested_at
     }
+
+    /// Whether a beacon of this subject (a visitor: no advertiser, no scope) timed `at` was
+    /// erased.
+    pub fn covers_beacon(&self, at: DateTime<Utc>) -> bool {
+        at < self.requested_at
+    }
 }
 
 #[cfg(test)]

@@ -7,14 +7,18 @@ pub mod subject_hash;
 pub use erasure::{ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus};
 pub use subject_hash::{PrivacyKey, SubjectHash};
 
+use crate::domain::beacon::{Guid, SiteId};
 use crate::domain::conversion::index::Week;
 use crate::domain::ids::{AdvertiserId, UserId};
+use crate::domain::time::Day;
 
 /// A person whose data is asked for or erased.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Subject {
     /// The ad servers' `user_id`: impressions, their clicks and view reports.
     User(UserId),
+    /// A site's visitor, as its page script names it: that visitor's beacons on that site.
+    Visitor { site: SiteId, guid: Guid },
 }
 
 /// One line of the subject directory: `user` has indexed events of `advertiser` in `week`.
@@ -25,4 +29,14 @@ pub struct SubjectWeek {
     pub user_id: UserId,
     pub advertiser_id: AdvertiserId,
     pub week: Week,
+}
+
+/// One entry of the visitor index: `guid` sent beacons to `site` on UTC `day`. A visitor's
+/// entries are one partition (site, guid), so finding a visitor is one read, then one visit
+/// partition per day (the bucket its guid hashes to), never a scan of the site's days.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VisitorDay {
+    pub site: SiteId,
+    pub guid: Guid,
+    pub day: Day,
 }

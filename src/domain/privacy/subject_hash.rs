@@ -33,6 +33,14 @@ impl PrivacyKey {
                 mac.update(b"user:");
                 mac.update(user.as_uuid().as_bytes());
             }
+            Subject::Visitor { site, guid } => {
+                // The site is at most 128 bytes of a fixed alphabet without a NUL: the
+                // separator keeps ("a", "bc") apart from ("ab", "c").
+                mac.update(b"visitor:");
+                mac.update(site.as_str().as_bytes());
+                mac.update(b"\0");
+                mac.update(guid.as_str().as_bytes());
+            }
         }
         SubjectHash(mac.finalize().into_bytes().into())
     }
@@ -70,5 +78,18 @@ mod tests {
         assert_eq!(one.hash(&user(7)), one.hash(&user(7)));
         assert_ne!(one.hash(&user(7)), one.hash(&user(8)));
         assert_ne!(one.hash(&user(7)), two.hash(&user(7)));
+    }
+
+    #[test]
+    fn a_visitor_hash_tells_the_site_from_the_guid() {
+        use crate::domain::beacon::{Guid, SiteId};
+        let visitor = |site: &str, guid: &str| Subject::Visitor {
+            site: SiteId::parse(site).expect("site"),
+            guid: Guid::parse(guid).expect("guid"),
+        };
+        let key = PrivacyKey::new([1; 32]);
+        assert_eq!(key.hash(&visitor("a", "bc")), key.hash(&visitor("a", "bc")));
+        assert_ne!(key.hash(&visitor("a", "bc")), key.hash(&visitor("ab", "c")));
+        assert_ne!(key.hash(&visitor("a", "bc")), key.hash(&visitor("b", "bc")));
     }
 }

@@ -68,6 +68,10 @@ pub(crate) struct SiteSettingsWire {
     allowed_origins: Option<Vec<String>>,
     /// Whether a beacon must come from a page (Origin or Referer): refuses server-side senders.
     require_origin: Option<bool>,
+    /// Whether a beacon sent with Global Privacy Control (`Sec-GPC: 1`) counts as a visit
+    /// without a visitor: in `visits`, not in `unique_visitors`, its guid kept only as a hash
+    /// under a key of its day (default `false`).
+    respect_gpc: Option<bool>,
 }
 
 /// The most origins one site may list.
@@ -184,6 +188,7 @@ pub(crate) struct SiteChange {
     pub(crate) settings: SettingsChange,
     pub(crate) allowed_origins: Option<Vec<OriginPattern>>,
     pub(crate) require_origin: Option<bool>,
+    pub(crate) respect_gpc: Option<bool>,
 }
 
 impl SiteSettingsWire {
@@ -224,6 +229,7 @@ impl SiteSettingsWire {
             },
             allowed_origins,
             require_origin: self.require_origin,
+            respect_gpc: self.respect_gpc,
         })
     }
 }
@@ -276,6 +282,8 @@ pub(crate) struct SiteSettingsAnswer {
     pub(crate) registered: bool,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) require_origin: bool,
+    /// Whether beacons sent with Global Privacy Control count without a visitor.
+    pub(crate) respect_gpc: bool,
 }
 
 impl SiteSettingsAnswer {
@@ -295,6 +303,7 @@ impl SiteSettingsAnswer {
                 })
                 .unwrap_or_default(),
             require_origin: profile.is_some_and(|profile| profile.require_origin),
+            respect_gpc: profile.is_some_and(|profile| profile.respect_gpc),
         }
     }
 }

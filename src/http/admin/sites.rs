@@ -20,7 +20,8 @@ use chrono::Utc;
     tag = "settings",
     summary = "Register a site for beacons, set its allowed origins, or change its bucket count.",
     description = "The body merges: absent fields keep their value; `{}` registers the site as it is. \
-        While keys are on, beacons are accepted only for registered sites.",
+        While keys are on, beacons are accepted only for registered sites. `respect_gpc`: a \
+        beacon sent with `Sec-GPC: 1` counts as a visit without a visitor.",
     params(("site" = inline(Site), Path, description = "1–128 characters of A-Z a-z 0-9 . _ : -")),
     request_body(content = SiteSettingsWire, content_type = "application/json", description = "A JSON object; `{}` registers the site as it is"),
     security(("bearer" = ["admin"])),
@@ -50,6 +51,10 @@ pub(crate) async fn put_settings(
         require_origin: change
             .require_origin
             .or(stored.as_ref().map(|p| p.require_origin))
+            .unwrap_or(false),
+        respect_gpc: change
+            .respect_gpc
+            .or(stored.as_ref().map(|p| p.respect_gpc))
             .unwrap_or(false),
         created_at: stored.as_ref().map_or(now, |p| p.created_at),
         site,

@@ -237,9 +237,18 @@ async fn track(
     let viewer = Viewer::of(headers, client_address);
     beacon.user_agent = viewer.user_agent.clone();
     beacon.invalid = state.classifier.classify(viewer.signals());
-    state.beacons.track(beacon).await?;
+    // Global Privacy Control, as the page's browser sends it, honoured where the site says so.
+    let without_visitor = gpc_asked(headers) && state.access.respects_gpc(&beacon.site);
+    state.beacons.track(beacon, without_visitor).await?;
     metrics::counter!("adevents_events_accepted_total", "kind" => "beacon").increment(1);
     Ok(())
+}
+
+/// Whether the request carries the Global Privacy Control signal (`Sec-GPC: 1`).
+fn gpc_asked(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-gpc")
+        .is_some_and(|value| value.as_bytes().trim_ascii() == b"1")
 }
 
 fn invalid_beacon(errors: Vec<BeaconError>) -> ApiError {

@@ -1,7 +1,7 @@
 //! `POST /v1/privacy/erasures` and `GET /v1/privacy/erasures/{id}` (administrators): a
 //! subject's erasure, recorded before the 202, and how far it got.
 
-use super::subject_of;
+use super::{SubjectFields, subject_of};
 use crate::domain::privacy::{ErasureId, ErasureRecord};
 use crate::http::AppState;
 use crate::http::edge::body::small_body;
@@ -21,13 +21,17 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub(crate) struct ErasureRequest {
     /// The ad servers' `user_id`: that user's impressions, their clicks and view reports.
-    #[schema(value_type = uuid::Uuid)]
+    /// Either this or `site` and `guid`.
+    #[schema(value_type = Option<uuid::Uuid>)]
     user_id: Option<String>,
-    /// Only this advertiser's data (default: every advertiser's).
+    /// Only this advertiser's data (default: every advertiser's); with `user_id` only.
     #[schema(value_type = Option<uuid::Uuid>)]
     advertiser_id: Option<String>,
-    /// A site's visitor (with `guid`): not yet available, refused naming `site`.
+    /// A site's visitor, with `guid`: that visitor's beacons on the site.
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
     site: Option<String>,
+    /// The visitor's id as its page script sends it (1–128 characters, no control character).
+    #[schema(min_length = 1, max_length = 128)]
     guid: Option<String>,
 }
 
@@ -85,11 +89,15 @@ impl From<&ErasureRecord> for ErasureAnswer {
     post,
     path = "/v1/privacy/erasures",
     tag = "privacy",
-    summary = "Erase a user's stored events (of every advertiser, or of one).",
-    description = "Recorded before the answer; done within minutes, on any server process. \
-        Once done, no export, report, recent list, subject access or count of a day not yet \
-        sealed includes the user's events stored before the request; the subject's events \
-        timed before the request that arrive later are dropped. Sealed days keep their counts.",
+    summary = "Erase a user's stored events (of every advertiser, or of one), or a site visitor's beacons.",
+    description = "Body: `{\"user_id\"}` (with `advertiser_id` for one advertiser's data) or \
+        `{\"site\", \"guid\"}` (a visitor's beacons). Recorded before the answer; done within \
+        minutes, on any server process. Once done, no export, report, recent list, subject \
+        access or count of a day not yet sealed includes the subject's events stored before the \
+        request (unique-visitor and unique-user sketches of unsealed days are corrected at the \
+        day's seal); the subject's events timed before the request that arrive later are \
+        dropped. Sealed days keep their counts. Beacons sent under Global Privacy Control keep \
+        no visitor and cannot be found.",
     request_body(content = ErasureRequest, content_type = "application/json"),
     security(("bearer" = ["admin"])),
     responses(
@@ -111,14 +119,12 @@ pub(crate) async fn post_erasure(
             format!("is not a JSON object of an erasure: {error}"),
         )
     })?;
-    if request.guid.is_some() && request.site.is_none() {
-        return Err(ApiError::invalid("guid", "needs a site"));
-    }
-    let (subject, scope) = subject_of(
-        request.user_id.as_deref(),
-        request.advertiser_id.as_deref(),
-        request.site.as_deref(),
-    )?;
+    let (subject, scope) = subject_of(SubjectFields {
+        user_id: request.user_id.as_deref(),
+        advertiser_id: request.advertiser_id.as_deref(),
+        site: request.site.as_deref(),
+        guid: request.guid.as_deref(),
+    })?;
     let record = state.erasures.request(subject, scope).await?;
     tracing::info!(erasure = %record.id, "erasure requested");
     Ok((StatusCode::ACCEPTED, Json(ErasureAnswer::from(&record))).into_response())

@@ -1,9 +1,9 @@
 //! `GET /v1/privacy/subjects` (administrators): every stored record of one user, as NDJSON,
-//! streamed an impression at a time (its copies, view reports and clicks).
+//! streamed an impression at a time (its copies, view reports and clicks), or of one site's
+//! visitor, a visit partition at a time.
 
-use super::subject_of;
+use super::{SubjectFields, subject_of};
 use crate::domain::address::StoreIp;
-use crate::domain::privacy::Subject;
 use crate::domain::traffic::InvalidReason;
 use crate::http::AppState;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
@@ -43,6 +43,13 @@ enum SubjectLine<'a> {
         max_visible: Option<u8>,
         invalid: Option<&'static str>,
     },
+    Visit {
+        site: String,
+        timestamp: String,
+        /// The beacon's features, by name.
+        features: &'a std::collections::BTreeMap<String, String>,
+        invalid: Option<&'static str>,
+    },
 }
 
 fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
@@ -69,6 +76,12 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
             max_visible: report.report.max_visible,
             invalid: report.invalid.map(InvalidReason::as_str),
         },
+        SubjectRecord::Visit { site, visit } => SubjectLine::Visit {
+            site: site.to_string(),
+            timestamp: visit.timestamp.to_string(),
+            features: visit.features.entries(),
+            invalid: visit.invalid.map(InvalidReason::as_str),
+        },
     }
 }
 
@@ -76,13 +89,18 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
     get,
     path = "/v1/privacy/subjects",
     tag = "privacy",
-    summary = "Every stored record of a user, as NDJSON lines with a `kind`.",
-    description = "Kinds: `impression` (every stored field), `click`, `view_report`. Found \
-        through the index of each user's events, so the cost follows the user's events, not \
-        the store's size. Streamed: a store failure after the first line cuts the body short.",
+    summary = "Every stored record of a user or of a site's visitor, as NDJSON lines with a `kind`.",
+    description = "Name a user (`user_id`, optionally `advertiser_id`) or a visitor (`site` and \
+        `guid`). Kinds: `impression` (every stored field), `click`, `view_report`; `visit` \
+        (`site`, `timestamp`, `features`, `invalid`) for a visitor. Found through the index of \
+        each user's events or the visitor index, so the cost follows the subject's events, not \
+        the store's size. Beacons sent under Global Privacy Control keep no visitor and are \
+        never listed. Streamed: a store failure after the first line cuts the body short.",
     params(
-        ("user_id" = String, Query, description = "The ad servers' user id"),
-        ("advertiser_id" = Option<String>, Query, description = "Only this advertiser's records"),
+        ("user_id" = Option<String>, Query, description = "The ad servers' user id (or `site` and `guid`)"),
+        ("advertiser_id" = Option<String>, Query, description = "Only this advertiser's records (with `user_id`)"),
+        ("site" = Option<String>, Query, description = "A site, with `guid`: that visitor's beacons"),
+        ("guid" = Option<String>, Query, description = "The visitor's id, with `site`"),
     ),
     security(("bearer" = ["admin"])),
     responses(
@@ -99,13 +117,13 @@ pub(crate) async fn get_subject(
         query.as_deref(),
         &["user_id", "advertiser_id", "site", "guid"],
     )?;
-    let (subject, scope) = subject_of(
-        params.get("user_id"),
-        params.get("advertiser_id"),
-        params.get("site"),
-    )?;
-    let Subject::User(user) = subject;
-    let records = state.subject_access.records(user, scope).await?;
+    let (subject, scope) = subject_of(SubjectFields {
+        user_id: params.get("user_id"),
+        advertiser_id: params.get("advertiser_id"),
+        site: params.get("site"),
+        guid: params.get("guid"),
+    })?;
+    let records = state.subject_access.records(&subject, scope).await?;
     let (pages, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::spawn(produce(records, state.options.store_ip, pages));
     let body = Body::from_stream(futures::stream::unfold(

@@ -66,12 +66,12 @@ impl AccessStatements {
                 ),
                 format!("DELETE FROM {keyspace}.api_key WHERE shard = ? AND id = ?"),
                 format!(
-                    "SELECT site, allowed_origins, require_origin, created_at \
+                    "SELECT site, allowed_origins, require_origin, created_at, respect_gpc \
                      FROM {keyspace}.site_registry WHERE shard = ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.site_registry (shard, site, allowed_origins, \
-                     require_origin, created_at) VALUES (?, ?, ?, ?, ?)"
+                     require_origin, created_at, respect_gpc) VALUES (?, ?, ?, ?, ?, ?)"
                 ),
                 format!("SELECT value FROM {keyspace}.access_meta WHERE name = ?"),
                 format!("INSERT INTO {keyspace}.access_meta (name, value) VALUES (?, ?)"),
@@ -154,6 +154,7 @@ struct StoredSite {
     allowed_origins: Option<Vec<String>>,
     require_origin: Option<bool>,
     created_at: Option<DateTime<Utc>>,
+    respect_gpc: Option<bool>,
 }
 
 impl StoredSite {
@@ -167,6 +168,7 @@ impl StoredSite {
                 .map(|pattern| OriginPattern::parse(pattern).ok())
                 .collect::<Option<_>>()?,
             require_origin: self.require_origin.unwrap_or(false),
+            respect_gpc: self.respect_gpc.unwrap_or(false),
             created_at: self.created_at.unwrap_or_default(),
         })
     }
@@ -300,6 +302,7 @@ impl AccessStore for CassandraStore {
             origins,
             site.require_origin,
             site.created_at,
+            site.respect_gpc,
         );
         let context = "registering a site";
         execute(&self.session, &statements.insert_site, values, context).await

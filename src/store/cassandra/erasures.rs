@@ -12,11 +12,13 @@ use super::errors::decode_error;
 use super::event_writes::set_or_unset;
 use super::statements::{execute, failed, read_all, read_one, transaction_applied};
 use super::subject_statements::{SHARD, SUBJECT_HASH_KEY, SubjectStatements};
+use crate::domain::beacon::{Guid, SiteId};
 use crate::domain::ids::{AdvertiserId, UserId};
 use crate::domain::privacy::{
     ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus, PrivacyKey, Subject,
     SubjectHash,
 };
+use crate::domain::time::Day;
 use crate::store::StoreError;
 use crate::store::error::Message;
 use chrono::{DateTime, Utc};
@@ -28,6 +30,8 @@ use uuid::Uuid;
 
 /// How `erasure.subject_kind` names a [`Subject::User`].
 const USER: &str = "user";
+/// How `erasure.subject_kind` names a [`Subject::Visitor`].
+const VISITOR: &str = "visitor";
 
 /// The bound values of an `erasure` insert, in the statement's order.
 #[derive(SerializeRow)]
@@ -37,6 +41,8 @@ struct ErasureValues<'a> {
     subject_kind: MaybeUnset<&'static str>,
     /// `Set(None)` writes null: how the done form removes the subject.
     user_id: MaybeUnset<Option<Uuid>>,
+    site: MaybeUnset<Option<&'a str>>,
+    guid: MaybeUnset<Option<&'a str>>,
     subject_hash: &'a [u8],
     scope: MaybeUnset<Uuid>,
     requested_at: DateTime<Utc>,
@@ -48,14 +54,21 @@ struct ErasureValues<'a> {
 impl<'a> ErasureValues<'a> {
     /// The record as requested, written at its request's instant.
     fn requested(record: &'a ErasureRecord) -> Self {
-        let (kind, user) = match record.subject {
-            Some(Subject::User(user)) => (MaybeUnset::Set(USER), Some(user.as_uuid())),
-            None => (MaybeUnset::Unset, None),
+        let (kind, user, visitor) = match &record.subject {
+            Some(Subject::User(user)) => (MaybeUnset::Set(USER), Some(user.as_uuid()), None),
+            Some(Subject::Visitor { site, guid }) => (
+                MaybeUnset::Set(VISITOR),
+                None,
+                Some((site.as_str(), guid.as_str())),
+            ),
+            None => (MaybeUnset::Unset, None, None),
         };
         Self {
             id: record.id.as_uuid(),
             subject_kind: kind,
             user_id: set_or_unset(user.map(Some)),
+            site: set_or_unset(visitor.map(|(site, _)| Some(site))),
+            guid: set_or_unset(visitor.map(|(_, guid)| Some(guid))),
             subject_hash: record.subject_hash.as_bytes(),
             scope: set_or_unset(record.scope.map(|scope| scope.as_uuid())),
             requested_at: record.requested_at,
@@ -71,6 +84,8 @@ impl<'a> ErasureValues<'a> {
         Self {
             subject_kind: MaybeUnset::Unset,
             user_id: MaybeUnset::Set(None),
+            site: MaybeUnset::Set(None),
+            guid: MaybeUnset::Set(None),
             status: ErasureStatus::Done.name(),
             written_at: done_at(record),
             ..Self::requested(record)
@@ -93,6 +108,8 @@ fn done_at(record: &ErasureRecord) -> i64 {
 struct StoredErasure {
     subject_kind: Option<String>,
     user_id: Option<Uuid>,
+    site: Option<String>,
+    guid: Option<String>,
     subject_hash: Option<Vec<u8>>,
     scope: Option<Uuid>,
     requested_at: Option<DateTime<Utc>>,
@@ -106,10 +123,19 @@ impl StoredErasure {
         id: ErasureId,
         erased: Option<ErasedCounts>,
     ) -> Result<ErasureRecord, String> {
-        let subject = match (self.user_id, self.subject_kind.as_deref()) {
-            (None, _) => None,
-            (Some(user), Some(USER)) => Some(Subject::User(UserId::new(user))),
-            (Some(_), kind) => return Err(format!("a subject of unknown kind {kind:?}")),
+        let subject = match (
+            self.subject_kind.as_deref(),
+            self.user_id,
+            self.site,
+            self.guid,
+        ) {
+            (_, None, None, None) => None,
+            (Some(USER), Some(user), None, None) => Some(Subject::User(UserId::new(user))),
+            (Some(VISITOR), None, Some(site), Some(guid)) => Some(Subject::Visitor {
+                site: SiteId::parse(&site).map_err(|why| format!("its site {why}"))?,
+                guid: Guid::parse(&guid).map_err(|why| format!("its guid {why}"))?,
+            }),
+            (kind, ..) => return Err(format!("a subject of unknown kind {kind:?}")),
         };
         let status = self.status.ok_or("no status")?;
         Ok(ErasureRecord {
@@ -339,21 +365,49 @@ pub(crate) async fn privacy_key(
     if transaction_applied(result, CONTEXT)? {
         return Ok(candidate.clone());
     }
-    // Another process stored its key first (or this call's first attempt did): read the
-    // committed one through Paxos.
-    let stored: Option<(Option<Vec<u8>>,)> = read_one(
-        session,
-        &statements.select_key_serial,
-        (SUBJECT_HASH_KEY,),
-        CONTEXT,
-    )
-    .await?;
+    stored_key(session, statements, SUBJECT_HASH_KEY, CONTEXT).await
+}
+
+/// A day's key for the hashes of Global Privacy Control beacons (`gpc_day:2026-11-28`),
+/// stored once with a lightweight transaction that lets it expire after `ttl` seconds.
+pub(crate) async fn day_key(
+    session: &Session,
+    statements: &SubjectStatements,
+    day: Day,
+    candidate: &PrivacyKey,
+    ttl: i32,
+) -> Result<PrivacyKey, StoreError> {
+    const CONTEXT: &str = "storing a day key";
+    let name = format!("gpc_day:{}", day.date());
+    let result = session
+        .execute_unpaged(
+            &statements.insert_day_key,
+            (name.as_str(), candidate.as_bytes().as_slice(), ttl),
+        )
+        .await
+        .map_err(failed(CONTEXT))?;
+    if transaction_applied(result, CONTEXT)? {
+        return Ok(candidate.clone());
+    }
+    stored_key(session, statements, &name, CONTEXT).await
+}
+
+/// A key stored under `name`, after a lost transaction: another process stored its key first
+/// (or this call's first attempt did), so the committed one is read through Paxos.
+async fn stored_key(
+    session: &Session,
+    statements: &SubjectStatements,
+    name: &str,
+    context: &'static str,
+) -> Result<PrivacyKey, StoreError> {
+    let stored: Option<(Option<Vec<u8>>,)> =
+        read_one(session, &statements.select_key_serial, (name,), context).await?;
     let bytes = stored.and_then(|(key,)| key).ok_or_else(|| {
-        StoreError::internal_message(format!("{CONTEXT}: no key could be read back"))
+        StoreError::internal_message(format!("{context}: no key could be read back"))
     })?;
     let bytes = <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
         // The length only: the key is a secret.
-        corrupt(CONTEXT, format!("a stored key of {} bytes", bytes.len()))
+        corrupt(context, format!("a stored key of {} bytes", bytes.len()))
     })?;
     Ok(PrivacyKey::new(bytes))
 }
@@ -407,6 +461,8 @@ mod tests {
         let row = |kind: Option<&str>, user: Option<u128>, hash: Vec<u8>| StoredErasure {
             subject_kind: kind.map(str::to_owned),
             user_id: user.map(Uuid::from_u128),
+            site: None,
+            guid: None,
             subject_hash: Some(hash),
             scope: None,
             requested_at: Some(record().requested_at),
@@ -433,5 +489,42 @@ mod tests {
                 .into_record(id, None)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_visitor_record_names_site_and_guid_until_done() {
+        let visitor = Subject::Visitor {
+            site: SiteId::parse("shop.example").expect("site"),
+            guid: Guid::parse("visitor 1").expect("guid"),
+        };
+        let record = ErasureRecord::requested(
+            visitor.clone(),
+            SubjectHash::new([3; 32]),
+            None,
+            "2026-11-28T12:00:00Z".parse().expect("time"),
+        );
+        let requested = ErasureValues::requested(&record);
+        assert!(matches!(
+            requested.site,
+            MaybeUnset::Set(Some("shop.example"))
+        ));
+        assert!(matches!(requested.guid, MaybeUnset::Set(Some("visitor 1"))));
+        assert!(matches!(requested.user_id, MaybeUnset::Unset));
+        let done = ErasureValues::done(&record);
+        assert!(matches!(done.site, MaybeUnset::Set(None)));
+        assert!(matches!(done.guid, MaybeUnset::Set(None)));
+        let stored = StoredErasure {
+            subject_kind: Some("visitor".to_owned()),
+            user_id: None,
+            site: Some("shop.example".to_owned()),
+            guid: Some("visitor 1".to_owned()),
+            subject_hash: Some(vec![3; 32]),
+            scope: None,
+            requested_at: Some(record.requested_at),
+            status: Some("pending".to_owned()),
+            completed_at: None,
+        };
+        let decoded = stored.into_record(record.id, None).expect("decodes");
+        assert_eq!(decoded.subject, Some(visitor));
     }
 }

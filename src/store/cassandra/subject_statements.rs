@@ -1,5 +1,6 @@
-//! The prepared statements of personal data on Cassandra (`migrations/0018_privacy.cql`): the
-//! subject directory, the deletes of one subject's rows by their keys, and erasure records.
+//! The prepared statements of personal data on Cassandra (`migrations/0018_privacy.cql`,
+//! `0019_visitors.cql`): the subject directory and the visitor index, the deletes of one
+//! subject's rows by their keys, and erasure records.
 //! Shared by [`super::subjects`] and [`super::erasures`].
 
 use super::config::KeyspaceName;
@@ -21,7 +22,7 @@ const EVENT_ROW: &str = "timestamp = ? AND impression_id = ?";
 
 /// The columns of an erasure record, in the order of its insert and of `StoredErasure`.
 pub(crate) const ERASURE_COLUMNS: &str =
-    "subject_kind, user_id, subject_hash, scope, requested_at, status, completed_at";
+    "subject_kind, user_id, site, guid, subject_hash, scope, requested_at, status, completed_at";
 
 /// The columns of `erasure_count`, in the order of its insert and of `StoredCounts`.
 pub(crate) const COUNT_COLUMNS: &str = "impressions, clicks, view_reports, conversions, visits";
@@ -64,6 +65,15 @@ pub(crate) struct SubjectStatements {
     pub(crate) insert_key: PreparedStatement,
     /// Read at consistency `SERIAL`, after a lost transaction.
     pub(crate) select_key_serial: PreparedStatement,
+    /// The visitor index (`migrations/0019_visitors.cql`), written `USING TTL ?`.
+    pub(crate) insert_visitor_day: PreparedStatement,
+    pub(crate) select_visitor_days: PreparedStatement,
+    /// `USING TIMESTAMP ?`: the erasure's request.
+    pub(crate) delete_visitor_day: PreparedStatement,
+    /// One beacon's row by its whole primary key.
+    pub(crate) delete_visit: PreparedStatement,
+    /// A day key: `INSERT … IF NOT EXISTS USING TTL ?`, with serial consistency `SERIAL`.
+    pub(crate) insert_day_key: PreparedStatement,
 }
 
 impl SubjectStatements {
@@ -96,6 +106,11 @@ impl SubjectStatements {
             select_counts,
             mut insert_key,
             mut select_key_serial,
+            insert_visitor_day,
+            select_visitor_days,
+            delete_visitor_day,
+            delete_visit,
+            mut insert_day_key,
         ] = prepare_all(
             session,
             [
@@ -147,7 +162,7 @@ impl SubjectStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.erasure (id, {ERASURE_COLUMNS}) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
                 ),
                 format!("SELECT {ERASURE_COLUMNS} FROM {keyspace}.erasure WHERE id = ?"),
                 format!(
@@ -174,6 +189,23 @@ impl SubjectStatements {
                 format!("SELECT {COUNT_COLUMNS} FROM {keyspace}.erasure_count WHERE id = ?"),
                 format!("INSERT INTO {keyspace}.privacy_key (name, key) VALUES (?, ?) IF NOT EXISTS"),
                 format!("SELECT key FROM {keyspace}.privacy_key WHERE name = ?"),
+                format!(
+                    "INSERT INTO {keyspace}.visitor_day (site, guid, day) VALUES (?, ?, ?) \
+                     USING TTL ?"
+                ),
+                format!("SELECT day FROM {keyspace}.visitor_day WHERE site = ? AND guid = ?"),
+                format!(
+                    "DELETE FROM {keyspace}.visitor_day USING TIMESTAMP ? \
+                     WHERE site = ? AND guid = ? AND day = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.visit WHERE site = ? AND day = ? AND bucket_id = ? \
+                     AND timestamp = ? AND guid = ? AND features = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.privacy_key (name, key) VALUES (?, ?) IF NOT EXISTS \
+                     USING TTL ?"
+                ),
             ],
         )
         .await?;
@@ -182,6 +214,7 @@ impl SubjectStatements {
         // that meets its own first attempt's row reads it back, so both stay idempotent.
         settle_counts.set_serial_consistency(Some(SerialConsistency::Serial));
         insert_key.set_serial_consistency(Some(SerialConsistency::Serial));
+        insert_day_key.set_serial_consistency(Some(SerialConsistency::Serial));
         let mut select_counts_serial = select_counts.clone();
         select_counts_serial.set_consistency(Consistency::Serial);
         select_key_serial.set_consistency(Consistency::Serial);
@@ -211,6 +244,11 @@ impl SubjectStatements {
             select_counts_serial,
             insert_key,
             select_key_serial,
+            insert_visitor_day,
+            select_visitor_days,
+            delete_visitor_day,
+            delete_visit,
+            insert_day_key,
         })
     }
 }

@@ -12,15 +12,20 @@ use super::CassandraStore;
 use super::erasures;
 use super::event_index::partition_of;
 use super::event_reads::FullImpressionRow;
-use super::statements::{execute, execute_each, failed, partition_values, read_all, read_one};
+use super::statements::{
+    execute, execute_each, failed, partition_values, read_all, read_one, visit_partition_values,
+};
 use super::subject_statements::SubjectStatements;
+use super::visit_batches::VISITS_PER_BATCH;
+use crate::domain::beacon::{Guid, SiteId, VisitPartition};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek, VisitorDay,
 };
-use crate::store::{EventAt, StoreError, SubjectStore};
+use crate::domain::time::Day;
+use crate::store::{EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -341,5 +346,98 @@ impl SubjectStore for CassandraStore {
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {
         let statements = self.subject_statements().await?;
         erasures::privacy_key(&self.session, statements, candidate).await
+    }
+
+    async fn read_visitor_days(&self, site: &SiteId, guid: &Guid) -> Result<Vec<Day>, StoreError> {
+        let statement = &self.subject_statements().await?.select_visitor_days;
+        let rows: Vec<(NaiveDate,)> = read_all(
+            &self.session,
+            statement,
+            (site.as_str(), guid.as_str()),
+            "reading the visitor index",
+        )
+        .await?;
+        Ok(rows.into_iter().map(|(day,)| Day::new(day)).collect())
+    }
+
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let statement = &self.subject_statements().await?.delete_visitor_day;
+        // At the request's instant: every process runs pending erasures, and one that runs
+        // this job late must not delete the entry a beacon stored since wrote again.
+        let at = requested_at.timestamp_micros();
+        execute_each(
+            &self.session,
+            statement,
+            days,
+            ROWS_IN_FLIGHT,
+            |entry| {
+                (
+                    at,
+                    entry.site.as_str(),
+                    entry.guid.as_str(),
+                    entry.day.date(),
+                )
+            },
+            "deleting from the visitor index",
+        )
+        .await
+    }
+
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError> {
+        let statements = self.subject_statements().await?;
+        // Never 0, which would mean no expiry; the caller asks only before `expires`.
+        let ttl = (expires - Utc::now())
+            .num_seconds()
+            .clamp(1, i64::from(i32::MAX));
+        let ttl = i32::try_from(ttl).unwrap_or(i32::MAX);
+        erasures::day_key(&self.session, statements, day, candidate, ttl).await
+    }
+
+    async fn delete_day_keys(&self, _before: Day) -> Result<(), StoreError> {
+        // Written with their TTL: gone by themselves.
+        Ok(())
+    }
+
+    async fn erase_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[VisitRow],
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "erasing beacons";
+        let statement = &self.subject_statements().await?.delete_visit;
+        let (site, day, bucket) = visit_partition_values(partition);
+        // One partition: each chunk is one unlogged single-partition batch, one mutation.
+        for chunk in visits.chunks(VISITS_PER_BATCH) {
+            let mut batch = Batch::new(BatchType::Unlogged);
+            batch.set_is_idempotent(true);
+            let values: Vec<_> = chunk
+                .iter()
+                .map(|visit| {
+                    batch.append_statement(statement.clone());
+                    (
+                        site,
+                        day,
+                        bucket,
+                        visit.timestamp.instant(),
+                        visit.guid.as_str(),
+                        visit.features.combination_key(),
+                    )
+                })
+                .collect();
+            self.session
+                .batch(&batch, values)
+                .await
+                .map_err(failed(CONTEXT))?;
+        }
+        Ok(())
     }
 }

@@ -5,9 +5,10 @@ use super::config::KeyspaceName;
 use super::errors::decode_error;
 use super::event_reads::validity;
 use super::replica_batches;
-use super::statements::{failed, prepare_all, read_all, visit_partition_values};
+use super::statements::{execute_each, failed, prepare_all, read_all, visit_partition_values};
 use super::visit_batches::VisitWriter;
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
+use crate::domain::privacy::VisitorDay;
 use crate::domain::time::EventTime;
 use crate::store::error::Message;
 use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
@@ -104,7 +105,29 @@ impl VisitStore for CassandraStore {
         &self,
         partition: &VisitPartition,
         visits: &[Beacon],
+        visitors: &[VisitorDay],
     ) -> Result<(), StoreError> {
+        if !visitors.is_empty() {
+            // Before the beacons: a stored beacon must never be out of an erasure's reach.
+            let statement = &self.prepared().await?.subjects.insert_visitor_day;
+            // An entry expires with its day's beacons.
+            execute_each(
+                &self.session,
+                statement,
+                visitors,
+                visitors.len(),
+                |entry| {
+                    (
+                        entry.site.as_str(),
+                        entry.guid.as_str(),
+                        entry.day.date(),
+                        self.raw_ttl(entry.day),
+                    )
+                },
+                "writing the visitor index",
+            )
+            .await?;
+        }
         let writer = VisitWriter {
             session: Arc::clone(&self.session),
             insert_visit: self.prepared().await?.visits.insert_visit.clone(),

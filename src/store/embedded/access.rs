@@ -31,6 +31,16 @@ struct StoredSite {
     allowed_origins: Vec<String>,
     require_origin: bool,
     created_millis: i64,
+    respect_gpc: bool,
+}
+
+/// A site profile as stored before `respect_gpc`: postcard records are not self-describing,
+/// so a row of that layout decodes only as this (and respects no GPC signal).
+#[derive(Deserialize)]
+struct StoredSiteBeforeGpc {
+    allowed_origins: Vec<String>,
+    require_origin: bool,
+    created_millis: i64,
 }
 
 fn key_value(key: &ApiKey) -> Vec<u8> {
@@ -78,12 +88,21 @@ pub(crate) fn site_value(profile: &SiteProfile) -> Vec<u8> {
             .collect(),
         require_origin: profile.require_origin,
         created_millis: profile.created_at.timestamp_millis(),
+        respect_gpc: profile.respect_gpc,
     };
     postcard::to_stdvec(&stored).unwrap_or_default()
 }
 
 fn decode_site(site: &[u8], value: &[u8]) -> Option<SiteProfile> {
-    let stored: StoredSite = postcard::from_bytes(value).ok()?;
+    let stored: StoredSite = postcard::from_bytes(value).ok().or_else(|| {
+        let old: StoredSiteBeforeGpc = postcard::from_bytes(value).ok()?;
+        Some(StoredSite {
+            allowed_origins: old.allowed_origins,
+            require_origin: old.require_origin,
+            created_millis: old.created_millis,
+            respect_gpc: false,
+        })
+    })?;
     Some(SiteProfile {
         site: SiteId::parse(std::str::from_utf8(site).ok()?).ok()?,
         allowed_origins: stored
@@ -92,6 +111,7 @@ fn decode_site(site: &[u8], value: &[u8]) -> Option<SiteProfile> {
             .map(|pattern| OriginPattern::parse(pattern).ok())
             .collect::<Option<_>>()?,
         require_origin: stored.require_origin,
+        respect_gpc: stored.respect_gpc,
         created_at: DateTime::<Utc>::from_timestamp_millis(stored.created_millis)?,
     })
 }

@@ -171,22 +171,17 @@ impl Committer {
         .map(drop)
     }
 
-    /// Appends `records` to their logs atomically; returns once they are durable.
-    pub(crate) async fn commit_appended(
+    /// Applies `rows` and appends `records` to their logs atomically; returns once they are
+    /// durable.
+    pub(crate) async fn commit_appended_with(
         &self,
         context: &'static str,
+        rows: Rows,
         records: Vec<Appended>,
     ) -> Result<(), StoreError> {
-        self.submit(
-            context,
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            records,
-        )
-        .await
-        .map(drop)
+        self.submit(context, Vec::new(), rows, Vec::new(), Vec::new(), records)
+            .await
+            .map(drop)
     }
 
     async fn submit(
@@ -519,7 +514,11 @@ mod tests {
         for text in [&b"one"[..], b"two"] {
             let committer = Committer::start(Arc::clone(&tables)).expect("started");
             committer
-                .commit_appended("test", vec![record(Table::VisitLog, b"p", text)])
+                .commit_appended_with(
+                    "test",
+                    Vec::new(),
+                    vec![record(Table::VisitLog, b"p", text)],
+                )
                 .await
                 .expect("committed");
         }

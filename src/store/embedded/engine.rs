@@ -58,6 +58,8 @@ pub(crate) struct Tables {
     pub(crate) campaign_conversion: Keyspace,
     /// The subject directory: which advertisers and weeks index a user's events.
     pub(crate) subject_week: Keyspace,
+    /// The visitor index: which UTC days hold a visitor's beacons on a site.
+    pub(crate) visitor_day: Keyspace,
     /// Erasure records, the pending list, erased subjects and settled counts.
     pub(crate) erasure: Keyspace,
     /// The folder's format version and markers kept once (the bootstrap admin key).
@@ -109,6 +111,7 @@ pub(crate) enum Table {
     Conversion,
     CampaignConversion,
     SubjectWeek,
+    VisitorDay,
     Erasure,
     Meta,
 }
@@ -154,6 +157,7 @@ impl Tables {
             Table::Conversion => &self.conversion,
             Table::CampaignConversion => &self.campaign_conversion,
             Table::SubjectWeek => &self.subject_week,
+            Table::VisitorDay => &self.visitor_day,
             Table::Erasure => &self.erasure,
             Table::Meta => &self.meta,
         }

@@ -107,6 +107,7 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
         conversion: open("conversion")?,
         campaign_conversion: open("campaign_conversion")?,
         subject_week: open("subject_week")?,
+        visitor_day: open("visitor_day")?,
         erasure: open("erasure")?,
         meta,
         persist: match config.fsync {
@@ -164,6 +165,7 @@ fn register_stored_sites(tables: &Tables) -> Result<(), StoreError> {
                 site,
                 allowed_origins: Vec::new(),
                 require_origin: false,
+                respect_gpc: false,
                 created_at: now,
             };
             tables

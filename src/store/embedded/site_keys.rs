@@ -78,6 +78,20 @@ pub(crate) fn decode_visit_key(
     Some((at, guid, std::str::from_utf8(rest).ok()?))
 }
 
+/// The prefix of a visitor's entries in the visitor index: site, then guid.
+pub(crate) fn visitor_prefix(site: &SiteId, guid: &str) -> Vec<u8> {
+    let mut key = site_prefix(site);
+    text(&mut key, guid);
+    key
+}
+
+/// One entry of the visitor index: its visitor's prefix and the day, oldest first.
+pub(crate) fn visitor_day_key(site: &SiteId, guid: &str, day: Day) -> Vec<u8> {
+    let mut key = visitor_prefix(site, guid);
+    key.extend_from_slice(&day_bytes(day));
+    key
+}
+
 /// A site-settings row, ordered by the instant it takes effect.
 pub(crate) fn site_settings_key(site: &SiteId, effective_from: DateTime<Utc>) -> Vec<u8> {
     let mut key = site_prefix(site);

@@ -12,17 +12,19 @@
 use super::EmbeddedStore;
 use super::committer::{Guarded, Merged, Removals};
 use super::engine::{Table, corrupt, engine_error};
-use super::{event_index, events, keys};
+use super::{event_index, events, keys, site_keys};
+use crate::domain::beacon::{Guid, SiteId, VisitPartition};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
     ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus, PrivacyKey, Subject,
-    SubjectHash, SubjectWeek,
+    SubjectHash, SubjectWeek, VisitorDay,
 };
-use crate::store::{EventAt, StoreError, SubjectStore};
+use crate::domain::time::Day;
+use crate::store::{EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
-use chrono::DateTime;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -38,6 +40,14 @@ const COUNTS: u8 = b'C';
 
 /// The privacy key's row in `meta`.
 const PRIVACY_KEY: &str = "privacy_key";
+/// The prefix of the day keys' rows in `meta`, then the day (4 bytes, in order).
+const DAY_KEY: &[u8] = b"gpc_day_key:";
+
+fn day_key_row(day: Day) -> Vec<u8> {
+    let mut key = DAY_KEY.to_vec();
+    key.extend_from_slice(&keys::day_bytes(day));
+    key
+}
 
 /// User (16), advertiser (16), week (4).
 fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
@@ -65,10 +75,34 @@ fn decode_erasure_id(key: &[u8]) -> Option<ErasureId> {
     Some(ErasureId::new(Uuid::from_slice(key.get(1..)?).ok()?))
 }
 
-/// A subject in the clear; an enum so that other kinds of subject can follow.
+/// A subject in the clear; an enum so that other kinds of subject can follow. New kinds go
+/// last: postcard stores the variant's index.
 #[derive(Serialize, Deserialize)]
 enum StoredSubject {
     User(Uuid),
+    Visitor { site: String, guid: String },
+}
+
+impl StoredSubject {
+    fn of(subject: &Subject) -> Self {
+        match subject {
+            Subject::User(user) => Self::User(user.as_uuid()),
+            Subject::Visitor { site, guid } => Self::Visitor {
+                site: site.as_str().to_owned(),
+                guid: guid.as_str().to_owned(),
+            },
+        }
+    }
+
+    fn into_subject(self) -> Option<Subject> {
+        Some(match self {
+            Self::User(user) => Subject::User(UserId::new(user)),
+            Self::Visitor { site, guid } => Subject::Visitor {
+                site: SiteId::parse(&site).ok()?,
+                guid: Guid::parse(&guid).ok()?,
+            },
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -134,9 +168,7 @@ fn keeps_counts(value: &[u8]) -> bool {
 
 fn record_value(record: &ErasureRecord) -> Vec<u8> {
     let stored = StoredErasure {
-        subject: record.subject.map(|subject| match subject {
-            Subject::User(user) => StoredSubject::User(user.as_uuid()),
-        }),
+        subject: record.subject.as_ref().map(StoredSubject::of),
         subject_hash: *record.subject_hash.as_bytes(),
         scope: record.scope.map(|scope| scope.as_uuid()),
         requested_millis: record.requested_at.timestamp_millis(),
@@ -153,11 +185,13 @@ fn decode_record(id: ErasureId, value: &[u8]) -> Option<ErasureRecord> {
         None => None,
         Some(millis) => Some(DateTime::from_timestamp_millis(millis)?),
     };
+    let subject = match stored.subject {
+        None => None,
+        Some(subject) => Some(subject.into_subject()?),
+    };
     Some(ErasureRecord {
         id,
-        subject: stored.subject.map(|subject| match subject {
-            StoredSubject::User(user) => Subject::User(UserId::new(user)),
-        }),
+        subject,
         subject_hash: SubjectHash::new(stored.subject_hash),
         scope: stored.scope.map(AdvertiserId::new),
         requested_at: DateTime::from_timestamp_millis(stored.requested_millis)?,
@@ -491,6 +525,89 @@ impl SubjectStore for EmbeddedStore {
             )
             .await?;
         decode_privacy_key(&stored).ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn read_visitor_days(&self, site: &SiteId, guid: &Guid) -> Result<Vec<Day>, StoreError> {
+        const CONTEXT: &str = "reading the visitor index";
+        let prefix = site_keys::visitor_prefix(site, guid.as_str());
+        let prefix_len = prefix.len();
+        self.scan(Table::VisitorDay, prefix, None, CONTEXT)
+            .await?
+            .iter()
+            .map(|(key, _)| {
+                key.get(prefix_len..)
+                    .and_then(keys::decode_day)
+                    .ok_or_else(|| corrupt(CONTEXT))
+            })
+            .collect()
+    }
+
+    async fn delete_visitor_days(
+        &self,
+        days: &[VisitorDay],
+        _requested_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let removals = days
+            .iter()
+            .map(|entry| {
+                let key = site_keys::visitor_day_key(&entry.site, entry.guid.as_str(), entry.day);
+                (Table::VisitorDay, key)
+            })
+            .collect();
+        self.committer
+            .commit_replacing("deleting from the visitor index", removals, Vec::new())
+            .await
+    }
+
+    async fn erase_visits(
+        &self,
+        partition: &VisitPartition,
+        visits: &[VisitRow],
+    ) -> Result<(), StoreError> {
+        self.erase_visit_rows(partition, visits).await
+    }
+
+    async fn day_key(
+        &self,
+        day: Day,
+        candidate: &PrivacyKey,
+        _expires: DateTime<Utc>,
+    ) -> Result<PrivacyKey, StoreError> {
+        const CONTEXT: &str = "storing a day key";
+        let stored = self
+            .keep_first(
+                CONTEXT,
+                Guarded {
+                    table: Table::Meta,
+                    key: day_key_row(day),
+                    value: candidate.as_bytes().to_vec(),
+                    keeps: keeps_privacy_key,
+                },
+            )
+            .await?;
+        decode_privacy_key(&stored).ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn delete_day_keys(&self, before: Day) -> Result<(), StoreError> {
+        const CONTEXT: &str = "deleting day keys";
+        let removals: Removals = self
+            .scan(Table::Meta, DAY_KEY.to_vec(), None, CONTEXT)
+            .await?
+            .into_iter()
+            .filter(|(key, _)| {
+                // A row that does not decode is no day's key: it goes too.
+                key.get(DAY_KEY.len()..)
+                    .and_then(keys::decode_day)
+                    .is_none_or(|day| day < before)
+            })
+            .map(|(key, _)| (Table::Meta, key.to_vec()))
+            .collect();
+        if removals.is_empty() {
+            return Ok(());
+        }
+        self.committer
+            .commit_replacing(CONTEXT, removals, Vec::new())
+            .await
     }
 }
 

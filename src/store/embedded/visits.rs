@@ -1,9 +1,10 @@
 //! Beacons and live unique-visitor sketches in the embedded store.
 
-use super::committer::{Appended, log_records};
+use super::committer::{Appended, Merged, Removals, log_records};
 use super::engine::{Table, corrupt};
 use super::{EmbeddedStore, rows, site_keys};
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
+use crate::domain::privacy::VisitorDay;
 use crate::domain::time::EventTime;
 use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
 use async_trait::async_trait;
@@ -14,8 +15,17 @@ impl VisitStore for EmbeddedStore {
         &self,
         partition: &VisitPartition,
         visits: &[Beacon],
+        visitors: &[VisitorDay],
     ) -> Result<(), StoreError> {
         let prefix = site_keys::visit_prefix(partition);
+        // In the beacons' commit: an entry is durable exactly when its beacons are.
+        let entries = visitors
+            .iter()
+            .map(|entry| {
+                let key = site_keys::visitor_day_key(&entry.site, entry.guid.as_str(), entry.day);
+                (Table::VisitorDay, key, Vec::new())
+            })
+            .collect();
         let records = visits
             .iter()
             .map(|visit| Appended {
@@ -25,7 +35,7 @@ impl VisitStore for EmbeddedStore {
             })
             .collect();
         self.committer
-            .commit_appended("writing beacons", records)
+            .commit_appended_with("writing beacons", entries, records)
             .await
     }
 
@@ -110,6 +120,92 @@ impl VisitStore for EmbeddedStore {
             })
             .collect()
     }
+}
+
+impl EmbeddedStore {
+    /// Deletes beacons of one partition by their identities: the row of each written by
+    /// format 3, and their records in the logs, each log row rewritten without them in the
+    /// commit thread (a row left empty goes).
+    pub(super) async fn erase_visit_rows(
+        &self,
+        partition: &VisitPartition,
+        visits: &[VisitRow],
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "erasing beacons";
+        if visits.is_empty() {
+            return Ok(());
+        }
+        let prefix = site_keys::visit_prefix(partition);
+        let identities: std::collections::HashSet<Vec<u8>> = visits
+            .iter()
+            .map(|visit| {
+                site_keys::visit_identity(
+                    visit.timestamp.instant(),
+                    visit.guid.as_str(),
+                    &visit.features.combination_key(),
+                )
+            })
+            .collect();
+        let removals: Removals = identities
+            .iter()
+            .map(|identity| {
+                let mut key = prefix.clone();
+                key.extend_from_slice(identity);
+                (Table::Visit, key)
+            })
+            .collect();
+        // The identities to take out, in the logs' own record layout.
+        let mut erased = Vec::new();
+        for identity in &identities {
+            let len = u32::try_from(identity.len()).unwrap_or(u32::MAX);
+            erased.extend_from_slice(&len.to_be_bytes());
+            erased.extend_from_slice(identity);
+        }
+        let logs = self.scan(Table::VisitLog, prefix, None, CONTEXT).await?;
+        let mut merged = Vec::new();
+        for (key, log) in &logs {
+            let holds = log_records(log).any(|record| {
+                record
+                    .and_then(decode_visit_record)
+                    .is_some_and(|(identity, _)| identities.contains(identity))
+            });
+            if holds {
+                merged.push(Merged {
+                    table: Table::VisitLog,
+                    key: key.to_vec(),
+                    value: erased.clone(),
+                    merge: without_records,
+                });
+            }
+        }
+        self.committer
+            .commit_removing(CONTEXT, removals, merged)
+            .await
+    }
+}
+
+/// A log row without the beacons whose identities `erased` lists (as log records). A row
+/// that does not decode is kept as it is: damaging it further would lose other beacons.
+fn without_records(stored: Option<&[u8]>, erased: &[u8]) -> Vec<u8> {
+    let Some(stored) = stored else {
+        return Vec::new();
+    };
+    let erased: std::collections::HashSet<&[u8]> = log_records(erased).flatten().collect();
+    let mut kept = Vec::with_capacity(stored.len());
+    for record in log_records(stored) {
+        let Some((record, (identity, _))) =
+            record.and_then(|record| Some((record, decode_visit_record(record)?)))
+        else {
+            return stored.to_vec();
+        };
+        if erased.contains(identity) {
+            continue;
+        }
+        let len = u32::try_from(record.len()).unwrap_or(u32::MAX);
+        kept.extend_from_slice(&len.to_be_bytes());
+        kept.extend_from_slice(record);
+    }
+    kept
 }
 
 /// Leaves one copy of each beacon, in identity order (time, guid, features: what the key of a
@@ -230,7 +326,7 @@ mod tests {
             vec![beacon("new", 3, bot)],
         ] {
             store
-                .write_visits(&partition, &visits)
+                .write_visits(&partition, &visits, &[])
                 .await
                 .expect("stored");
         }
@@ -245,5 +341,111 @@ mod tests {
             ]
         );
         assert_eq!(read[3].invalid, bot);
+    }
+
+    /// A visitor's beacons go from the format 3 rows and from the log rows that hold them,
+    /// each log row keeping its other beacons; a log row left empty goes. Its index entries
+    /// are written in the beacons' commit, and deleted.
+    #[tokio::test]
+    async fn erasing_beacons_takes_them_out_of_their_log_rows_only() {
+        use crate::domain::privacy::VisitorDay;
+        use crate::store::SubjectStore;
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = EmbeddedStore::open(&EmbeddedConfig {
+            data_dir: folder.path().to_owned(),
+            fsync: Fsync::Never,
+            memory: EngineMemory::default(),
+        })
+        .expect("opened");
+        let partition = partition();
+        let old = beacon("erased", 1, None);
+        let key = site_keys::visit_key(
+            &partition,
+            old.timestamp.instant(),
+            old.guid.as_str(),
+            &old.features.combination_key(),
+        );
+        store
+            .write(
+                "format 3 rows",
+                vec![(Table::Visit, key, rows::traffic_suffix(None, None))],
+            )
+            .await
+            .expect("written");
+        let entry = |guid: &str| VisitorDay {
+            site: partition.site.clone(),
+            guid: Guid::parse(guid).expect("guid"),
+            day: partition.day,
+        };
+        store
+            .write_visits(
+                &partition,
+                &[beacon("erased", 2, None), beacon("kept", 3, None)],
+                &[entry("erased"), entry("kept")],
+            )
+            .await
+            .expect("stored");
+        store
+            .write_visits(&partition, &[beacon("erased", 4, None)], &[])
+            .await
+            .expect("stored");
+        let erased = entry("erased");
+        assert_eq!(
+            store
+                .read_visitor_days(&erased.site, &erased.guid)
+                .await
+                .expect("read"),
+            vec![partition.day]
+        );
+        let found: Vec<VisitRow> = store
+            .read_visits(&partition)
+            .await
+            .expect("read")
+            .into_iter()
+            .filter(|row| row.guid.as_str() == "erased")
+            .collect();
+        assert_eq!(found.len(), 3);
+
+        store
+            .erase_visits(&partition, &found)
+            .await
+            .expect("erased");
+        store.erase_visits(&partition, &found).await.expect("again");
+        store
+            .delete_visitor_days(std::slice::from_ref(&erased), chrono::Utc::now())
+            .await
+            .expect("deleted");
+
+        let read = store.read_visits(&partition).await.expect("read");
+        assert_eq!(summary(&read), vec![("kept".to_owned(), true)]);
+        let logs = store
+            .scan(
+                Table::VisitLog,
+                site_keys::visit_prefix(&partition),
+                None,
+                "test",
+            )
+            .await
+            .expect("scanned");
+        assert_eq!(
+            logs.len(),
+            1,
+            "the log row that held only erased beacons is gone"
+        );
+        assert!(
+            store
+                .read_visitor_days(&erased.site, &erased.guid)
+                .await
+                .expect("read")
+                .is_empty()
+        );
+        let kept = entry("kept");
+        assert_eq!(
+            store
+                .read_visitor_days(&kept.site, &kept.guid)
+                .await
+                .expect("read"),
+            vec![partition.day]
+        );
     }
 }
