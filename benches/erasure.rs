@@ -147,10 +147,13 @@ async fn load(base: &str, size: usize, subject: Uuid, subject_events: usize) {
     );
 }
 
-/// Waits until the event index has written everything queued.
+/// Waits until the event index has written everything: its count of entries written
+/// (`adevents_event_index_entries_total`) unchanged over 3 s, several flush periods.
 async fn index_caught_up(base: &str) {
     let client = reqwest::Client::new();
-    loop {
+    let mut last = -1.0;
+    let mut steady = 0;
+    while steady < 6 {
         let text = client
             .get(format!("{base}/metrics"))
             .send()
@@ -159,16 +162,17 @@ async fn index_caught_up(base: &str) {
             .text()
             .await
             .expect("text");
-        let queued = text
+        let written = text
             .lines()
-            .find(|line| line.starts_with("adevents_event_index_queued"))
+            .find(|line| line.starts_with("adevents_event_index_entries_total"))
             .and_then(|line| line.split_whitespace().last())
             .and_then(|value| value.parse::<f64>().ok())
             .unwrap_or(0.0);
-        if queued == 0.0 {
-            // One more flush period for what the last write left waiting.
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            return;
+        if written == last {
+            steady += 1;
+        } else {
+            steady = 0;
+            last = written;
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
