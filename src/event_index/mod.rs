@@ -183,7 +183,9 @@ impl EventIndexer {
             self.requeue(entries, still_waiting, started_at);
             return Err(error);
         }
-        if let Err(error) = self.store.write_index(&entries).await {
+        if !entries.is_empty()
+            && let Err(error) = self.store.write_index(&entries).await
+        {
             self.requeue(entries, still_waiting, started_at);
             return Err(error);
         }

@@ -417,6 +417,12 @@ fn run(
         };
         // A panic inside the engine (an assertion on a key) fails this group, not the thread:
         // later writes still commit.
+        // Only a commit that wrote something proves the journal takes writes again: an empty
+        // one (a background task with nothing to do) commits without touching it.
+        let writes_something = !removals.is_empty()
+            || !kept.is_empty()
+            || !logs.is_empty()
+            || rows.iter().any(|group| !group.is_empty());
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut batch = tables.db.batch().durability(Some(tables.persist));
             for (table, key) in removals {
@@ -433,13 +439,17 @@ fn run(
             Ok(Err(error)) => Err(Some(Arc::new(error))),
             Err(_) => Err(None),
         };
-        *failing
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = match &outcome {
-            Ok(()) => None,
-            Err(Some(error)) => Some(error.to_string()),
-            Err(None) => Some("the storage engine panicked".to_owned()),
-        };
+        {
+            let mut failing = failing
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match &outcome {
+                Ok(()) if writes_something => *failing = None,
+                Ok(()) => {}
+                Err(Some(error)) => *failing = Some(error.to_string()),
+                Err(None) => *failing = Some("the storage engine panicked".to_owned()),
+            }
+        }
         for ((context, _, done), values) in waiting.into_iter().zip(answers) {
             let result = match &outcome {
                 Ok(()) => Ok(values),
