@@ -22,6 +22,10 @@ const LOCK_TTL: Duration = Duration::from_secs(300);
 /// A waiting migrator gives up after this; past the TTL a dead holder's lock has expired.
 const LOCK_WAIT: Duration = Duration::from_secs(330);
 const LOCK_POLL: Duration = Duration::from_secs(1);
+/// Attempts at one migration statement that times out or finds the cluster unavailable.
+const STATEMENT_ATTEMPTS: u32 = 5;
+/// The pause before a retry, times the attempts made: 2 s, 4 s, 6 s, 8 s.
+const STATEMENT_RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// How long a table just created elsewhere may take to answer queries here.
 const TABLE_LIVE_WAIT: Duration = Duration::from_secs(30);
 
@@ -180,20 +184,7 @@ async fn apply_pending(
                 number: index + 1,
                 source,
             };
-            if let Err(error) = session.query_unpaged(statement.as_str(), ()).await {
-                // A migration cut short (a lost node, a killed process) is run again whole:
-                // a column its first run added is there already, which is what it wanted.
-                let column_exists = is_alter_add(statement)
-                    && error
-                        .to_string()
-                        .to_ascii_lowercase()
-                        .contains("already exist");
-                if !column_exists {
-                    return Err(failed(execution_error("executing", error)));
-                }
-            }
-            // The next statement may go to another node; it must already know this change.
-            await_schema_agreement(session).await.map_err(failed)?;
+            apply_statement(session, statement).await.map_err(failed)?;
         }
         super::backfill::after_migration(session, keyspace, migration.version()).await?;
         record_applied(session, keyspace, migration).await?;
@@ -205,6 +196,45 @@ async fn apply_pending(
         report.applied.push(migration.file_name().to_owned());
     }
     Ok(report)
+}
+
+/// Runs one statement of a migration file until the cluster has agreed on its change.
+///
+/// Every statement in a file may be run again (`IF NOT EXISTS`, options, and `ADD` whose
+/// column a first run left behind), so a timeout — which says nothing of whether the change
+/// was made — is retried rather than failing a deploy on a busy node.
+async fn apply_statement(session: &Session, statement: &str) -> Result<(), StoreError> {
+    let mut attempt = 1;
+    loop {
+        let outcome = match session.query_unpaged(statement, ()).await {
+            Ok(_) => Ok(()),
+            // A migration cut short (a lost node, a killed process) is run again whole:
+            // a column its first run added is there already, which is what it wanted.
+            Err(error)
+                if is_alter_add(statement)
+                    && error
+                        .to_string()
+                        .to_ascii_lowercase()
+                        .contains("already exist") =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(execution_error("executing", error)),
+        };
+        // The next statement may go to another node; it must already know this change.
+        let outcome = match outcome {
+            Ok(()) => await_schema_agreement(session).await,
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Err(error) if error.is_retryable() && attempt < STATEMENT_ATTEMPTS => {
+                warn!(attempt, error = %error.chain(), "a migration statement will be retried");
+                tokio::time::sleep(STATEMENT_RETRY_PAUSE * attempt).await;
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Whether `statement` adds columns to a table (Cassandra 4.1 has no `ADD IF NOT EXISTS`).
@@ -418,10 +448,20 @@ impl MigrationLock {
         );
         let started = Instant::now();
         loop {
-            let result = session
+            let result = match session
                 .query_unpaged(cql.as_str(), (owner, Utc::now()))
                 .await
-                .map_err(|error| execution_error("taking the migration lock", error))?;
+                .map_err(|error| execution_error("taking the migration lock", error))
+            {
+                Ok(result) => result,
+                // A timed-out attempt may still have taken the lock: the next one tells.
+                Err(error) if error.is_retryable() && started.elapsed() < LOCK_WAIT => {
+                    warn!(error = %error.chain(), "taking the migration lock will be retried");
+                    tokio::time::sleep(LOCK_POLL).await;
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
             let row: Row = result
                 .into_rows_result()
                 .map_err(|error| StoreError::internal("taking the migration lock", error))?
@@ -439,8 +479,11 @@ impl MigrationLock {
                 .columns
                 .iter()
                 .skip(1)
-                .find_map(|value| value.as_ref()?.as_uuid())
-                .map_or_else(|| "unknown".to_owned(), |holder| holder.to_string());
+                .find_map(|value| value.as_ref()?.as_uuid());
+            if holder == Some(owner) {
+                return Ok(Self { owner });
+            }
+            let holder = holder.map_or_else(|| "unknown".to_owned(), |holder| holder.to_string());
             if started.elapsed() >= LOCK_WAIT {
                 return Err(MigrateError::LockTimeout { holder });
             }
