@@ -6,15 +6,10 @@
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents, embedded_server, run_to_end};
 use crate::common::tags::{create_secret, fire_pixel, pixel_query, signed};
-use crate::common::{
-    Backend, TestServer, config, drop_keyspace, http, private_keyspace, raw_session, store_for,
-    test_options,
-};
+use crate::common::{Backend, PrivateStore, TestServer, http, raw_session, test_options};
 use adevents::app::Options;
 use adevents::domain::address::StoreIp;
 use adevents::store::Store;
-use adevents::store::cassandra::config::KeyspaceName;
-use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
 use chrono::{DateTime, Duration, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -365,47 +360,6 @@ async fn the_view_join_compares_networks_by_default_and_only_user_agents_with_no
     );
 }
 
-/// A store of this test's own, so the rewrite's full scan sees only this test's rows (and
-/// truncates no other test's): a private keyspace, or a fresh folder.
-enum PrivateStore {
-    Cassandra(KeyspaceName),
-    Embedded(tempfile::TempDir),
-}
-
-impl PrivateStore {
-    async fn open(backend: Backend) -> (Self, Arc<dyn Store>) {
-        match backend {
-            Backend::Cassandra => {
-                let keyspace = private_keyspace("ip");
-                let mut config = config(keyspace.clone());
-                // Rows that expire: a rewritten address must expire with its row.
-                config.retain_raw =
-                    adevents::domain::retention::Retention::parse("400days").expect("a retention");
-                let store = store_for(config, true).await;
-                (Self::Cassandra(keyspace), Arc::new(store))
-            }
-            Backend::Embedded => {
-                let folder = tempfile::tempdir().expect("a temporary folder");
-                let store = EmbeddedStore::open(&EmbeddedConfig {
-                    data_dir: folder.path().to_path_buf(),
-                    fsync: Fsync::Always,
-                    memory: EngineMemory::default(),
-                })
-                .expect("open the embedded store");
-                (Self::Embedded(folder), Arc::new(store))
-            }
-        }
-    }
-
-    async fn remove(self) {
-        match self {
-            Self::Cassandra(keyspace) => drop_keyspace(&keyspace).await,
-            // Removed with its rows.
-            Self::Embedded(folder) => drop(folder),
-        }
-    }
-}
-
 /// Runs the command's code path on `store`; its report and the lines it printed.
 async fn rewrite(
     store: &Arc<dyn Store>,
@@ -420,7 +374,9 @@ async fn rewrite(
 }
 
 async fn the_rewrite_brings_addresses_stored_whole_under_the_policy(backend: Backend) {
-    let (private, store) = PrivateStore::open(backend).await;
+    // Rows that expire on Cassandra: a rewritten address must expire with its row.
+    let retain = adevents::domain::retention::Retention::parse("400days").expect("a retention");
+    let (private, store) = PrivateStore::open(backend, "ip", retain).await;
     // Stored whole, as a release before --store-ip did.
     let server = TestServer::with_options(Arc::clone(&store), options(StoreIp::Full)).await;
     let campaign = Campaign::fresh();

@@ -115,6 +115,50 @@ impl Backend {
     }
 }
 
+/// A store of one test's own, for code that reads every campaign or site of the store (a
+/// full scan would see, and change, other tests' rows): a private keyspace, or a fresh folder.
+pub enum PrivateStore {
+    Cassandra(KeyspaceName),
+    Embedded(tempfile::TempDir),
+}
+
+impl PrivateStore {
+    /// `purpose` names the keyspace; `retain_raw` is the store's raw-event retention.
+    pub async fn open(
+        backend: Backend,
+        purpose: &str,
+        retain_raw: adevents::domain::retention::Retention,
+    ) -> (Self, Arc<dyn Store>) {
+        match backend {
+            Backend::Cassandra => {
+                let keyspace = private_keyspace(purpose);
+                let mut config = config(keyspace.clone());
+                config.retain_raw = retain_raw;
+                let store = store_for(config, true).await;
+                (Self::Cassandra(keyspace), Arc::new(store))
+            }
+            Backend::Embedded => {
+                let folder = tempfile::tempdir().expect("a temporary folder");
+                let store = EmbeddedStore::open(&EmbeddedConfig {
+                    data_dir: folder.path().to_path_buf(),
+                    fsync: Fsync::Always,
+                    memory: EngineMemory::default(),
+                })
+                .expect("open the embedded store");
+                (Self::Embedded(folder), Arc::new(store))
+            }
+        }
+    }
+
+    pub async fn remove(self) {
+        match self {
+            Self::Cassandra(keyspace) => drop_keyspace(&keyspace).await,
+            // Removed with its rows.
+            Self::Embedded(folder) => drop(folder),
+        }
+    }
+}
+
 /// One embedded store per test process: it owns its folder (a second open is refused), so
 /// every test shares this instance, isolated by fresh ids like tests on the shared keyspace.
 pub fn shared_embedded_store() -> Arc<dyn Store> {
