@@ -88,6 +88,7 @@ impl Command {
             Self::Keys(args) => &args.log,
             Self::Privacy(args) => match &args.command {
                 PrivacyCommand::TruncateAddresses(args) => &args.log,
+                PrivacyCommand::IndexEvents(args) => &args.log,
             },
         }
     }
@@ -566,6 +567,27 @@ pub(crate) enum PrivacyCommand {
     /// release with --store-ip, or after choosing a stricter setting; on the embedded store,
     /// with the server stopped (it holds the folder).
     TruncateAddresses(TruncateAddressesArgs),
+    /// Index the events stored before the subject index existed, so that erasure and subject
+    /// access find them: every impression and click of each day from --from to --to, and the
+    /// visitor of every beacon, printing a line per day. Writing an entry twice changes
+    /// nothing, so an interrupted run resumes with --from set to the last day it printed. Once,
+    /// after upgrading to a release with `/v1/privacy`; on the embedded store, with the server
+    /// stopped (it holds the folder).
+    IndexEvents(IndexEventsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct IndexEventsArgs {
+    /// First UTC day to index (YYYY-MM-DD): the oldest day of stored events.
+    #[arg(long)]
+    pub(crate) from: chrono::NaiveDate,
+    /// Last UTC day to index (YYYY-MM-DD); today if not given.
+    #[arg(long)]
+    pub(crate) to: Option<chrono::NaiveDate>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
 }
 
 #[derive(Debug, Args)]
@@ -884,7 +906,9 @@ mod tests {
         let Command::Privacy(args) = command else {
             panic!("expected privacy");
         };
-        let PrivacyCommand::TruncateAddresses(args) = args.command;
+        let PrivacyCommand::TruncateAddresses(args) = args.command else {
+            panic!("expected truncate-addresses");
+        };
         assert_eq!(args.store.kind, StoreKind::Cassandra);
         assert_eq!(args.store_ip, StoreIp::None);
         let error =

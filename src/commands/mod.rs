@@ -9,7 +9,7 @@ mod simulate;
 
 pub use keys::keys;
 pub use migrate::migrate;
-pub use privacy::{privacy, rewrite_addresses};
+pub use privacy::{index_stored_events, privacy, rewrite_addresses};
 pub use rollup::rollup;
 pub use serve::serve;
 pub use simulate::simulate;

@@ -3,5 +3,6 @@
 //! dropping an erased subject's re-sent old events at ingest.
 
 pub(crate) mod access;
+pub(crate) mod backfill;
 pub(crate) mod erasure;
 pub(crate) mod finder;

@@ -2,12 +2,24 @@
 //! through the index (never a scan), listed by subject access, erased by a durable job that
 //! leaves everyone else's events alone, and the user's re-sent old events dropped after.
 
+use crate::common::beacons::registered_site;
 use crate::common::events::{Campaign, export_records, get, post, post_all, summary};
 use crate::common::process::{ServerProcess, embedded_server};
-use crate::common::{Backend, TestServer, eventually, http};
+use crate::common::{Backend, PrivateStore, TestServer, eventually, http};
+use adevents::domain::beacon::{Beacon, Features, Guid, SiteId};
+use adevents::domain::bucket::BucketCount;
+use adevents::domain::event::{Click, Impression};
+use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use adevents::domain::owner::Owner;
+use adevents::domain::partition::EventPartition;
+use adevents::domain::retention::Retention;
+use adevents::domain::time::{Day, EventTime};
+use adevents::domain::user_data::UserData;
+use adevents::store::Store;
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use uuid::Uuid;
 
 conformance!(
@@ -16,6 +28,7 @@ conformance!(
     a_scoped_erasure_leaves_the_users_other_advertisers_alone,
     a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept,
     bad_requests_are_refused_naming_the_field,
+    events_stored_before_the_index_are_found_once_indexed,
 );
 
 mod cassandra_only {
@@ -452,4 +465,125 @@ async fn an_erasure_cut_off_by_kill_9_is_done_after_a_restart() {
         .await
         .expect("answered");
     assert_eq!(response.text().await.expect("body"), "");
+}
+
+/// What a release before the subject index stored: an impression and its click of `user`,
+/// and a beacon of `guid`, written straight into the store with no index entry of any kind.
+async fn store_unindexed(
+    store: &dyn Store,
+    campaign: &Campaign,
+    user: Uuid,
+    (site, guid): (&str, &str),
+    at: DateTime<Utc>,
+) {
+    let key = CampaignKey {
+        advertiser_id: AdvertiserId::new(campaign.advertiser_id),
+        campaign_id: CampaignId::new(campaign.campaign_id),
+    };
+    let day = Day::new(at.date_naive());
+    let partition = EventPartition {
+        campaign: key,
+        day,
+        bucket: BucketCount::ONE.ids().next().expect("one bucket"),
+    };
+    let impression = Impression {
+        impression_id: ImpressionId::new(Uuid::new_v4()),
+        campaign: key,
+        ad_id: AdId::new(Uuid::new_v4()),
+        user_id: UserId::new(user),
+        timestamp: EventTime::from_stored(at),
+        user_ip: None,
+        user_data: UserData::default(),
+        user_agent: None,
+        invalid: None,
+        pixel_arrival: None,
+    };
+    let click = Click {
+        impression_id: impression.impression_id,
+        campaign: key,
+        ad_id: impression.ad_id,
+        timestamp: EventTime::from_stored(at + Duration::seconds(20)),
+        user_agent: None,
+        invalid: None,
+    };
+    store
+        .write_impressions(&partition, &[impression])
+        .await
+        .expect("stored");
+    store
+        .write_clicks(&partition, &[click])
+        .await
+        .expect("stored");
+    store
+        .mark_day(&Owner::Campaign(key), day)
+        .await
+        .expect("day marked");
+    let beacon = Beacon {
+        site: SiteId::parse(site).expect("a site"),
+        guid: Guid::parse(guid).expect("a guid"),
+        timestamp: EventTime::from_stored(at),
+        features: Features::new([("page".to_owned(), "/a".to_owned())].into()).expect("features"),
+        user_agent: None,
+        invalid: None,
+    };
+    store
+        .write_visits(
+            &beacon.partition(BucketCount::ONE),
+            std::slice::from_ref(&beacon),
+            &[],
+        )
+        .await
+        .expect("stored");
+    store
+        .mark_day(&Owner::Site(beacon.site), day)
+        .await
+        .expect("day marked");
+}
+
+async fn events_stored_before_the_index_are_found_once_indexed(backend: Backend) {
+    // The command reads every campaign and site of each day: a store of this test's own.
+    let (private, store) = PrivateStore::open(backend, "backfill", Retention::Forever).await;
+    let server = TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let site = registered_site(&server.url("")).await;
+    let (user, guid) = (Uuid::new_v4(), Uuid::new_v4().to_string());
+    let at = minutes_ago(10);
+    store_unindexed(store.as_ref(), &campaign, user, (&site, &guid), at).await;
+    let visitor =
+        serde_urlencoded::to_string([("site", site.as_str()), ("guid", &guid)]).expect("encodes");
+    assert!(access(&server, &format!("user_id={user}")).await.is_empty());
+    assert!(access(&server, &visitor).await.is_empty());
+
+    let day = Day::new(at.date_naive());
+    let mut lines = Vec::new();
+    let mut say = |line: &str| lines.push(line.to_owned());
+    adevents::commands::index_stored_events(Arc::clone(&store), day, day, &mut say)
+        .await
+        .expect("indexed");
+
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{day}: 2 events of 1 campaigns, 1 visitors of 1 sites indexed (to resume, --from {day})"
+            ),
+            format!("done: every event stored from {day} to {day} is indexed"),
+        ]
+    );
+    let listed = access_listing(&server, &format!("user_id={user}"), 2).await;
+    assert_eq!(kinds(&listed), ["click", "impression"], "{listed:#?}");
+    let visits = access_listing(&server, &visitor, 1).await;
+    assert_eq!(kinds(&visits), ["visit"], "{visits:#?}");
+    let record = erase(&server, json!({"user_id": user})).await;
+    assert_eq!(record["erased"]["impressions"], 1, "{record}");
+    assert_eq!(record["erased"]["clicks"], 1, "{record}");
+    // Run again, the command finds the same events and writes the same entries.
+    let mut again = Vec::new();
+    let mut say = |line: &str| again.push(line.to_owned());
+    adevents::commands::index_stored_events(Arc::clone(&store), day, day, &mut say)
+        .await
+        .expect("indexed again");
+    assert!(access(&server, &format!("user_id={user}")).await.is_empty());
+    drop(server);
+    private.remove().await;
 }
