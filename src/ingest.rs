@@ -9,7 +9,7 @@ use crate::domain::bucket::BucketCount;
 use crate::domain::campaign::SettingsHistory;
 use crate::domain::conversion::index::IndexEntry;
 use crate::domain::event::{CampaignEvent, Click, Impression};
-use crate::domain::ids::{CampaignKey, ImpressionId};
+use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealingRule;
@@ -175,6 +175,19 @@ impl Ingestor {
             registry,
             (SliceRule::default(), BillableWindow::DEFAULT),
         )
+    }
+
+    /// Whether `user`'s event of `advertiser` timed `at` belongs to an erasure: stored, it
+    /// would bring back what was erased (a re-sent old event).
+    pub(crate) fn is_erased(
+        &self,
+        user: UserId,
+        advertiser: AdvertiserId,
+        at: DateTime<Utc>,
+    ) -> bool {
+        self.erased
+            .as_ref()
+            .is_some_and(|erased| erased.drops(user, advertiser, at))
     }
 
     pub async fn impressions(&self, mut events: Vec<Impression>) -> Result<(), StoreError> {

@@ -167,7 +167,7 @@ impl App {
                 finder.clone(),
                 Arc::clone(&indexer),
                 Arc::clone(&ingestor),
-                erased,
+                Arc::clone(&erased),
                 Arc::clone(&readiness),
             )
             .with_beacons(Arc::clone(&beacons)),
@@ -181,10 +181,13 @@ impl App {
                 edge.tag_ttl.saturating_add(edge.view_window),
             )),
             ingestor,
-            conversions: Arc::new(ConversionIntake::new(
-                Arc::clone(&store) as Arc<dyn crate::store::ConversionStore>,
-                attribution_delay,
-            )),
+            conversions: Arc::new(
+                ConversionIntake::new(
+                    Arc::clone(&store) as Arc<dyn crate::store::ConversionStore>,
+                    attribution_delay,
+                )
+                .with_erased(erased),
+            ),
             beacons,
             queries: Arc::new(Queries::new(
                 Arc::clone(&store),

@@ -151,9 +151,21 @@ impl Decider {
             Some(decision) => decision,
             None => {
                 let Some(first) = record.copies.iter().min_by_key(|copy| copy.order_key()) else {
-                    // A due entry whose copy is gone (its retention passed): nothing to decide.
+                    // A due entry whose copy is gone (its retention passed, or an erasure):
+                    // nothing to decide.
                     return Ok(());
                 };
+                // Its user's erasure is about to delete it: a decision now would outlive it.
+                let conversion = &first.conversion;
+                if conversion.user_id.is_some_and(|user| {
+                    self.ingestor.is_erased(
+                        user,
+                        conversion.advertiser_id,
+                        conversion.timestamp.instant(),
+                    )
+                }) {
+                    return Ok(());
+                }
                 let stored_by = first.received + self.delay_of(due, first.received);
                 let entries = self.entries_of(&first.conversion).await?;
                 let look_backs = self.look_backs(&first.conversion, &entries).await?;

@@ -5,6 +5,7 @@
 
 use crate::domain::conversion::{Conversion, ConversionId, ReceivedConversion};
 use crate::domain::ids::AdvertiserId;
+use crate::erased::ErasedSubjects;
 use crate::remembered::Remembered;
 use crate::store::{ConversionStore, DueConversion, StoreError};
 use chrono::{TimeDelta, Utc};
@@ -18,15 +19,38 @@ pub(crate) struct ConversionIntake {
     /// `--attribution-delay`: how long after its arrival a conversion is decided.
     delay: TimeDelta,
     stored: Remembered<(AdvertiserId, ConversionId)>,
+    /// Drops conversions of erased users timed before their erasures (a re-sent old batch).
+    erased: Option<Arc<ErasedSubjects>>,
 }
 
 impl ConversionIntake {
+    fn is_erased(&self, conversion: &Conversion) -> bool {
+        let dropped = match (&self.erased, conversion.user_id) {
+            (Some(erased), Some(user)) => erased.drops(
+                user,
+                conversion.advertiser_id,
+                conversion.timestamp.instant(),
+            ),
+            _ => false,
+        };
+        if dropped {
+            metrics::counter!("adevents_erased_events_dropped_total").increment(1);
+        }
+        dropped
+    }
+
     pub(crate) fn new(store: Arc<dyn ConversionStore>, delay: TimeDelta) -> Self {
         Self {
             store,
             delay,
             stored: Remembered::new(STORED_REMEMBERED),
+            erased: None,
         }
+    }
+
+    pub(crate) fn with_erased(mut self, erased: Arc<ErasedSubjects>) -> Self {
+        self.erased = Some(erased);
+        self
     }
 
     /// Stores the conversions (validated, one per id) that this process has not stored lately.
@@ -34,6 +58,7 @@ impl ConversionIntake {
         let received = Utc::now();
         let copies: Vec<ReceivedConversion> = conversions
             .into_iter()
+            .filter(|conversion| !self.is_erased(conversion))
             .filter(|conversion| {
                 !self
                     .stored

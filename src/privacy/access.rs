@@ -4,11 +4,12 @@
 
 use super::finder::{FoundImpression, SubjectFinder};
 use crate::domain::beacon::{SiteId, VisitPartition};
+use crate::domain::conversion::{Attribution, ReceivedConversion};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey};
 use crate::domain::privacy::Subject;
 use crate::domain::view::StoredReport;
-use crate::store::{ClickRow, Store, StoreError, VisitRow};
+use crate::store::{ClickRow, ConversionRecord, Store, StoreError, VisitRow};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -23,6 +24,13 @@ pub(crate) enum SubjectRecord {
     ViewReport {
         campaign: CampaignKey,
         report: StoredReport,
+    },
+    /// A conversion carrying the user: its first copy (the conversion), and how it was
+    /// attributed once decided.
+    Conversion {
+        conversion: ReceivedConversion,
+        decided: bool,
+        attribution: Option<Attribution>,
     },
     /// A visitor's beacon.
     Visit {
@@ -49,24 +57,23 @@ impl SubjectAccess {
         subject: &Subject,
         scope: Option<AdvertiserId>,
     ) -> Result<SubjectRecords, StoreError> {
-        let (left, visits): (
-            VecDeque<FoundImpression>,
-            VecDeque<(VisitPartition, Vec<VisitRow>)>,
-        ) = match subject {
+        let (left, conversions, visits): (VecDeque<FoundImpression>, _, VisitPages) = match subject
+        {
             Subject::User(user) => {
                 let found = self.finder.find(*user, scope, None).await?;
-                (found.impressions.into(), VecDeque::new())
+                (found.impressions.into(), found.conversions, VecDeque::new())
             }
             // A visitor's beacons are few and read with the index: a partition's at a time.
             Subject::Visitor { site, guid } => {
                 let found = self.finder.find_visitor(site, guid).await?;
-                (VecDeque::new(), found.visits.into())
+                (VecDeque::new(), Vec::new(), found.visits.into())
             }
         };
         Ok(SubjectRecords {
             store: Arc::clone(&self.store),
             finder: self.finder.clone(),
             left,
+            conversions,
             visits,
         })
     }
@@ -77,14 +84,26 @@ pub(crate) struct SubjectRecords {
     store: Arc<dyn Store>,
     finder: SubjectFinder,
     left: VecDeque<FoundImpression>,
-    visits: VecDeque<(VisitPartition, Vec<VisitRow>)>,
+    /// Read with the index (a user's conversions are few), answered after the impressions.
+    conversions: Vec<ConversionRecord>,
+    visits: VisitPages,
 }
+
+/// A visitor's stored beacons, a partition at a time.
+type VisitPages = VecDeque<(VisitPartition, Vec<VisitRow>)>;
 
 impl SubjectRecords {
     /// The records of the next impression (its stored copies, clicks and view reports), or
     /// `None` at the end.
     pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<SubjectRecord>>, StoreError> {
         let Some(impression) = self.left.pop_front() else {
+            if !self.conversions.is_empty() {
+                let page = std::mem::take(&mut self.conversions)
+                    .into_iter()
+                    .filter_map(conversion_record)
+                    .collect();
+                return Ok(Some(page));
+            }
             return Ok(self.visits.pop_front().map(|(partition, rows)| {
                 rows.into_iter()
                     .map(|visit| SubjectRecord::Visit {
@@ -116,4 +135,17 @@ impl SubjectRecords {
         );
         Ok(Some(page))
     }
+}
+
+/// A conversion as its first copy says (the copy that is the conversion), with its decision.
+fn conversion_record(record: ConversionRecord) -> Option<SubjectRecord> {
+    let first = record
+        .copies
+        .into_iter()
+        .min_by_key(ReceivedConversion::order_key)?;
+    Some(SubjectRecord::Conversion {
+        conversion: first,
+        decided: record.decision.is_some(),
+        attribution: record.decision.and_then(|decided| decided.attribution),
+    })
 }

@@ -2,7 +2,8 @@
 //! is answered; every process runs the pending ones. A job waits until every running process
 //! has indexed what it stored before the request (and has learnt of the erasure, so that it
 //! drops the subject's re-sent old events), finds the subject's events through the index,
-//! settles its counts once (the first count stored wins), deletes the rows, then the index
+//! settles its counts once (the first count stored wins), deletes the rows (conversions
+//! carrying the user among them), then the index
 //! entries and directory lines that led to them, marks the unsealed slices that counted them,
 //! and is recorded done with only the subject's keyed hash. Every step is idempotent and the
 //! pointers go last, so a job cut off anywhere (`kill -9`) is resumed by running it again, on
@@ -209,6 +210,8 @@ impl Erasures {
             .increment(counts.clicks);
         metrics::counter!("adevents_erased_events_total", "kind" => "view_report")
             .increment(counts.view_reports);
+        metrics::counter!("adevents_erased_events_total", "kind" => "conversion")
+            .increment(counts.conversions);
         metrics::counter!("adevents_erased_events_total", "kind" => "visit")
             .increment(counts.visits);
         tracing::info!(erasure = %id, "erasure done");
@@ -245,7 +248,7 @@ impl Erasures {
                 .map(|impression| impression.clicks.len() as u64)
                 .sum(),
             view_reports: reports.len() as u64,
-            conversions: 0,
+            conversions: found.conversions.len() as u64,
             visits: 0,
         })
     }
@@ -288,6 +291,26 @@ impl Erasures {
                         .erase_clicks_of(impression.campaign, impression.impression_id)
                         .await
                 }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        // A decided conversion counts in its credited campaign's slice of its own time.
+        for record in &found.conversions {
+            if let Some(decided) = &record.decision
+                && let Some(campaign_id) = decided.campaign_id()
+            {
+                let campaign = CampaignKey {
+                    advertiser_id: decided.conversion.advertiser_id,
+                    campaign_id,
+                };
+                removed.push((campaign, decided.conversion.timestamp.instant()));
+            }
+        }
+        stream::iter(found.conversions.clone())
+            .map(|record| {
+                let store = Arc::clone(&self.store);
+                async move { store.erase_conversion(&record).await }
             })
             .buffer_unordered(CONCURRENCY)
             .try_collect::<()>()

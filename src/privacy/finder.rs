@@ -5,6 +5,7 @@
 //! through the visitor index: its days, then one visit partition per day.
 
 use crate::domain::beacon::{Guid, SiteId, VisitPartition};
+use crate::domain::conversion::ConversionId;
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind};
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::Owner;
@@ -14,7 +15,7 @@ use crate::domain::slices::Span;
 use crate::domain::time::EventTime;
 use crate::domain::view::StoredReport;
 use crate::settings::SettingsCache;
-use crate::store::{ClickRow, EventAt, Store, StoreError, VisitRow};
+use crate::store::{ClickRow, ConversionRecord, EventAt, Store, StoreError, VisitRow};
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +58,8 @@ pub(crate) struct SubjectEvents {
     /// The user's own index entries that led here.
     pub(crate) entries: Vec<IndexEntry>,
     pub(crate) impressions: Vec<FoundImpression>,
+    /// The conversions carrying the user, as stored (every copy, the decision once made).
+    pub(crate) conversions: Vec<ConversionRecord>,
 }
 
 #[derive(Clone)]
@@ -130,11 +133,61 @@ impl SubjectFinder {
             .buffer_unordered(CONCURRENCY)
             .try_collect()
             .await?;
+        let conversions = self.conversions(user, &weeks, stored_before).await?;
         Ok(SubjectEvents {
             weeks,
             entries,
             impressions,
+            conversions,
         })
+    }
+
+    /// The conversions carrying `user` that the directory's advertiser-weeks lead to, stored
+    /// or timed before `stored_before`, oldest first.
+    async fn conversions(
+        &self,
+        user: UserId,
+        weeks: &[SubjectWeek],
+        stored_before: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ConversionRecord>, StoreError> {
+        let ids: BTreeSet<(AdvertiserId, ConversionId)> = stream::iter(weeks.to_vec())
+            .map(|line| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    let ids = store
+                        .read_subject_conversions(line.advertiser_id, line.week, user)
+                        .await?;
+                    Ok::<_, StoreError>(
+                        ids.into_iter()
+                            .map(|id| (line.advertiser_id, id))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_concat()
+            .await?
+            .into_iter()
+            .collect();
+        let mut records: Vec<ConversionRecord> = stream::iter(ids)
+            .map(|(advertiser, id)| {
+                let store = Arc::clone(&self.store);
+                async move { store.conversion_record(advertiser, &id).await }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect()
+            .await?;
+        // The id is the advertiser's: only its copies carrying this user are the user's.
+        records.retain(|record| {
+            record.copies.iter().any(|copy| {
+                copy.conversion.user_id == Some(user)
+                    && stored_before.is_none_or(|before| {
+                        copy.received < before || copy.conversion.timestamp.instant() < before
+                    })
+            })
+        });
+        records.sort_by_key(|record| record.copies.iter().map(|copy| copy.received).min());
+        Ok(records)
     }
 
     async fn impression(

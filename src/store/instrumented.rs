@@ -693,6 +693,23 @@ impl SubjectStore for Instrumented {
         .await
     }
 
+    async fn read_subject_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        user: UserId,
+    ) -> Result<Vec<ConversionId>, StoreError> {
+        timed(
+            "read_subject_conversions",
+            self.inner.read_subject_conversions(advertiser, week, user),
+        )
+        .await
+    }
+
+    async fn erase_conversion(&self, record: &ConversionRecord) -> Result<(), StoreError> {
+        timed("erase_conversion", self.inner.erase_conversion(record)).await
+    }
+
     async fn create_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {
         timed("create_erasure", self.inner.create_erasure(record)).await
     }

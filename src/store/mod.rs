@@ -486,7 +486,10 @@ pub struct ConversionRecord {
 /// conversions by day, for the advertiser and for the campaign credited.
 #[async_trait]
 pub trait ConversionStore: Send + Sync {
-    /// Stores copies as received, each with its entry in the due list. Durable on return.
+    /// Stores copies as received, each with its entry in the due list; a copy carrying a
+    /// `user_id` also with its entry in the subject index and the directory line leading to it
+    /// (written first, or in the same commit: a stored conversion is never out of an erasure's
+    /// reach). Durable on return.
     async fn write_conversion_copies(
         &self,
         copies: &[ReceivedConversion],
@@ -635,6 +638,19 @@ pub trait SubjectStore: Send + Sync {
     /// The store's key for subject hashes: `candidate` if none was stored yet, else the stored
     /// one (the first writer wins, on every process).
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError>;
+
+    /// The ids of the conversions of `advertiser` carrying `user` with a time in `week`.
+    async fn read_subject_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        user: UserId,
+    ) -> Result<Vec<ConversionId>, StoreError>;
+
+    /// Deletes a conversion as `record` found it: every copy, its decision, its decided rows
+    /// (the advertiser's day, the credited campaign's day) and its subject-index entries. Its
+    /// entry in the due list stays: deciding it then finds no copy and decides nothing.
+    async fn erase_conversion(&self, record: &ConversionRecord) -> Result<(), StoreError>;
 
     /// The UTC days the visitor index holds for (`site`, `guid`), oldest first.
     async fn read_visitor_days(&self, site: &SiteId, guid: &Guid) -> Result<Vec<Day>, StoreError>;

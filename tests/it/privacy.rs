@@ -29,6 +29,7 @@ conformance!(
     a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept,
     bad_requests_are_refused_naming_the_field,
     events_stored_before_the_index_are_found_once_indexed,
+    a_users_conversions_are_listed_and_erased_with_the_user,
 );
 
 mod cassandra_only {
@@ -586,4 +587,111 @@ async fn events_stored_before_the_index_are_found_once_indexed(backend: Backend)
     assert!(access(&server, &format!("user_id={user}")).await.is_empty());
     drop(server);
     private.remove().await;
+}
+
+async fn a_users_conversions_are_listed_and_erased_with_the_user(backend: Backend) {
+    let mut options = crate::common::test_options();
+    options.service.attribution_delay = std::time::Duration::from_secs(1);
+    let server = backend.server_with(options).await;
+    let campaign = Campaign::fresh();
+    let (erased, kept) = (Uuid::new_v4(), Uuid::new_v4());
+    let shown = impression(&campaign, Uuid::new_v4(), erased, minutes_ago(20));
+    let other = impression(&campaign, Uuid::new_v4(), kept, minutes_ago(20));
+    post_all(
+        &server,
+        "/v1/impressions",
+        &[shown.clone(), other.clone()],
+        2,
+    )
+    .await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[click(&campaign, &shown, minutes_ago(19))],
+        1,
+    )
+    .await;
+    let conversion = |id: &str, user: Uuid, value: &str| {
+        json!({
+            "conversion_id": id,
+            "advertiser_id": campaign.advertiser_id,
+            "action": "purchase",
+            "timestamp": minutes_ago(10).to_rfc3339(),
+            "user_id": user,
+            "value": value,
+            "currency": "EUR",
+        })
+    };
+    let (order, other_order) = (
+        format!("o-{}", Uuid::new_v4()),
+        format!("o-{}", Uuid::new_v4()),
+    );
+    post_all(
+        &server,
+        "/v1/conversions",
+        &[
+            conversion(&order, erased, "10.50"),
+            conversion(&other_order, kept, "7.00"),
+        ],
+        2,
+    )
+    .await;
+    let query = format!("user_id={erased}");
+    let decided = eventually(std::time::Duration::from_secs(60), || async {
+        access(&server, &query)
+            .await
+            .iter()
+            .any(|line| line["kind"] == "conversion" && line["attribution"] == "post_click")
+    })
+    .await;
+    assert!(decided, "{:#?}", access(&server, &query).await);
+    let lines = access(&server, &query).await;
+    assert_eq!(
+        kinds(&lines),
+        ["click", "conversion", "impression"],
+        "{lines:#?}"
+    );
+    let listed = lines
+        .iter()
+        .find(|line| line["kind"] == "conversion")
+        .expect("the conversion");
+    assert_eq!(listed["conversion_id"], order.as_str(), "{listed}");
+    assert_eq!(listed["advertiser_id"], campaign.advertiser_id.to_string());
+    assert_eq!(listed["value"], "10.50", "{listed}");
+    assert_eq!(listed["currency"], "EUR", "{listed}");
+    assert_eq!(listed["campaign_id"], campaign.campaign_id.to_string());
+    assert_eq!(listed["credited_impression_id"], shown["impression_id"]);
+    let counted = eventually(std::time::Duration::from_secs(60), || async {
+        summary(&server, &campaign, &day_range()).await["totals"]["conversions"] == 2
+    })
+    .await;
+    assert!(counted, "both conversions decided and counted");
+
+    let record = erase(&server, json!({"user_id": erased})).await;
+
+    assert_eq!(record["erased"]["conversions"], 1, "{record}");
+    assert_eq!(record["erased"]["impressions"], 1, "{record}");
+    assert!(access(&server, &query).await.is_empty());
+    let totals = &summary(&server, &campaign, &day_range()).await["totals"];
+    assert_eq!(totals["conversions"], 1, "the other user's stays: {totals}");
+    assert_eq!(
+        totals["conversion_value"],
+        json!({"EUR": "7.00"}),
+        "{totals}"
+    );
+    // The same order re-sent by the advertiser's back end: an old event of an erased user.
+    let (status, _) = post(
+        &server,
+        "/v1/conversions",
+        &conversion(&order, erased, "10.50"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        access(&server, &query).await.is_empty(),
+        "dropped, not stored"
+    );
+    let left = access(&server, &format!("user_id={kept}")).await;
+    assert_eq!(kinds(&left), ["conversion", "impression"], "{left:#?}");
 }

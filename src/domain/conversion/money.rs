@@ -125,6 +125,11 @@ impl Money {
         Ok(Self { currency, minor })
     }
 
+    /// The value as a decimal string with the currency's minor digits, as it was posted.
+    pub(crate) fn to_decimal_string(self) -> String {
+        decimal(i128::from(self.minor), self.currency.exponent)
+    }
+
     /// A value read back from the store, in minor units.
     pub(crate) fn from_minor(currency: Currency, minor: i64) -> Option<Self> {
         (minor >= 0).then_some(Self { currency, minor })

@@ -43,6 +43,26 @@ enum SubjectLine<'a> {
         max_visible: Option<u8>,
         invalid: Option<&'static str>,
     },
+    Conversion {
+        advertiser_id: String,
+        conversion_id: &'a str,
+        action: &'a str,
+        timestamp: String,
+        /// When its first copy was stored.
+        received: String,
+        click_id: Option<String>,
+        impression_id: Option<String>,
+        /// A decimal string, with `currency`, or both `null`.
+        value: Option<String>,
+        currency: Option<&'static str>,
+        /// `pending` until its attribution is decided, then `post_click`, `post_view` or
+        /// `unattributed`.
+        attribution: &'static str,
+        /// The credited campaign, ad and impression (`null` unless attributed).
+        campaign_id: Option<String>,
+        ad_id: Option<String>,
+        credited_impression_id: Option<String>,
+    },
     Visit {
         site: String,
         timestamp: String,
@@ -76,6 +96,34 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
             max_visible: report.report.max_visible,
             invalid: report.invalid.map(InvalidReason::as_str),
         },
+        SubjectRecord::Conversion {
+            conversion,
+            decided,
+            attribution,
+        } => {
+            let inner = &conversion.conversion;
+            SubjectLine::Conversion {
+                advertiser_id: inner.advertiser_id.to_string(),
+                conversion_id: inner.conversion_id.as_str(),
+                action: inner.action.as_str(),
+                timestamp: inner.timestamp.to_string(),
+                received: conversion
+                    .received
+                    .to_rfc3339_opts(SecondsFormat::Millis, true),
+                click_id: inner.click_id.map(|id| id.to_string()),
+                impression_id: inner.impression_id.map(|id| id.to_string()),
+                value: inner.value.map(|money| money.to_decimal_string()),
+                currency: inner.value.map(|money| money.currency.code()),
+                attribution: match (decided, attribution) {
+                    (false, _) => "pending",
+                    (true, None) => "unattributed",
+                    (true, Some(credit)) => credit.kind.name(),
+                },
+                campaign_id: attribution.map(|credit| credit.campaign_id.to_string()),
+                ad_id: attribution.map(|credit| credit.ad_id.to_string()),
+                credited_impression_id: attribution.map(|credit| credit.impression_id.to_string()),
+            }
+        }
         SubjectRecord::Visit { site, visit } => SubjectLine::Visit {
             site: site.to_string(),
             timestamp: visit.timestamp.to_string(),

@@ -564,6 +564,9 @@ impl ConversionStore for CassandraStore {
         due: &[DueConversion],
     ) -> Result<(), StoreError> {
         let statements = self.conversion_statements().await?;
+        // First: a stored conversion is never out of an erasure's reach.
+        let conversions: Vec<_> = copies.iter().map(|copy| &copy.conversion).collect();
+        self.write_subject_conversions(&conversions).await?;
         let copies_written = execute_each(
             &self.session,
             &statements.insert_copy,

@@ -74,6 +74,16 @@ pub(crate) struct SubjectStatements {
     pub(crate) delete_visit: PreparedStatement,
     /// A day key: `INSERT … IF NOT EXISTS USING TTL ?`, with serial consistency `SERIAL`.
     pub(crate) insert_day_key: PreparedStatement,
+    /// A user's conversions (`migrations/0021_subject_conversions.cql`), written `USING TTL ?`.
+    pub(crate) insert_subject_conversion: PreparedStatement,
+    pub(crate) select_subject_conversions: PreparedStatement,
+    pub(crate) delete_subject_conversion: PreparedStatement,
+    /// A partition delete: every copy of one conversion.
+    pub(crate) delete_conversion_copies: PreparedStatement,
+    pub(crate) delete_conversion_decision: PreparedStatement,
+    /// A decided conversion's row in its advertiser's day, and in its campaign's day.
+    pub(crate) delete_decided: PreparedStatement,
+    pub(crate) delete_campaign_decided: PreparedStatement,
 }
 
 impl SubjectStatements {
@@ -111,6 +121,13 @@ impl SubjectStatements {
             delete_visitor_day,
             delete_visit,
             mut insert_day_key,
+            insert_subject_conversion,
+            select_subject_conversions,
+            delete_subject_conversion,
+            delete_conversion_copies,
+            delete_conversion_decision,
+            delete_decided,
+            delete_campaign_decided,
         ] = prepare_all(
             session,
             [
@@ -206,6 +223,34 @@ impl SubjectStatements {
                     "INSERT INTO {keyspace}.privacy_key (name, key) VALUES (?, ?) IF NOT EXISTS \
                      USING TTL ?"
                 ),
+                format!(
+                    "INSERT INTO {keyspace}.subject_conversion (advertiser_id, week, user_id, \
+                     conversion_id) VALUES (?, ?, ?, ?) USING TTL ?"
+                ),
+                format!(
+                    "SELECT conversion_id FROM {keyspace}.subject_conversion \
+                     WHERE advertiser_id = ? AND week = ? AND user_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.subject_conversion WHERE advertiser_id = ? \
+                     AND week = ? AND user_id = ? AND conversion_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.conversion_copy \
+                     WHERE advertiser_id = ? AND conversion_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.conversion_decision \
+                     WHERE advertiser_id = ? AND conversion_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.conversion WHERE advertiser_id = ? AND day = ? \
+                     AND bucket_id = ? AND timestamp = ? AND conversion_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.campaign_conversion WHERE advertiser_id = ? \
+                     AND campaign_id = ? AND day = ? AND timestamp = ? AND conversion_id = ?"
+                ),
             ],
         )
         .await?;
@@ -249,6 +294,13 @@ impl SubjectStatements {
             delete_visitor_day,
             delete_visit,
             insert_day_key,
+            insert_subject_conversion,
+            select_subject_conversions,
+            delete_subject_conversion,
+            delete_conversion_copies,
+            delete_conversion_decision,
+            delete_decided,
+            delete_campaign_decided,
         })
     }
 }

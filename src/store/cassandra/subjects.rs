@@ -19,13 +19,15 @@ use super::subject_statements::SubjectStatements;
 use super::visit_batches::VISITS_PER_BATCH;
 use crate::domain::beacon::{Guid, SiteId, VisitPartition};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
+use crate::domain::conversion::{Conversion, ConversionId, conversion_bucket};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek, VisitorDay,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectConversion,
+    SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
-use crate::store::{EventAt, StoreError, SubjectStore, VisitRow};
+use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -130,6 +132,44 @@ async fn write_lines(
 impl CassandraStore {
     async fn subject_statements(&self) -> Result<&SubjectStatements, StoreError> {
         Ok(&self.prepared().await?.subjects)
+    }
+
+    /// Writes the subject-index entries of conversions carrying a user, and the directory
+    /// lines leading to them, before the conversions themselves are stored.
+    pub(super) async fn write_subject_conversions(
+        &self,
+        conversions: &[&Conversion],
+    ) -> Result<(), StoreError> {
+        let entries: Vec<(SubjectConversion, i32)> = conversions
+            .iter()
+            .filter_map(|conversion| {
+                let entry = SubjectConversion::of(conversion)?;
+                Some((entry, self.raw_ttl(conversion.day())))
+            })
+            .collect();
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let lines: Vec<SubjectWeek> = entries.iter().map(|(entry, _)| entry.line()).collect();
+        self.write_subject_weeks(&lines).await?;
+        let statement = &self.subject_statements().await?.insert_subject_conversion;
+        execute_each(
+            &self.session,
+            statement,
+            &entries,
+            ROWS_IN_FLIGHT,
+            |(entry, ttl)| {
+                (
+                    entry.advertiser_id.as_uuid(),
+                    entry.week.get(),
+                    entry.user_id.as_uuid(),
+                    entry.conversion_id.as_str(),
+                    *ttl,
+                )
+            },
+            "writing the subject index of conversions",
+        )
+        .await
     }
 }
 
@@ -282,6 +322,106 @@ impl SubjectStore for CassandraStore {
         );
         futures::try_join!(rows, duplicate)?;
         Ok(())
+    }
+
+    async fn read_subject_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        user: UserId,
+    ) -> Result<Vec<ConversionId>, StoreError> {
+        const CONTEXT: &str = "reading a user's conversions";
+        let statement = &self.subject_statements().await?.select_subject_conversions;
+        let rows: Vec<(String,)> = read_all(
+            &self.session,
+            statement,
+            (advertiser.as_uuid(), week.get(), user.as_uuid()),
+            CONTEXT,
+        )
+        .await?;
+        rows.into_iter()
+            .map(|(id,)| {
+                ConversionId::new(&id)
+                    .map_err(|_| StoreError::internal_message(format!("{CONTEXT}: a malformed id")))
+            })
+            .collect()
+    }
+
+    async fn erase_conversion(&self, record: &ConversionRecord) -> Result<(), StoreError> {
+        const CONTEXT: &str = "erasing a conversion";
+        let statements = self.subject_statements().await?;
+        let session = &*self.session;
+        let mut conversions: Vec<&Conversion> =
+            record.copies.iter().map(|copy| &copy.conversion).collect();
+        if let Some(decided) = &record.decision {
+            let inner = &decided.conversion;
+            let (advertiser, id) = (inner.advertiser_id.as_uuid(), inner.conversion_id.as_str());
+            let row = (inner.timestamp.instant(), id);
+            execute(
+                session,
+                &statements.delete_decided,
+                (
+                    advertiser,
+                    inner.day().date(),
+                    conversion_bucket(&inner.conversion_id) as i16,
+                    row.0,
+                    row.1,
+                ),
+                CONTEXT,
+            )
+            .await?;
+            if let Some(campaign) = decided.campaign_id() {
+                execute(
+                    session,
+                    &statements.delete_campaign_decided,
+                    (
+                        advertiser,
+                        campaign.as_uuid(),
+                        inner.day().date(),
+                        row.0,
+                        row.1,
+                    ),
+                    CONTEXT,
+                )
+                .await?;
+            }
+            conversions.push(inner);
+        }
+        if let Some(conversion) = conversions.first() {
+            let key = (
+                conversion.advertiser_id.as_uuid(),
+                conversion.conversion_id.as_str(),
+            );
+            execute(
+                session,
+                &statements.delete_conversion_decision,
+                key,
+                CONTEXT,
+            )
+            .await?;
+            execute(session, &statements.delete_conversion_copies, key, CONTEXT).await?;
+        }
+        // The entries last: a job cut off before them finds the conversion's rows again.
+        let entries: Vec<SubjectConversion> = conversions
+            .into_iter()
+            .filter_map(SubjectConversion::of)
+            .collect();
+        execute_each(
+            session,
+            &statements.delete_subject_conversion,
+            &entries,
+            ROWS_IN_FLIGHT,
+            |entry| {
+                (
+                    entry.advertiser_id.as_uuid(),
+                    entry.week.get(),
+                    entry.user_id.as_uuid(),
+                    entry.conversion_id.as_str(),
+                )
+            },
+            CONTEXT,
+        )
+        .await
     }
 
     async fn erase_click(&self, at: &EventAt) -> Result<(), StoreError> {

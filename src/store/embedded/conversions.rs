@@ -4,15 +4,16 @@
 //! advertiser's day and bucket and under the credited campaign's day. Values are small
 //! postcard records.
 
-use super::committer::Guarded;
+use super::committer::{Guarded, Removals};
 use super::engine::{Table, corrupt};
-use super::{EmbeddedStore, keys};
+use super::{EmbeddedStore, keys, subjects};
 use crate::domain::conversion::money::{Currency, Money};
 use crate::domain::conversion::{
     Action, Attribution, AttributionKind, Conversion, ConversionId, DecidedConversion,
     ReceivedConversion, conversion_bucket,
 };
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::privacy::SubjectConversion;
 use crate::domain::time::{Day, EventTime};
 use crate::store::{ConversionRecord, ConversionStore, DueConversion, StoreError};
 use async_trait::async_trait;
@@ -175,6 +176,48 @@ fn decided_suffix(key: &mut Vec<u8>, conversion: &Conversion) {
     key.extend_from_slice(conversion.conversion_id.as_str().as_bytes());
 }
 
+/// Every row of a conversion as `record` found it: its copies, its decision, its decided rows
+/// and its subject-index entries (the directory lines may lead to other events: they stay).
+pub(super) fn conversion_removals(record: &ConversionRecord) -> Removals {
+    let mut removals = Removals::new();
+    let mut conversions: Vec<&Conversion> = Vec::new();
+    for copy in &record.copies {
+        removals.push((Table::ConversionCopy, copy_key(copy)));
+        conversions.push(&copy.conversion);
+    }
+    if let Some(decided) = &record.decision {
+        let inner = &decided.conversion;
+        removals.push((
+            Table::ConversionDecision,
+            conversion_prefix(inner.advertiser_id, &inner.conversion_id),
+        ));
+        let mut key = advertiser_day_prefix(
+            inner.advertiser_id,
+            inner.day(),
+            conversion_bucket(&inner.conversion_id),
+        );
+        decided_suffix(&mut key, inner);
+        removals.push((Table::Conversion, key));
+        if let Some(campaign_id) = decided.campaign_id() {
+            let campaign = CampaignKey {
+                advertiser_id: inner.advertiser_id,
+                campaign_id,
+            };
+            let mut key = campaign_day_prefix(campaign, inner.day());
+            decided_suffix(&mut key, inner);
+            removals.push((Table::CampaignConversion, key));
+        }
+        conversions.push(inner);
+    }
+    for entry in conversions.into_iter().filter_map(SubjectConversion::of) {
+        removals.push((
+            Table::SubjectConversion,
+            subjects::subject_conversion_key(&entry),
+        ));
+    }
+    removals
+}
+
 fn keep_any(_: &[u8]) -> bool {
     true
 }
@@ -216,6 +259,22 @@ impl ConversionStore for EmbeddedStore {
             due.iter()
                 .map(|entry| (Table::ConversionDue, due_key(entry), Vec::new())),
         );
+        // In the copies' commit: a conversion is findable by its user exactly when stored.
+        for entry in copies
+            .iter()
+            .filter_map(|copy| SubjectConversion::of(&copy.conversion))
+        {
+            rows.push((
+                Table::SubjectWeek,
+                subjects::subject_week_key(&entry.line()),
+                Vec::new(),
+            ));
+            rows.push((
+                Table::SubjectConversion,
+                subjects::subject_conversion_key(&entry),
+                Vec::new(),
+            ));
+        }
         self.write("writing conversions", rows).await
     }
 

@@ -58,6 +58,8 @@ pub(crate) struct Tables {
     pub(crate) campaign_conversion: Keyspace,
     /// The subject directory: which advertisers and weeks index a user's events.
     pub(crate) subject_week: Keyspace,
+    /// The conversions carrying a user, by advertiser, week and user.
+    pub(crate) subject_conversion: Keyspace,
     /// The visitor index: which UTC days hold a visitor's beacons on a site.
     pub(crate) visitor_day: Keyspace,
     /// Erasure records, the pending list, erased subjects and settled counts.
@@ -111,6 +113,7 @@ pub(crate) enum Table {
     Conversion,
     CampaignConversion,
     SubjectWeek,
+    SubjectConversion,
     VisitorDay,
     Erasure,
     Meta,
@@ -157,6 +160,7 @@ impl Tables {
             Table::Conversion => &self.conversion,
             Table::CampaignConversion => &self.campaign_conversion,
             Table::SubjectWeek => &self.subject_week,
+            Table::SubjectConversion => &self.subject_conversion,
             Table::VisitorDay => &self.visitor_day,
             Table::Erasure => &self.erasure,
             Table::Meta => &self.meta,

@@ -107,6 +107,7 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
         conversion: open("conversion")?,
         campaign_conversion: open("campaign_conversion")?,
         subject_week: open("subject_week")?,
+        subject_conversion: open("subject_conversion")?,
         visitor_day: open("visitor_day")?,
         erasure: open("erasure")?,
         meta,

@@ -14,15 +14,16 @@ use super::committer::{Guarded, Merged, Removals};
 use super::engine::{Table, corrupt, engine_error};
 use super::{event_index, events, keys, site_keys};
 use crate::domain::beacon::{Guid, SiteId, VisitPartition};
+use crate::domain::conversion::ConversionId;
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
     ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus, PrivacyKey, Subject,
-    SubjectHash, SubjectWeek, VisitorDay,
+    SubjectConversion, SubjectHash, SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
-use crate::store::{EventAt, StoreError, SubjectStore, VisitRow};
+use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -50,7 +51,25 @@ fn day_key_row(day: Day) -> Vec<u8> {
 }
 
 /// User (16), advertiser (16), week (4).
-fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
+/// The conversions of a user: advertiser (16), week (4), user (16), then the id.
+pub(super) fn subject_conversion_prefix(
+    advertiser: AdvertiserId,
+    week: Week,
+    user: UserId,
+) -> Vec<u8> {
+    let mut key = advertiser.as_uuid().as_bytes().to_vec();
+    key.extend_from_slice(&keys::week_bytes(week));
+    key.extend_from_slice(user.as_uuid().as_bytes());
+    key
+}
+
+pub(super) fn subject_conversion_key(entry: &SubjectConversion) -> Vec<u8> {
+    let mut key = subject_conversion_prefix(entry.advertiser_id, entry.week, entry.user_id);
+    key.extend_from_slice(entry.conversion_id.as_str().as_bytes());
+    key
+}
+
+pub(super) fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
     let mut key = line.user_id.as_uuid().as_bytes().to_vec();
     key.extend_from_slice(line.advertiser_id.as_uuid().as_bytes());
     key.extend_from_slice(&keys::week_bytes(line.week));
@@ -326,6 +345,37 @@ impl SubjectStore for EmbeddedStore {
             .collect();
         self.committer
             .commit_replacing("deleting from the subject directory", removals, Vec::new())
+            .await
+    }
+
+    async fn read_subject_conversions(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        user: UserId,
+    ) -> Result<Vec<ConversionId>, StoreError> {
+        const CONTEXT: &str = "reading a user's conversions";
+        let prefix = subject_conversion_prefix(advertiser, week, user);
+        let start = prefix.len();
+        self.scan(Table::SubjectConversion, prefix, None, CONTEXT)
+            .await?
+            .iter()
+            .map(|(key, _)| {
+                key.get(start..)
+                    .and_then(|id| std::str::from_utf8(id).ok())
+                    .and_then(|id| ConversionId::new(id).ok())
+                    .ok_or_else(|| corrupt(CONTEXT))
+            })
+            .collect()
+    }
+
+    async fn erase_conversion(&self, record: &ConversionRecord) -> Result<(), StoreError> {
+        self.committer
+            .commit_replacing(
+                "erasing a conversion",
+                super::conversions::conversion_removals(record),
+                Vec::new(),
+            )
             .await
     }
 
