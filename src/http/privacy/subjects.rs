@@ -139,7 +139,8 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
     tag = "privacy",
     summary = "Every stored record of a user or of a site's visitor, as NDJSON lines with a `kind`.",
     description = "Name a user (`user_id`, optionally `advertiser_id`) or a visitor (`site` and \
-        `guid`). Kinds: `impression` (every stored field), `click`, `view_report`; `visit` \
+        `guid`). Kinds: `impression` (every stored field), `click`, `view_report`, `conversion` \
+        (with its `attribution`: `pending`, `post_click`, `post_view` or `unattributed`); `visit` \
         (`site`, `timestamp`, `features`, `invalid`) for a visitor. Found through the index of \
         each user's events or the visitor index, so the cost follows the subject's events, not \
         the store's size. Beacons sent under Global Privacy Control keep no visitor and are \
