@@ -71,17 +71,25 @@ fn impression(rng: &mut impl Rng, user: Uuid, now: chrono::DateTime<Utc>) -> Val
     })
 }
 
+/// Posts `body`, again after a `503` as an ad server does (a node busy compacting under the
+/// load times out now and then: nothing of a 503 was stored).
 async fn post(client: &reqwest::Client, base: &str, path: &str, body: &Value) -> Value {
-    let response = client
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .expect("answered");
-    let status = response.status();
-    let answer: Value = response.json().await.unwrap_or(Value::Null);
-    assert!(status.is_success(), "{path}: {status} {answer}");
-    answer
+    loop {
+        let response = client
+            .post(format!("{base}{path}"))
+            .json(body)
+            .send()
+            .await
+            .expect("answered");
+        let status = response.status();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            continue;
+        }
+        assert!(status.is_success(), "{path}: {status} {answer}");
+        return answer;
+    }
 }
 
 /// Loads `size` impressions, `subject`'s among them, with a tenth of the subject's clicked.
