@@ -60,7 +60,13 @@ impl SubjectAccess {
         let (left, conversions, visits): (VecDeque<FoundImpression>, _, VisitPages) = match subject
         {
             Subject::User(user) => {
-                let found = self.finder.find(*user, scope, None).await?;
+                let mut found = self.finder.find(*user, scope, None).await?;
+                // A copy re-sent with another user is that user's, not this one's.
+                for record in &mut found.conversions {
+                    record
+                        .copies
+                        .retain(|copy| copy.conversion.user_id == Some(*user));
+                }
                 (found.impressions.into(), found.conversions, VecDeque::new())
             }
             // A visitor's beacons are few and read with the index: a partition's at a time.
