@@ -158,7 +158,8 @@ impl EmbeddedStore {
                 .drop_key_range(table, start.clone(), end.clone())
                 .await?;
         }
-        // The advertiser's conversions of those days, and its index entries of weeks wholly
+        // The advertiser's conversions of those days, and its index entries (events', and
+        // conversions' by user) of weeks wholly
         // expired (a week that reaches past `last` may hold days still kept).
         let advertiser = campaign.advertiser_id.as_uuid().as_bytes().to_vec();
         let (start, end) = range(advertiser.clone());
@@ -170,6 +171,10 @@ impl EmbeddedStore {
             start.extend_from_slice(&keys::week_bytes(first_week));
             let mut end = advertiser;
             end.extend_from_slice(&keys::week_bytes(kept_week));
+            // The index of a user's conversions shares the key's start (advertiser, week).
+            swept += self
+                .drop_key_range(Table::SubjectConversion, start.clone(), end.clone())
+                .await?;
             swept += self.drop_key_range(Table::EventIndex, start, end).await?;
         }
         // The day index last: until it goes, the next sweep finds the days again.
