@@ -13,7 +13,8 @@
 //! `cargo bench --bench erasure` with the repository's node running (`scripts/cassandra
 //! start`). Knobs: BENCH_STORES (default "embedded,cassandra"), BENCH_EMBEDDED_SIZES (default
 //! "1000000,10000000"), BENCH_CASSANDRA_SIZES (default "200000,2000000"), BENCH_SUBJECT
-//! (default 10000), BENCH_ROUNDS (default 3).
+//! (default 10000), BENCH_ROUNDS (default 3), BENCH_SETTLE (default 0: seconds to wait after
+//! the load before timing, once access was timed just after it).
 
 mod support;
 
@@ -256,6 +257,13 @@ async fn measure(
     let subject = Uuid::new_v4();
     load(&base, size, subject, subject_events).await;
     index_caught_up(&base).await;
+    // Time for the engine to compact what the load left (a store at rest, not just loaded).
+    let settle = support::env_knob("BENCH_SETTLE", 0);
+    if settle > 0 {
+        let (_, seconds) = access(&base, subject).await;
+        println!("  subject access just after the load: {seconds:.2} s; settling {settle} s");
+        tokio::time::sleep(std::time::Duration::from_secs(settle as u64)).await;
+    }
     let mut times = Vec::new();
     let mut lines = 0;
     for _ in 0..rounds {
