@@ -6,7 +6,7 @@
 
 use super::committer::{Guarded, Removals};
 use super::engine::{Table, corrupt};
-use super::{EmbeddedStore, keys, subjects};
+use super::{EmbeddedStore, keys, subject_keys};
 use crate::domain::conversion::money::{Currency, Money};
 use crate::domain::conversion::{
     Action, Attribution, AttributionKind, Conversion, ConversionId, DecidedConversion,
@@ -212,7 +212,7 @@ pub(super) fn conversion_removals(record: &ConversionRecord) -> Removals {
     for entry in conversions.into_iter().filter_map(SubjectConversion::of) {
         removals.push((
             Table::SubjectConversion,
-            subjects::subject_conversion_key(&entry),
+            subject_keys::subject_conversion_key(&entry),
         ));
     }
     removals
@@ -266,12 +266,12 @@ impl ConversionStore for EmbeddedStore {
         {
             rows.push((
                 Table::SubjectWeek,
-                subjects::subject_week_key(&entry.line()),
+                subject_keys::subject_week_key(&entry.line()),
                 Vec::new(),
             ));
             rows.push((
                 Table::SubjectConversion,
-                subjects::subject_conversion_key(&entry),
+                subject_keys::subject_conversion_key(&entry),
                 Vec::new(),
             ));
         }

@@ -33,6 +33,7 @@ mod seals;
 mod settings;
 mod site_keys;
 mod slices;
+mod subject_keys;
 mod subjects;
 mod views;
 mod visits;

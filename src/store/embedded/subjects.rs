@@ -12,6 +12,7 @@
 use super::EmbeddedStore;
 use super::committer::{Guarded, Merged, Removals};
 use super::engine::{Table, corrupt, engine_error};
+use super::subject_keys::{decode_subject_week, subject_conversion_prefix, subject_week_key};
 use super::{event_index, events, keys, site_keys};
 use crate::domain::beacon::{Guid, SiteId, VisitPartition};
 use crate::domain::conversion::ConversionId;
@@ -20,7 +21,7 @@ use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
     ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, ErasureStatus, PrivacyKey, Subject,
-    SubjectConversion, SubjectHash, SubjectWeek, VisitorDay,
+    SubjectHash, SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
 use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow};
@@ -48,40 +49,6 @@ fn day_key_row(day: Day) -> Vec<u8> {
     let mut key = DAY_KEY.to_vec();
     key.extend_from_slice(&keys::day_bytes(day));
     key
-}
-
-/// User (16), advertiser (16), week (4).
-/// The conversions of a user: advertiser (16), week (4), user (16), then the id.
-pub(super) fn subject_conversion_prefix(
-    advertiser: AdvertiserId,
-    week: Week,
-    user: UserId,
-) -> Vec<u8> {
-    let mut key = advertiser.as_uuid().as_bytes().to_vec();
-    key.extend_from_slice(&keys::week_bytes(week));
-    key.extend_from_slice(user.as_uuid().as_bytes());
-    key
-}
-
-pub(super) fn subject_conversion_key(entry: &SubjectConversion) -> Vec<u8> {
-    let mut key = subject_conversion_prefix(entry.advertiser_id, entry.week, entry.user_id);
-    key.extend_from_slice(entry.conversion_id.as_str().as_bytes());
-    key
-}
-
-pub(super) fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
-    let mut key = line.user_id.as_uuid().as_bytes().to_vec();
-    key.extend_from_slice(line.advertiser_id.as_uuid().as_bytes());
-    key.extend_from_slice(&keys::week_bytes(line.week));
-    key
-}
-
-fn decode_subject_week(key: &[u8]) -> Option<SubjectWeek> {
-    Some(SubjectWeek {
-        user_id: UserId::new(Uuid::from_slice(key.get(..16)?).ok()?),
-        advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(16..32)?).ok()?),
-        week: keys::decode_week(key.get(32..)?)?,
-    })
 }
 
 fn erasure_key(kind: u8, id: ErasureId) -> Vec<u8> {
