@@ -6,7 +6,7 @@
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents};
 use crate::common::{cassandra_nodes, drop_keyspace, eventually, http, private_keyspace};
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
@@ -148,7 +148,11 @@ async fn a_window_counted_by_both_processes_counts_once() {
     let second_only: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
     // A window that has closed: each process compares it within seconds of publishing. The
     // first process sees some users earlier, the second others, in each order.
-    let at = Utc::now() - TimeDelta::seconds(90);
+    // Five seconds into a 40-second billable window, so the copies a second later share it.
+    let at = (Utc::now() - TimeDelta::seconds(90))
+        .duration_trunc(TimeDelta::seconds(40))
+        .expect("a window start")
+        + TimeDelta::seconds(5);
     let (early, late) = shared.split_at(60);
     post_for(&first, &campaign, early, at).await;
     post_for(&second, &campaign, late, at).await;
