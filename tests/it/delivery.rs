@@ -3,7 +3,7 @@
 //! whether the numbers are final.
 
 use crate::common::events::{Campaign, get, post_all};
-use crate::common::{Backend, TestServer, eventually, http};
+use crate::common::{Backend, TestServer, clear_of_midnight, eventually, http};
 use adevents::domain::time::Day;
 use adevents::sealer::{Sealer, SealerOptions};
 use adevents::settings::SettingsCache;
@@ -39,6 +39,8 @@ fn impressions(campaign: &Campaign, count: usize, at: DateTime<Utc>) -> Vec<Valu
 async fn caps_stop_a_campaign_within_a_second_and_count_each_billable_window_once(
     backend: Backend,
 ) {
+    // Today's count decides `stop`: the whole test runs within one UTC day.
+    clear_of_midnight(std::time::Duration::from_secs(180)).await;
     let server = backend.server().await;
     let campaign = Campaign::fresh();
     configure(
@@ -256,6 +258,7 @@ async fn freshness_lists_this_process_and_the_days_sealed(backend: Backend) {
 /// taking server's live rows, then from its sealed total, never from neither (the sealer
 /// deletes the live rows, and the asking server holds the sealed totals it read before).
 async fn a_day_sealed_between_two_answers_is_counted_in_both(backend: Backend) {
+    clear_of_midnight(std::time::Duration::from_secs(60)).await;
     let store = backend.store().await;
     let taking = TestServer::start(Arc::clone(&store)).await;
     let asked = TestServer::start(Arc::clone(&store)).await;

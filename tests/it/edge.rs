@@ -148,7 +148,7 @@ async fn connect(server: &TestServer) -> Reader {
 }
 
 fn impressions_ndjson(campaign: &Campaign, count: usize) -> Vec<u8> {
-    // A minute back, so the summary of today holds them whenever the test runs.
+    // A second back: never ahead of the server's clock.
     let now = Utc::now() - chrono::Duration::seconds(1);
     let ad = Uuid::new_v4();
     let mut body = Vec::new();
@@ -188,8 +188,10 @@ async fn a_2_mb_batch_sent_after_100_continue_is_accepted_even_when_its_body_tri
         .expect("a final answer");
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(answer.json()["accepted"], 7_000);
+    // From yesterday: a body stamped just before midnight holds yesterday's impressions.
     let today = Utc::now().date_naive();
-    let counted = summary(&server, &campaign, &format!("from={today}&to={today}")).await;
+    let yesterday = today - chrono::Days::new(1);
+    let counted = summary(&server, &campaign, &format!("from={yesterday}&to={today}")).await;
     assert_eq!(counted["totals"]["impressions"], 7_000, "{counted}");
 }
 

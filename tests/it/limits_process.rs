@@ -172,7 +172,11 @@ async fn beacons_with_fresh_feature_values_keep_the_sketches_within_their_memory
     // Counts are unchanged by the evictions: each sketch was stored before it was dropped.
     // The last flush of this load takes a while (every beacon made new sketches): an answer
     // holds what was acknowledged up to then.
-    let day = Utc::now().date_naive().to_string();
+    // The beacons' day, though the load may have run past midnight.
+    let day = chrono::DateTime::from_timestamp(now, 0)
+        .expect("a time")
+        .date_naive()
+        .to_string();
     let counts_right = || async {
         let all = uniques_of(&server, &site, &day, "").await;
         let one_campaign = uniques_of(&server, &site, &day, "&feature.campaign=c3").await;

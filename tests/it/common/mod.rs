@@ -327,6 +327,20 @@ where
     }
 }
 
+/// Waits until the UTC day has turned if it ends within `margin`: for tests about today's live
+/// counts (caps, pacing), whose "today" a midnight in their middle would move.
+pub async fn clear_of_midnight(margin: Duration) {
+    let now = chrono::Utc::now();
+    let midnight = (now.date_naive() + chrono::Days::new(1))
+        .and_hms_opt(0, 0, 0)
+        .expect("midnight")
+        .and_utc();
+    let left = (midnight - now).to_std().unwrap_or_default();
+    if left < margin {
+        tokio::time::sleep(left + Duration::from_secs(1)).await;
+    }
+}
+
 /// A plain driver session, for inspecting `system_schema` and cleaning up private keyspaces.
 pub async fn raw_session() -> scylla::client::session::Session {
     scylla::client::session_builder::SessionBuilder::new()
