@@ -112,8 +112,16 @@ async fn beacons_with_fresh_feature_values_keep_the_sketches_within_their_memory
     const BUDGET_MIB: f64 = 16.0;
     const BEACONS: usize = 20_000;
     let place = Place::new(backend);
+    // No seal pass in its minutes on the shared keyspace: it would seal other tests' days.
     let server = place
-        .start(&["--sketch-memory", "16MiB", "--rate-limit-beacons", "off"])
+        .start(&[
+            "--sketch-memory",
+            "16MiB",
+            "--rate-limit-beacons",
+            "off",
+            "--seal-interval",
+            "1h",
+        ])
         .await;
     let site = format!("site-{}.test", Uuid::new_v4().simple());
     register_site(&server.url(""), &site).await;
@@ -278,7 +286,9 @@ async fn a_kill_9_after_beacons_ten_days_old_is_repaired_before_the_restart_is_r
 }
 
 async fn a_backfilled_month_a_year_ago_is_sealed_by_the_background_sealer_alone(backend: Backend) {
-    let place = Place::new(backend);
+    // Its own keyspace: a sealer every 2 seconds on the shared one would seal every test's
+    // late days, changing their answers and loading the node for all.
+    let place = Place::isolated(backend, "backfill");
     // The look-back stays the default 7 days: only the late index can find these days.
     let server = place.start(&["--seal-interval", "2s"]).await;
     let campaign = Campaign::fresh();
@@ -351,6 +361,8 @@ async fn a_backfilled_month_a_year_ago_is_sealed_by_the_background_sealer_alone(
     let uniques = answer(uniques_url).await;
     assert_eq!(uniques["total"]["visits"], 60, "{uniques}");
     assert_eq!(uniques["total"]["unique_visitors"], 60, "{uniques}");
+    drop(server);
+    place.clean_up().await;
 }
 
 /// Runs `prlimit` on a running process: lowers its file-size limit.
