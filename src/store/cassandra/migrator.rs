@@ -204,10 +204,9 @@ async fn apply_pending(
 /// column a first run left behind), so a timeout — which says nothing of whether the change
 /// was made — is retried rather than failing a deploy on a busy node.
 async fn apply_statement(session: &Session, statement: &str) -> Result<(), StoreError> {
-    let mut attempt = 1;
-    loop {
-        let outcome = match session.query_unpaged(statement, ()).await {
-            Ok(_) => Ok(()),
+    retrying("a migration statement", || async {
+        match session.query_unpaged(statement, ()).await {
+            Ok(_) => {}
             // A migration cut short (a lost node, a killed process) is run again whole:
             // a column its first run added is there already, which is what it wanted.
             Err(error)
@@ -215,22 +214,30 @@ async fn apply_statement(session: &Session, statement: &str) -> Result<(), Store
                     && error
                         .to_string()
                         .to_ascii_lowercase()
-                        .contains("already exist") =>
-            {
-                Ok(())
-            }
-            Err(error) => Err(execution_error("executing", error)),
-        };
+                        .contains("already exist") => {}
+            Err(error) => return Err(execution_error("executing", error)),
+        }
         // The next statement may go to another node; it must already know this change.
-        let outcome = match outcome {
-            Ok(()) => await_schema_agreement(session).await,
-            Err(error) => Err(error),
-        };
-        match outcome {
-            Err(error) if error.is_retryable() && attempt < STATEMENT_ATTEMPTS => {
-                warn!(attempt, error = %error.chain(), "a migration statement will be retried");
-                tokio::time::sleep(STATEMENT_RETRY_PAUSE * attempt).await;
-                attempt += 1;
+        await_schema_agreement(session).await
+    })
+    .await
+}
+
+/// Runs `attempt` (a schema change and the wait for the cluster to agree on it) again while it
+/// times out or finds the cluster unavailable, up to [`STATEMENT_ATTEMPTS`] times: a timeout
+/// says nothing of whether the change was made, and every schema change here may run again.
+async fn retrying<F, Fut>(what: &str, mut attempt: F) -> Result<(), StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>>,
+{
+    let mut made = 1;
+    loop {
+        match attempt().await {
+            Err(error) if error.is_retryable() && made < STATEMENT_ATTEMPTS => {
+                warn!(attempt = made, error = %error.chain(), "{what} will be retried");
+                tokio::time::sleep(STATEMENT_RETRY_PAUSE * made).await;
+                made += 1;
             }
             outcome => return outcome,
         }
@@ -310,11 +317,14 @@ async fn ensure_keyspace(
         "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {}",
         replication.to_cql()
     );
-    session
-        .query_unpaged(cql, ())
-        .await
-        .map_err(|error| execution_error("creating the keyspace", error))?;
-    await_schema_agreement(session).await?;
+    retrying("creating the keyspace", || async {
+        session
+            .query_unpaged(cql.as_str(), ())
+            .await
+            .map_err(|error| execution_error("creating the keyspace", error))?;
+        await_schema_agreement(session).await
+    })
+    .await?;
     info!(%keyspace, %replication, "created keyspace");
     Ok(())
 }
@@ -412,24 +422,27 @@ async fn create_bookkeeping_table(
     );
     let plain = format!("CREATE TABLE IF NOT EXISTS {keyspace}.{table} ({columns})");
     let with_id = format!("{plain} WITH id = {id}");
-    if let Err(error) = session.query_unpaged(with_id, ()).await {
-        let rejected_option = matches!(
-            &error,
-            ExecutionError::LastAttemptError(RequestAttemptError::DbError(
-                DbError::SyntaxError | DbError::Invalid | DbError::ConfigError,
-                _
-            ))
-        );
-        if !rejected_option {
-            return Err(execution_error("creating bookkeeping tables", error));
+    retrying("creating a bookkeeping table", || async {
+        if let Err(error) = session.query_unpaged(with_id.as_str(), ()).await {
+            let rejected_option = matches!(
+                &error,
+                ExecutionError::LastAttemptError(RequestAttemptError::DbError(
+                    DbError::SyntaxError | DbError::Invalid | DbError::ConfigError,
+                    _
+                ))
+            );
+            if !rejected_option {
+                return Err(execution_error("creating bookkeeping tables", error));
+            }
+            info!(%table, %error, "the server refused a table id; creating the table without one");
+            session
+                .query_unpaged(plain.as_str(), ())
+                .await
+                .map_err(|error| execution_error("creating bookkeeping tables", error))?;
         }
-        info!(%table, %error, "the server refused a table id; creating the table without one");
-        session
-            .query_unpaged(plain, ())
-            .await
-            .map_err(|error| execution_error("creating bookkeeping tables", error))?;
-    }
-    await_schema_agreement(session).await
+        await_schema_agreement(session).await
+    })
+    .await
 }
 
 /// The right to apply migrations, held as a lightweight-transaction row with a TTL so that a
