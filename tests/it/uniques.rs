@@ -316,7 +316,7 @@ async fn sketches_lost_in_a_crash_are_rebuilt_from_the_stored_beacons(backend: B
         .collect::<HashSet<_>>()
         .len() as u64;
     send_visits(&crashing.url(""), &site, &visits).await;
-    drop(crashing);
+    crashing.crash();
     let server = TestServer::start(std::sync::Arc::clone(&store)).await;
     let total = || async {
         uniques(&server.url(""), &site, &october_query("total", &vec![])).await["total"].clone()

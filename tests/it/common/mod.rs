@@ -186,7 +186,8 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $test() {
-                    super::$test(crate::common::Backend::Cassandra).await
+                    super::$test(crate::common::Backend::Cassandra).await;
+                    crate::common::finish_stopping().await;
                 }
             )*
         }
@@ -194,7 +195,8 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $test() {
-                    super::$test(crate::common::Backend::Embedded).await
+                    super::$test(crate::common::Backend::Embedded).await;
+                    crate::common::finish_stopping().await;
                 }
             )*
         }
@@ -225,10 +227,33 @@ pub fn test_options() -> Options {
     options
 }
 
-/// The service running in this process on a free port, stopped when dropped.
+/// The service running in this process on a free port. Dropped, it stops as a deployed
+/// process does on SIGTERM: it saves its live counts and leaves the list of processes, so no
+/// later process of the shared keyspace repairs its days; [`TestServer::crash`] is the other
+/// way to go. The stop finishes when the conformance test ends ([`finish_stopping`]).
 pub struct TestServer {
     pub address: SocketAddr,
-    task: JoinHandle<std::io::Result<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+thread_local! {
+    /// The stops of this test's dropped servers, awaited when it ends (each test runs on a
+    /// thread and a runtime of its own).
+    static STOPPING: std::cell::RefCell<Vec<JoinHandle<std::io::Result<()>>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Lets the servers this test dropped finish their stop (at most 20 s each; then they are
+/// aborted like a killed process): called by [`conformance!`] after each test.
+pub async fn finish_stopping() {
+    const STOP_WAIT: Duration = Duration::from_secs(20);
+    let stopping = STOPPING.with(|stopping| std::mem::take(&mut *stopping.borrow_mut()));
+    for mut task in stopping {
+        if tokio::time::timeout(STOP_WAIT, &mut task).await.is_err() {
+            task.abort();
+        }
+    }
 }
 
 impl TestServer {
@@ -251,10 +276,24 @@ impl TestServer {
         // Ready to judge keys before the first request (unless the store is not ready yet:
         // then /readyz loads them once it is).
         let _ = app.access().refresh().await;
-        // Graceful shutdown is the binary's business (tests/it/process.rs); here the task
-        // is simply aborted when the test ends.
-        let task = tokio::spawn(async move { app.serve(listener, std::future::pending()).await });
-        Self { address, task }
+        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let stopped = async move {
+            let _ = stop.await;
+        };
+        let task = tokio::spawn(async move { app.serve(listener, stopped).await });
+        Self {
+            address,
+            task: Some(task),
+            shutdown: Some(shutdown),
+        }
+    }
+
+    /// Stops at once, saving nothing, as a killed process does: what it held live is left to
+    /// the next process's start-up repair.
+    pub fn crash(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -264,7 +303,12 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            STOPPING.with(|stopping| stopping.borrow_mut().push(task));
+        }
     }
 }
 
