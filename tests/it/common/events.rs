@@ -66,14 +66,23 @@ pub fn at(text: &str) -> DateTime<Utc> {
 
 /// POSTs `body` as JSON and returns the status and the JSON answer.
 pub async fn post(server: &TestServer, path: &str, body: &Value) -> (StatusCode, Value) {
+    send_json(server, path, body)
+        .await
+        .expect("POST answered with JSON")
+}
+
+async fn send_json(
+    server: &TestServer,
+    path: &str,
+    body: &Value,
+) -> reqwest::Result<(StatusCode, Value)> {
     let response = super::http()
         .post(server.url(path))
         .json(body)
         .send()
-        .await
-        .expect("POST answered");
+        .await?;
     let status = response.status();
-    (status, response.json().await.expect("JSON answer"))
+    Ok((status, response.json().await?))
 }
 
 /// POSTs every event in batches of `batch`, asserting each batch is accepted whole. A batch
@@ -84,19 +93,12 @@ pub async fn post_all(server: &TestServer, path: &str, events: &[Value], batch: 
     for chunk in events.chunks(batch) {
         let body = Value::Array(chunk.to_vec());
         let mut attempts = 1;
-        let response = loop {
-            match super::http()
-                .post(server.url(path))
-                .json(&body)
-                .send()
-                .await
-            {
+        let (status, answer) = loop {
+            match send_json(server, path, &body).await {
                 Err(error) if error.is_timeout() && attempts < 3 => attempts += 1,
-                answered => break answered.expect("POST answered"),
+                answered => break answered.expect("POST answered with JSON"),
             }
         };
-        let status = response.status();
-        let answer: Value = response.json().await.expect("JSON answer");
         assert_eq!(status, StatusCode::OK, "{answer}");
         assert_eq!(answer["accepted"], chunk.len(), "{answer}");
     }

@@ -73,11 +73,11 @@ impl ServerProcess {
         }
     }
 
-    /// Polls `/readyz` until it answers 200 (within 30 s); whether it did.
+    /// Polls `/readyz` until it answers 200 (within 120 s); whether it did.
     pub async fn wait_ready(&self) -> bool {
         // A process on the shared keyspace first repairs every test server that went away
-        // before it (their days re-counted and re-indexed, the 200,000-impression export's
-        // among them): in a debug build that has taken 40 s.
+        // without stopping (a crash, or a plain test's server whose stop the test's end cut
+        // short), which can take a while on a busy node.
         super::eventually(Duration::from_secs(120), || async {
             super::http()
                 .get(self.url("/readyz"))
