@@ -115,8 +115,9 @@ impl Ingestor {
     }
 
     /// Refuses a write while the event index is too far behind: what is stored must be
-    /// indexed, and what waits to be is held in memory.
-    fn check_index_room(&self) -> Result<(), StoreError> {
+    /// indexed, and what waits to be is held in memory. The HTTP layer asks before it reads a
+    /// request's body, so a server pushing back spends nothing on the batches it refuses.
+    pub(crate) fn check_index_room(&self) -> Result<(), StoreError> {
         match &self.indexer {
             Some(indexer) if !indexer.has_room() => Err(StoreError::Unavailable {
                 context: "the event index is behind; retry shortly".into(),

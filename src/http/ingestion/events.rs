@@ -46,6 +46,7 @@ pub(crate) async fn post_impressions(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Accepted>, ApiError> {
+    state.ingestor.check_index_room()?;
     let (parts, bytes) = read_request(&state, request, "impression").await?;
     let (events, accepted) = events_rejected_counted(
         "impression",
@@ -79,6 +80,7 @@ pub(crate) async fn post_clicks(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Accepted>, ApiError> {
+    state.ingestor.check_index_room()?;
     let (parts, bytes) = read_request(&state, request, "click").await?;
     let (events, accepted) = events_rejected_counted(
         "click",
