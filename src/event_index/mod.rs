@@ -219,8 +219,12 @@ impl EventIndexer {
         lock(&self.waiting).extend(waiting.into_iter().filter(|click| click.since < flush));
     }
 
-    /// Writes the subject-directory lines of `entries` this process has not written lately.
+    /// Writes the subject-directory lines of `entries` this process has not written lately
+    /// (none on a store whose index leads to a user's entries by itself).
     async fn write_directory(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
+        if self.store.finds_subjects_itself() {
+            return Ok(());
+        }
         let lines: Vec<SubjectWeek> = {
             let (_, written) = &*lock(&self.directory_written);
             let lines: HashSet<SubjectWeek> = entries

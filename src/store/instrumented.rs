@@ -628,6 +628,10 @@ impl EventIndexStore for Instrumented {
     ) -> Result<Vec<IndexEntry>, StoreError> {
         timed("read_index", self.inner.read_index(advertiser, week, key)).await
     }
+
+    fn finds_subjects_itself(&self) -> bool {
+        self.inner.finds_subjects_itself()
+    }
 }
 
 #[async_trait]

@@ -557,6 +557,14 @@ pub trait EventIndexStore: Send + Sync {
         week: Week,
         key: IndexKey,
     ) -> Result<Vec<IndexEntry>, StoreError>;
+
+    /// Whether the index itself leads to a user's entries of every advertiser
+    /// ([`SubjectStore::read_subject_weeks`] finds them without directory lines), so the
+    /// indexer writes no lines for events. A store whose index partitions begin with the
+    /// advertiser needs the lines.
+    fn finds_subjects_itself(&self) -> bool {
+        false
+    }
 }
 
 /// Where one stored copy of an event is: its partition, its time and the impression it is

@@ -1,8 +1,8 @@
 //! Opening a data folder: its lock, its tables, and the upgrade of a layout written by an
 //! older release.
 
-use super::engine::{Tables, engine_error};
-use super::{EmbeddedConfig, EngineMemory, Fsync, access, site_keys};
+use super::engine::{Tables, corrupt, engine_error};
+use super::{EmbeddedConfig, EngineMemory, Fsync, access, event_index, site_keys};
 use crate::domain::access::SiteProfile;
 use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
@@ -12,7 +12,12 @@ use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 /// The on-disk layout this build reads and writes. Format 4 stores beacons a commit's worth to
 /// a row (`visit_log`); the rows of format 3 (`visit`, one per beacon) are still read, so the
 /// upgrade from 3 only records the new number, which keeps an older release off the folder.
-const FORMAT_VERSION: u32 = 4;
+/// Format 5 keys the event index by week first (`event_index_by_week`); the upgrade rewrites
+/// format 4's `event_index` into it.
+const FORMAT_VERSION: u32 = 5;
+
+/// Rows the event index's upgrade writes per batch.
+const UPGRADE_ROWS_PER_BATCH: usize = 10_000;
 
 /// Opens (or creates) the tables in `config.data_dir`, refusing a folder another process
 /// holds, and brings an older layout up to [`FORMAT_VERSION`].
@@ -111,7 +116,7 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
             .map_err(|error| engine_error("opening tables", error))?,
         open_day: open("open_day")?,
         view_report: open("view_report")?,
-        event_index: open("event_index")?,
+        event_index: open("event_index_by_week")?,
         conversion_copy: open("conversion_copy")?,
         conversion_due: open("conversion_due")?,
         conversion_decision: open("conversion_decision")?,
@@ -130,6 +135,9 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
     };
     if upgrade_from.is_some_and(|version| version < 3) {
         register_stored_sites(&tables)?;
+    }
+    if upgrade_from.is_some() {
+        rekey_event_index(&tables)?;
     }
     if stored.is_none() || upgrade_from.is_some() {
         tables
@@ -186,6 +194,45 @@ fn register_stored_sites(tables: &Tables) -> Result<(), StoreError> {
                 .map_err(fail)?;
         }
     }
+    Ok(())
+}
+
+/// Format 5 keys the event index by week, then key, then advertiser (`event_index`); format 4
+/// wrote the advertiser first. Every old row is written again under its new key, a batch at a
+/// time, then the old table goes. The format number is written only after, so an upgrade cut
+/// off anywhere starts again from the old table, and writing a row twice changes nothing.
+fn rekey_event_index(tables: &Tables) -> Result<(), StoreError> {
+    const OLD: &str = "event_index";
+    let fail = |error: fjall::Error| engine_error("upgrading the event index", error);
+    if !tables.db.keyspace_exists(OLD) {
+        return Ok(());
+    }
+    let old = tables
+        .db
+        .keyspace(OLD, KeyspaceCreateOptions::default)
+        .map_err(fail)?;
+    let mut batch = tables.db.batch();
+    let mut rows = 0;
+    for guard in old.iter() {
+        let (key, value) = guard.into_inner().map_err(fail)?;
+        let Some(key) = event_index::rekeyed_from_format_4(&key) else {
+            return Err(corrupt("upgrading the event index"));
+        };
+        batch.insert(&tables.event_index, key, value);
+        rows += 1;
+        if rows % UPGRADE_ROWS_PER_BATCH == 0 {
+            std::mem::replace(&mut batch, tables.db.batch())
+                .commit()
+                .map_err(fail)?;
+        }
+    }
+    batch.commit().map_err(fail)?;
+    tables
+        .db
+        .persist(PersistMode::SyncAll)
+        .map_err(|error| engine_error("syncing the data folder", error))?;
+    tables.db.delete_keyspace(old).map_err(fail)?;
+    tracing::info!(rows, "event index rewritten with the week first (format 5)");
     Ok(())
 }
 
@@ -246,6 +293,41 @@ mod tests {
             .expect("read")
             .is_some();
         assert!(registered, "the site of an older folder is registered");
+        let format = tables.meta.get("format").expect("read").expect("present");
+        assert_eq!(format.as_ref(), FORMAT_VERSION.to_be_bytes());
+    }
+
+    #[test]
+    fn the_format_5_upgrade_rewrites_the_event_index_with_the_week_first() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let config = EmbeddedConfig {
+            data_dir: folder.path().to_owned(),
+            fsync: Fsync::Never,
+            memory: EngineMemory::default(),
+        };
+        // Advertiser 16, week 4, key kind 1, key id 16, then a tail of 49.
+        let old_key: Vec<u8> = (0..86u8).collect();
+        {
+            let tables = open_tables(&config).expect("opened");
+            let old = tables
+                .db
+                .keyspace("event_index", KeyspaceCreateOptions::default)
+                .expect("format 4's table");
+            old.insert(&old_key, b"value").expect("an old row");
+            tables
+                .meta
+                .insert("format", 4u32.to_be_bytes())
+                .expect("format 4");
+        }
+        let tables = open_tables(&config).expect("upgraded");
+        let new_key = event_index::rekeyed_from_format_4(&old_key).expect("rekeyed");
+        assert_eq!(new_key[0..4], old_key[16..20], "the week first");
+        let value = tables.event_index.get(&new_key).expect("read");
+        assert_eq!(value.as_deref(), Some(&b"value"[..]));
+        assert!(
+            !tables.db.keyspace_exists("event_index"),
+            "the old table gone"
+        );
         let format = tables.meta.get("format").expect("read").expect("present");
         assert_eq!(format.as_ref(), FORMAT_VERSION.to_be_bytes());
     }

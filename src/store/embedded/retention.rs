@@ -173,9 +173,18 @@ impl EmbeddedStore {
             end.extend_from_slice(&keys::week_bytes(kept_week));
             // The index of a user's conversions shares the key's start (advertiser, week).
             swept += self
-                .drop_key_range(Table::SubjectConversion, start.clone(), end.clone())
+                .drop_key_range(Table::SubjectConversion, start, end)
                 .await?;
-            swept += self.drop_key_range(Table::EventIndex, start, end).await?;
+            // The event index begins with the week: every advertiser's entries of the weeks
+            // before the kept one are expired too, since raw retention is the same for all.
+            // Their range starts at the first week there can be; once dropped, it is empty.
+            swept += self
+                .drop_key_range(
+                    Table::EventIndex,
+                    Vec::new(),
+                    keys::week_bytes(kept_week).to_vec(),
+                )
+                .await?;
         }
         // The day index last: until it goes, the next sweep finds the days again.
         let removals: Removals = days

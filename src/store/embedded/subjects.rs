@@ -2,7 +2,8 @@
 //! deleted by their keys, and erasure records (see [`SubjectStore`]).
 //!
 //! The directory (`subject_week`) is keyed by user (16 bytes), advertiser (16) and week (4, in
-//! key order) with no value, so a user's lines are one prefix. Erasures share one table
+//! key order) with no value, so a user's lines are one prefix. Only conversions write lines:
+//! the event index leads to a user's events of every advertiser by itself (`event_index`). Erasures share one table
 //! (`erasure`) under a kind byte and the erasure's id: the record, its pending-list entry, its
 //! erased subject and its counts. The counts are a row of their own so that the first caller to
 //! settle them keeps them (the commit thread writes them only where none are), whatever later
@@ -28,6 +29,7 @@ use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use uuid::Uuid;
 
 /// Rows a prefix delete removes per commit: a user's week of a busy advertiser may index
@@ -291,18 +293,24 @@ impl SubjectStore for EmbeddedStore {
         self.write("writing the subject directory", rows).await
     }
 
+    /// The lines of the directory (a user's conversions, and events indexed before format 5)
+    /// with those the event index itself holds (`event_index`: a user's week of every
+    /// advertiser is one range there).
     async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
         const CONTEXT: &str = "reading the subject directory";
-        self.scan(
-            Table::SubjectWeek,
-            user.as_uuid().as_bytes().to_vec(),
-            None,
-            CONTEXT,
-        )
-        .await?
-        .iter()
-        .map(|(key, _)| decode_subject_week(key).ok_or_else(|| corrupt(CONTEXT)))
-        .collect()
+        let mut lines = self
+            .scan(
+                Table::SubjectWeek,
+                user.as_uuid().as_bytes().to_vec(),
+                None,
+                CONTEXT,
+            )
+            .await?
+            .iter()
+            .map(|(key, _)| decode_subject_week(key).ok_or_else(|| corrupt(CONTEXT)))
+            .collect::<Result<BTreeSet<SubjectWeek>, StoreError>>()?;
+        lines.extend(self.indexed_subject_weeks(user).await?);
+        Ok(lines.into_iter().collect())
     }
 
     async fn delete_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
@@ -750,6 +758,75 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(other, vec![lines[3]]);
+    }
+
+    #[tokio::test]
+    async fn the_event_index_leads_to_a_users_weeks_of_every_advertiser() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = open(&folder);
+        assert!(store.finds_subjects_itself(), "the indexer writes no lines");
+        let entry = |user: u128, advertiser: u128, at: &str, impression: u128| IndexEntry {
+            advertiser_id: AdvertiserId::new(id(advertiser)),
+            key: IndexKey::User(UserId::new(id(user))),
+            timestamp: time(at),
+            kind: IndexedKind::Impression,
+            impression_id: ImpressionId::new(id(impression)),
+            campaign_id: CampaignId::new(id(2)),
+            ad_id: AdId::new(id(3)),
+            user_id: Some(UserId::new(id(user))),
+            received: time("2026-11-28T12:00:00Z").instant(),
+            valid: true,
+        };
+        let by_impression = IndexEntry {
+            key: IndexKey::Impression(ImpressionId::new(id(50))),
+            ..entry(9, 5, "2026-11-20T10:00:00Z", 50)
+        };
+        store
+            .write_index(&[
+                entry(7, 1, "2026-11-28T10:00:00Z", 10),
+                entry(7, 1, "2026-11-28T11:00:00Z", 11),
+                entry(7, 2, "2026-11-28T10:00:00Z", 12),
+                entry(7, 1, "2026-10-01T10:00:00Z", 13),
+                // Other users, and an impression's own entry, lead nowhere for user 7.
+                entry(8, 3, "2026-11-28T10:00:00Z", 14),
+                entry(6, 4, "2026-11-10T10:00:00Z", 15),
+                by_impression,
+            ])
+            .await
+            .expect("indexed");
+        // A conversion's line, in the directory.
+        let conversion_line = SubjectWeek {
+            user_id: UserId::new(id(7)),
+            advertiser_id: AdvertiserId::new(id(6)),
+            week: Week::of(time("2026-11-05T00:00:00Z").instant()),
+        };
+        store
+            .write_subject_weeks(&[conversion_line])
+            .await
+            .expect("line");
+        let line = |advertiser: u128, at: &str| SubjectWeek {
+            user_id: UserId::new(id(7)),
+            advertiser_id: AdvertiserId::new(id(advertiser)),
+            week: Week::of(time(at).instant()),
+        };
+        let read = store
+            .read_subject_weeks(UserId::new(id(7)))
+            .await
+            .expect("read");
+        assert_eq!(
+            read,
+            vec![
+                line(1, "2026-10-01T10:00:00Z"),
+                line(1, "2026-11-28T10:00:00Z"),
+                line(2, "2026-11-28T10:00:00Z"),
+                conversion_line,
+            ]
+        );
+        let none = store
+            .read_subject_weeks(UserId::new(id(99)))
+            .await
+            .expect("read");
+        assert!(none.is_empty(), "{none:?}");
     }
 
     #[tokio::test]
