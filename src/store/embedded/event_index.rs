@@ -167,10 +167,8 @@ impl EmbeddedStore {
             for week in first.get()..=last.get() {
                 let week = Week::new(week);
                 let prefix = key_in_week(week, IndexKey::User(user));
-                let mut end = prefix.clone();
-                end.push(0xFF);
                 let mut from = prefix.clone();
-                while let Some(guard) = index.range(from.clone()..end.clone()).next() {
+                while let Some(guard) = index.range(from.clone()..).next() {
                     let key = guard.key().map_err(fail)?;
                     if !key.starts_with(&prefix) {
                         break;

@@ -786,6 +786,8 @@ mod tests {
                 entry(7, 1, "2026-11-28T10:00:00Z", 10),
                 entry(7, 1, "2026-11-28T11:00:00Z", 11),
                 entry(7, 2, "2026-11-28T10:00:00Z", 12),
+                // An advertiser whose id starts with 0xFF sorts after any short bound.
+                entry(7, u128::MAX, "2026-11-28T10:00:00Z", 16),
                 entry(7, 1, "2026-10-01T10:00:00Z", 13),
                 // Other users, and an impression's own entry, lead nowhere for user 7.
                 entry(8, 3, "2026-11-28T10:00:00Z", 14),
@@ -820,6 +822,7 @@ mod tests {
                 line(1, "2026-11-28T10:00:00Z"),
                 line(2, "2026-11-28T10:00:00Z"),
                 conversion_line,
+                line(u128::MAX, "2026-11-28T10:00:00Z"),
             ]
         );
         let none = store
