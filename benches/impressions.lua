@@ -1,6 +1,9 @@
 -- wrk script for `scripts/bench engine`: NDJSON batches of 500 fresh impressions (new
 -- impression and user ids in every event, one campaign, 20 ads, timestamps of now), posted
 -- with the bench's admin key: the flat-out ingest that fills the embedded engine's memtables.
+-- Told to come back later (a 503 or a 429), a thread waits its `Retry-After` before it posts
+-- again, as an ad server retrying would: re-sent at once, refused batches cost the load
+-- generator's CPU on the cores the server and the node share.
 local batch = tonumber(os.getenv("BENCH_BATCH") or "500")
 local key = os.getenv("BENCH_KEY") or ""
 local advertiser = "6f1c1e1a-0000-4000-8000-00000000000a"
@@ -30,4 +33,19 @@ request = function()
     ["Content-Type"] = "application/x-ndjson",
     ["Authorization"] = "Bearer " .. key,
   }, table.concat(lines, "\n"))
+end
+
+local wait_ms = 0
+
+response = function(status, headers)
+  if status == 503 or status == 429 then
+    local after = tonumber(headers["retry-after"] or headers["Retry-After"] or "1") or 1
+    wait_ms = after * 1000
+  else
+    wait_ms = 0
+  end
+end
+
+delay = function()
+  return wait_ms
 end
