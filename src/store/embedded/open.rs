@@ -265,14 +265,18 @@ mod tests {
     use super::*;
     use crate::domain::time::Day;
 
-    #[test]
-    fn the_format_3_upgrade_registers_the_sites_already_stored() {
-        let folder = tempfile::tempdir().expect("temp dir");
-        let config = EmbeddedConfig {
+    fn config_in(folder: &tempfile::TempDir) -> EmbeddedConfig {
+        EmbeddedConfig {
             data_dir: folder.path().to_owned(),
             fsync: Fsync::Never,
             memory: EngineMemory::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_format_3_upgrade_registers_the_sites_already_stored() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let config = config_in(&folder);
         {
             let tables = open_tables(&config).expect("opened");
             let site = SiteId::parse("old.example").expect("valid");
@@ -300,11 +304,7 @@ mod tests {
     #[test]
     fn the_format_5_upgrade_rewrites_the_event_index_with_the_week_first() {
         let folder = tempfile::tempdir().expect("temp dir");
-        let config = EmbeddedConfig {
-            data_dir: folder.path().to_owned(),
-            fsync: Fsync::Never,
-            memory: EngineMemory::default(),
-        };
+        let config = config_in(&folder);
         // Advertiser 16, week 4, key kind 1, key id 16, then a tail of 49.
         let old_key: Vec<u8> = (0..86u8).collect();
         {
