@@ -39,7 +39,7 @@ pub(crate) struct Accepted {
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
         (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
         (status = 429, description = "The key is past its rate (`--rate-limit-ingest`); nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
-        (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable, the event index is behind, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub(crate) async fn post_impressions(
@@ -73,7 +73,7 @@ pub(crate) async fn post_impressions(
         (status = 413, description = "The body or the number of events is over the limit", body = ErrorAnswer),
         (status = 415, description = "A content type or encoding this endpoint does not read", body = ErrorAnswer),
         (status = 429, description = "The key is past its rate (`--rate-limit-ingest`); nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
-        (status = 503, description = "The store is unavailable, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
+        (status = 503, description = "The store is unavailable, the event index is behind, or the server is at its in-flight cap; nothing stored, retry after `Retry-After` seconds", body = ErrorAnswer),
     )
 )]
 pub(crate) async fn post_clicks(
