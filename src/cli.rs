@@ -630,7 +630,8 @@ pub(crate) struct StoreArgs {
     /// loss); `never` hands it to the OS (survives a crash of the process, not of the machine).
     #[arg(long, env = "ADEVENTS_FSYNC", value_enum, default_value_t = Fsync::Always)]
     pub(crate) fsync: Fsync,
-    /// Embedded store: the most one table holds in memory before writing it to disk.
+    /// Embedded store: the most one table holds in memory before writing it to disk (the
+    /// event index, four times as much).
     #[arg(long, env = "ADEVENTS_EMBEDDED_MEMTABLE", default_value = "8MiB", value_parser = parse_at_least_mib)]
     pub(crate) embedded_memtable: bytesize::ByteSize,
     /// Embedded store: memory for decoded blocks of stored data, kept for reads.
