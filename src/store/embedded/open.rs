@@ -6,8 +6,8 @@ use super::{EmbeddedConfig, EngineMemory, Fsync, access, event_index, site_keys}
 use crate::domain::access::SiteProfile;
 use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
-use fjall::config::{CompressionPolicy, FilterPolicy, PartitioningPolicy, PinningPolicy};
-use fjall::{CompressionType, Database, KeyspaceCreateOptions, PersistMode};
+use fjall::config::{FilterPolicy, PartitioningPolicy, PinningPolicy};
+use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
 /// The on-disk layout this build reads and writes. Format 4 stores beacons a commit's worth to
 /// a row (`visit_log`); the rows of format 3 (`visit`, one per beacon) are still read, so the
@@ -159,8 +159,6 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
 /// and compactions rewrite (docs/BENCHMARKS.md, "Personal data"):
 /// - no filters: a bloom filter answers point reads, which this table never gets, and every
 ///   flush and compaction hashed each key to build one;
-/// - no compression: its blocks are mostly ids, which LZ4 barely shrinks, and compacting
-///   compressed blocks spent CPU on every rewrite;
 /// - a memtable four times the others' (32 MiB by default): each flush then carries more
 ///   of the week's keys, and merging it into the level below rewrites fewer bytes per entry.
 fn event_index_options(memory: EngineMemory) -> KeyspaceCreateOptions {
@@ -168,7 +166,6 @@ fn event_index_options(memory: EngineMemory) -> KeyspaceCreateOptions {
         .max_memtable_size(memory.memtable_bytes.saturating_mul(4))
         .index_block_partitioning_policy(PartitioningPolicy::all(true))
         .filter_policy(FilterPolicy::disabled())
-        .data_block_compression_policy(CompressionPolicy::all(CompressionType::None))
 }
 
 /// Format 3 accepts beacons only for registered sites (when keys are on): every site that
