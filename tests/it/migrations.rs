@@ -120,6 +120,18 @@ async fn migrations_create_every_table_with_its_key_clustering_order_and_compact
         [("effective_from".to_owned(), "asc".to_owned())]
     );
 
+    // The subject directory: a partition per (week, bucket of the user), never growing
+    // beyond a week's lines.
+    let (partition, clustering) = key_of(keyspace, "subject_line").await;
+    assert_eq!(partition, ["week", "bucket"]);
+    assert_eq!(
+        clustering,
+        [
+            ("user_id".to_owned(), "asc".to_owned()),
+            ("advertiser_id".to_owned(), "asc".to_owned())
+        ]
+    );
+
     for table in [
         "click_by_impression",
         "campaign_config",

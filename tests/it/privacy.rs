@@ -5,7 +5,9 @@
 use crate::common::beacons::registered_site;
 use crate::common::events::{Campaign, export_records, get, post, post_all, summary};
 use crate::common::process::{ServerProcess, embedded_server};
-use crate::common::{Backend, PrivateStore, TestServer, eventually, http};
+use crate::common::{
+    Backend, PrivateStore, TestServer, eventually, http, raw_session, shared_keyspace,
+};
 use adevents::domain::beacon::{Beacon, Features, Guid, SiteId};
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::event::{Click, Impression};
@@ -36,6 +38,11 @@ mod cassandra_only {
     #[tokio::test]
     async fn two_processes_run_one_erasure_to_the_same_end() {
         super::two_processes_run_one_erasure_to_the_same_end().await
+    }
+
+    #[tokio::test]
+    async fn lines_kept_where_migration_0018_put_them_still_lead_to_the_user() {
+        super::lines_kept_where_migration_0018_put_them_still_lead_to_the_user().await
     }
 }
 
@@ -400,6 +407,73 @@ async fn two_processes_run_one_erasure_to_the_same_end() {
             .await
             .is_empty()
     );
+}
+
+/// The user's subject-directory lines, as (week, bucket, advertiser), from `table`: a scan,
+/// which only a test of a small keyspace may afford.
+async fn directory_lines(table: &str, user: Uuid) -> Vec<(i32, i16, Uuid)> {
+    let query = format!(
+        "SELECT week, bucket, advertiser_id FROM {}.{table} WHERE user_id = ? ALLOW FILTERING",
+        shared_keyspace()
+    );
+    raw_session()
+        .await
+        .query_unpaged(query, (user,))
+        .await
+        .expect("read the directory")
+        .into_rows_result()
+        .expect("rows")
+        .rows::<(i32, i16, Uuid)>()
+        .expect("typed rows")
+        .map(|row| row.expect("row"))
+        .collect()
+}
+
+/// A keyspace migrated before 0022 holds its directory lines in `subject_week`, partitioned
+/// by a bucket of the user only. Those lines still lead to the user's events, and an erasure
+/// deletes them there.
+async fn lines_kept_where_migration_0018_put_them_still_lead_to_the_user() {
+    let server = Backend::Cassandra.server().await;
+    let campaign = Campaign::fresh();
+    let user = Uuid::new_v4();
+    // Eight days ago: a week before the request's, whose lines an erasure deletes.
+    let old = impression(&campaign, Uuid::new_v4(), user, minutes_ago(8 * 24 * 60));
+    post_all(&server, "/v1/impressions", &[old], 1).await;
+    access_listing(&server, &format!("user_id={user}"), 1).await;
+    let lines = directory_lines("subject_line", user).await;
+    assert_eq!(lines.len(), 1, "one line per (advertiser, week): {lines:?}");
+    let (week, bucket, advertiser) = lines[0];
+    assert_eq!(advertiser, campaign.advertiser_id);
+    let session = raw_session().await;
+    let keyspace = shared_keyspace();
+    session
+        .query_unpaged(
+            format!(
+                "DELETE FROM {keyspace}.subject_line WHERE week = ? AND bucket = ? \
+                 AND user_id = ? AND advertiser_id = ?"
+            ),
+            (week, bucket, user, advertiser),
+        )
+        .await
+        .expect("take the line out");
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.subject_week (bucket, user_id, advertiser_id, week) \
+                 VALUES (?, ?, ?, ?)"
+            ),
+            (bucket, user, advertiser, week),
+        )
+        .await
+        .expect("put it where 0018 kept it");
+
+    let listed = access(&server, &format!("user_id={user}")).await;
+    assert_eq!(kinds(&listed), ["impression"], "{listed:#?}");
+    let record = erase(&server, json!({"user_id": user})).await;
+
+    assert_eq!(record["erased"]["impressions"], 1, "{record}");
+    assert!(directory_lines("subject_week", user).await.is_empty());
+    assert!(access(&server, &format!("user_id={user}")).await.is_empty());
 }
 
 /// Posts JSON to a server process, which must answer `expected`.

@@ -33,6 +33,7 @@ mod session;
 mod settings;
 mod slices;
 mod statements;
+mod subject_lines;
 mod subject_statements;
 mod subjects;
 mod views;
@@ -103,6 +104,8 @@ pub struct CassandraStore {
     visit_batches: Arc<visit_batches::VisitBatches>,
     /// The sweep's deletions, prepared by its first pass (they are not on any request path).
     retention: OnceCell<retention::RetentionStatements>,
+    /// The subject directory's weeks this process has listed.
+    listed_weeks: subject_lines::ListedWeeks,
 }
 
 impl CassandraStore {
@@ -121,6 +124,7 @@ impl CassandraStore {
             retain_raw,
             visit_batches: Arc::default(),
             retention: OnceCell::new(),
+            listed_weeks: subject_lines::ListedWeeks::default(),
         })
     }
 

@@ -28,9 +28,17 @@ pub(crate) const ERASURE_COLUMNS: &str =
 pub(crate) const COUNT_COLUMNS: &str = "impressions, clicks, view_reports, conversions, visits";
 
 pub(crate) struct SubjectStatements {
-    pub(crate) insert_subject_week: PreparedStatement,
-    pub(crate) select_subject_weeks: PreparedStatement,
-    pub(crate) delete_subject_week: PreparedStatement,
+    /// The subject directory by week (`migrations/0022_subject_lines_by_week.cql`), written
+    /// `USING TTL ?`, and the weeks that hold lines.
+    pub(crate) insert_subject_line: PreparedStatement,
+    pub(crate) select_subject_lines: PreparedStatement,
+    pub(crate) delete_subject_line: PreparedStatement,
+    pub(crate) insert_line_week: PreparedStatement,
+    pub(crate) select_line_weeks: PreparedStatement,
+    /// The directory as 0018 made it, by a bucket of the user only: read and deleted, no
+    /// longer written.
+    pub(crate) select_legacy_lines: PreparedStatement,
+    pub(crate) delete_legacy_line: PreparedStatement,
     /// One `event_index` row by its whole key.
     pub(crate) delete_index_entry: PreparedStatement,
     /// A range delete: every `event_index` row of one key in one partition.
@@ -92,9 +100,13 @@ impl SubjectStatements {
         keyspace: &KeyspaceName,
     ) -> Result<Self, StoreError> {
         let [
-            insert_subject_week,
-            select_subject_weeks,
-            delete_subject_week,
+            insert_subject_line,
+            select_subject_lines,
+            delete_subject_line,
+            insert_line_week,
+            select_line_weeks,
+            select_legacy_lines,
+            delete_legacy_line,
             delete_index_entry,
             delete_index_key,
             select_impression_at,
@@ -132,9 +144,22 @@ impl SubjectStatements {
             session,
             [
                 format!(
-                    "INSERT INTO {keyspace}.subject_week (bucket, user_id, advertiser_id, week) \
+                    "INSERT INTO {keyspace}.subject_line (week, bucket, user_id, advertiser_id) \
                      VALUES (?, ?, ?, ?) USING TTL ?"
                 ),
+                format!(
+                    "SELECT advertiser_id FROM {keyspace}.subject_line \
+                     WHERE week = ? AND bucket = ? AND user_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.subject_line \
+                     WHERE week = ? AND bucket = ? AND user_id = ? AND advertiser_id = ?"
+                ),
+                format!(
+                    "INSERT INTO {keyspace}.subject_line_week (shard, week) VALUES (?, ?) \
+                     USING TTL ?"
+                ),
+                format!("SELECT week FROM {keyspace}.subject_line_week WHERE shard = ?"),
                 format!(
                     "SELECT advertiser_id, week FROM {keyspace}.subject_week \
                      WHERE bucket = ? AND user_id = ?"
@@ -264,9 +289,13 @@ impl SubjectStatements {
         select_counts_serial.set_consistency(Consistency::Serial);
         select_key_serial.set_consistency(Consistency::Serial);
         Ok(Self {
-            insert_subject_week,
-            select_subject_weeks,
-            delete_subject_week,
+            insert_subject_line,
+            select_subject_lines,
+            delete_subject_line,
+            insert_line_week,
+            select_line_weeks,
+            select_legacy_lines,
+            delete_legacy_line,
             delete_index_entry,
             delete_index_key,
             select_impression_at,

@@ -1,6 +1,6 @@
-//! Personal data in the cassandra store: the subject directory, one subject's rows read and
-//! deleted by their keys, and erasure records (see [`SubjectStore`]; the records are in
-//! [`super::erasures`]).
+//! Personal data in the cassandra store: one subject's rows read and deleted by their keys,
+//! and erasure records (see [`SubjectStore`]; the directory is in [`super::subject_lines`],
+//! the records in [`super::erasures`]).
 //!
 //! Every delete names a row, a clustering prefix or a partition by its key, never a scan, and
 //! leaves a tombstone: deleting what is gone writes one more and is no error, so a resumed
@@ -30,7 +30,6 @@ use crate::domain::time::Day;
 use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
-use futures::{StreamExt, TryStreamExt};
 use scylla::statement::batch::{Batch, BatchType};
 use uuid::Uuid;
 
@@ -50,83 +49,6 @@ fn event_row(at: &EventAt) -> EventRow {
         at.timestamp.instant(),
         at.impression_id.as_uuid(),
     )
-}
-
-/// Partitions of the subject directory. A user's lines are a clustering slice of one of them,
-/// so one flush's lines, of thousands of users, are a few hundred batched writes rather than
-/// one write per user; a partition holds 1/1024 of the user-weeks within retention (about
-/// 30 MB a year at 10 million distinct users a week).
-const SUBJECT_BUCKETS: u64 = 1024;
-/// Lines in one unlogged batch at most, and batches in flight.
-const LINES_PER_BATCH: usize = 100;
-const BATCHES_IN_FLIGHT: usize = 32;
-
-fn bucket_of(user: UserId) -> i16 {
-    // Below 1024, so it fits.
-    (xxhash_rust::xxh3::xxh3_64(user.as_uuid().as_bytes()) % SUBJECT_BUCKETS) as i16
-}
-
-/// A directory line's key, as bound.
-fn line(week: &SubjectWeek) -> (i16, Uuid, Uuid, i32) {
-    (
-        bucket_of(week.user_id),
-        week.user_id.as_uuid(),
-        week.advertiser_id.as_uuid(),
-        week.week.get(),
-    )
-}
-
-/// Lines grouped by partition, at most [`LINES_PER_BATCH`] a group.
-fn line_batches(weeks: &[SubjectWeek]) -> Vec<Vec<&SubjectWeek>> {
-    let mut by_bucket: std::collections::HashMap<i16, Vec<&SubjectWeek>> =
-        std::collections::HashMap::new();
-    for week in weeks {
-        by_bucket
-            .entry(bucket_of(week.user_id))
-            .or_default()
-            .push(week);
-    }
-    by_bucket
-        .into_values()
-        .flat_map(|group| {
-            group
-                .chunks(LINES_PER_BATCH)
-                .map(<[&SubjectWeek]>::to_vec)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// Writes one partition's lines: a lone line as a plain insert, more as one unlogged batch.
-async fn write_lines(
-    session: &scylla::client::session::Session,
-    insert: &scylla::statement::prepared::PreparedStatement,
-    lines: Vec<(&SubjectWeek, i32)>,
-) -> Result<(), StoreError> {
-    const CONTEXT: &str = "writing the subject directory";
-    let bound = |(week, ttl): (&SubjectWeek, i32)| {
-        let (bucket, user, advertiser, week) = line(week);
-        (bucket, user, advertiser, week, ttl)
-    };
-    if let [only] = lines[..] {
-        return session
-            .execute_unpaged(insert, bound(only))
-            .await
-            .map(|_| ())
-            .map_err(failed(CONTEXT));
-    }
-    let mut batch = Batch::new(BatchType::Unlogged);
-    batch.set_is_idempotent(true);
-    let mut values = Vec::with_capacity(lines.len());
-    for line in lines {
-        batch.append_statement(insert.clone());
-        values.push(bound(line));
-    }
-    session
-        .batch(&batch, values)
-        .await
-        .map(|_| ())
-        .map_err(failed(CONTEXT))
 }
 
 impl CassandraStore {
@@ -176,59 +98,15 @@ impl CassandraStore {
 #[async_trait]
 impl SubjectStore for CassandraStore {
     async fn write_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
-        if weeks.is_empty() {
-            return Ok(());
-        }
-        let statement = &self.subject_statements().await?.insert_subject_week;
-        // A line expires with the last day of its week: no sooner than the entries it leads
-        // to, which expire with their own days.
-        let session = &*self.session;
-        let writes: Vec<_> = line_batches(weeks)
-            .into_iter()
-            .map(|lines| {
-                let lines = lines
-                    .into_iter()
-                    .map(|week| (week, self.raw_ttl(week.week.last_day())))
-                    .collect();
-                write_lines(session, statement, lines)
-            })
-            .collect();
-        futures::stream::iter(writes)
-            .buffer_unordered(BATCHES_IN_FLIGHT)
-            .try_collect::<()>()
-            .await
+        self.write_subject_lines(weeks).await
     }
 
     async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
-        let statement = &self.subject_statements().await?.select_subject_weeks;
-        let rows: Vec<(Uuid, i32)> = read_all(
-            &self.session,
-            statement,
-            (bucket_of(user), user.as_uuid()),
-            "reading the subject directory",
-        )
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(advertiser, week)| SubjectWeek {
-                user_id: user,
-                advertiser_id: AdvertiserId::new(advertiser),
-                week: Week::new(week),
-            })
-            .collect())
+        self.read_subject_lines(user).await
     }
 
     async fn delete_subject_weeks(&self, weeks: &[SubjectWeek]) -> Result<(), StoreError> {
-        let statement = &self.subject_statements().await?.delete_subject_week;
-        execute_each(
-            &self.session,
-            statement,
-            weeks,
-            ROWS_IN_FLIGHT,
-            line,
-            "deleting from the subject directory",
-        )
-        .await
+        self.delete_subject_lines(weeks).await
     }
 
     async fn delete_index_entries(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
