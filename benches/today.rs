@@ -5,13 +5,16 @@
 //! by the open-day read's own metrics into the part from slice aggregates and the part read
 //! raw; and
 //! HTTP ingestion with the slice aggregator working through a backfill, against without it,
-//! in interleaved rounds of one run.
+//! in interleaved rounds of one run; and
+//! the aggregator's pass over many quiet campaigns (nothing due), their states read one at a
+//! time against `fan_out.concurrency` (64) at once, in interleaved rounds.
 //!
 //! `scripts/bench today` (starts the Cassandra node if needed). Knobs: BENCH_STORES (default
 //! "embedded,cassandra"), BENCH_EMBEDDED_PHASES (default "1000000,3000000,10000000"),
 //! BENCH_CASSANDRA_PHASES (default "200000,1000000,3000000"), BENCH_ROUNDS (default 5),
 //! BENCH_INGEST_ROUNDS (default 6, 0 skips the ingest comparison), BENCH_OPEN_BACKLOG (default
-//! 1; 0 leaves out the open stretch's events before timing, so it holds only the trickle's).
+//! 1; 0 leaves out the open stretch's events before timing, so it holds only the trickle's),
+//! BENCH_QUIET_CAMPAIGNS (default 2000, 0 skips the pass over quiet campaigns).
 //! Each run uses fresh campaigns: the day moves on.
 
 mod support;
@@ -518,6 +521,95 @@ async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usiz
     );
 }
 
+/// Passes of the slice aggregator over `count` quiet campaigns (one impression each, an hour
+/// ago, every closed slice aggregated), so that a pass only finds that nothing is due: its
+/// time with the states read one at a time against `fan_out.concurrency` at once.
+async fn quiet_passes(name: &str, store: Arc<dyn Store>, count: usize, rounds: usize) {
+    let settings = Arc::new(SettingsCache::new(
+        store.clone(),
+        std::time::Duration::from_secs(600),
+    ));
+    let ingestor = Ingestor::standalone(
+        Arc::clone(&store),
+        Arc::clone(&settings),
+        64,
+        SealerOptions::default().rule,
+    );
+    let at = (Utc::now() - Duration::hours(1)).max(
+        Utc::now()
+            .duration_trunc(Duration::days(1))
+            .expect("truncated"),
+    );
+    let campaigns: Vec<CampaignKey> = (0..count).map(|_| fresh_campaign()).collect();
+    let impressions: Vec<Impression> = campaigns
+        .iter()
+        .map(|campaign| Impression {
+            impression_id: ImpressionId::new(Uuid::new_v4()),
+            campaign: *campaign,
+            ad_id: AdId::new(Uuid::from_u128(1)),
+            user_id: UserId::new(Uuid::new_v4()),
+            timestamp: EventTime::from_stored(at),
+            user_ip: None,
+            user_data: UserData::default(),
+            user_agent: None,
+            invalid: None,
+            pixel_arrival: None,
+        })
+        .collect();
+    for batch in impressions.chunks(1000) {
+        ingestor.impressions(batch.to_vec()).await.expect("stored");
+    }
+    let with_concurrency = |concurrency: usize| {
+        let mut options = Options::default();
+        options.service.queries.fan_out = adevents::query::FanOut { concurrency };
+        App::new(Arc::clone(&store), options)
+            .slicer()
+            .expect("slices are aggregated")
+    };
+    let (one_at_a_time, at_once) = (with_concurrency(1), with_concurrency(64));
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+        if at_once.aggregate_due(Utc::now()).await.expect("aggregated") == 0 {
+            break;
+        }
+    }
+    println!(
+        "  {count} quiet campaigns: every closed slice aggregated in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let mut seconds: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds * 2 {
+        let at_once_now = round % 2 == 1;
+        let slicer = if at_once_now {
+            &at_once
+        } else {
+            &one_at_a_time
+        };
+        let started = Instant::now();
+        let aggregated = slicer.aggregate_due(Utc::now()).await.expect("aggregated");
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "  round {}: {} {elapsed:.3} s, {aggregated} slices aggregated",
+            round / 2 + 1,
+            if at_once_now {
+                "64 at once"
+            } else {
+                "one at a time"
+            }
+        );
+        seconds[usize::from(at_once_now)].push(elapsed);
+    }
+    let (one, many) = (
+        support::median(seconds[0].clone()),
+        support::median(seconds[1].clone()),
+    );
+    println!(
+        "\n| {name}: a pass over {count} quiet campaigns | seconds (median of {rounds}) |\n|---|---|\n| states read one at a time | {one:.3} |\n| 64 at once | {many:.3} |\n| ratio | {:.2} |",
+        many / one
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let stores: Vec<String> = std::env::var("BENCH_STORES")
@@ -530,6 +622,7 @@ async fn main() {
         .install_recorder()
         .expect("the bench's metrics recorder");
     let ingest_rounds = support::env_knob("BENCH_INGEST_ROUNDS", 6);
+    let quiet_campaigns = support::env_knob("BENCH_QUIET_CAMPAIGNS", 2000);
     for name in stores {
         let (store, sizes): (Arc<dyn Store>, Vec<usize>) = match name.as_str() {
             "embedded" => (
@@ -545,6 +638,9 @@ async fn main() {
         // Ingestion first, on a store not yet busy compacting the phases' millions of rows.
         if ingest_rounds > 0 {
             ingest_with_and_without(&name, Arc::clone(&store), ingest_rounds).await;
+        }
+        if quiet_campaigns > 0 {
+            quiet_passes(&name, Arc::clone(&store), quiet_campaigns, rounds).await;
         }
         if !sizes.is_empty() {
             phases(&name, store, &sizes, rounds, &metrics).await;

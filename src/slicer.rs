@@ -24,6 +24,7 @@ use crate::sealer::read_start;
 use crate::settings::SettingsCache;
 use crate::store::{CopyRow, OpenDayParts, SliceAggregate, SliceAggregateRow, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -128,23 +129,82 @@ impl SliceAggregator {
 
     /// Aggregates every slice that is due `now` of every unsealed campaign-day of today and
     /// yesterday; returns how many slices it aggregated.
+    ///
+    /// Most campaign-days have nothing due on most passes, yet each costs two small reads to
+    /// know it (its seal and its slice states): those run `fan_out.concurrency` at a time, so
+    /// a pass over thousands of campaigns takes a round trip per that many of them rather than
+    /// one each. The aggregations themselves run one after another, each giving way after a
+    /// busy stretch, so background work keeps its bounded share of the machine.
     pub async fn aggregate_due(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         let today = Day::new(now.date_naive());
         let yesterday = Day::new(today.date() - TimeDelta::days(1));
         let store = self.store.as_ref();
-        let mut aggregated = 0;
+        let mut candidates = Vec::new();
         for day in [yesterday, today] {
             for owner in store.owners_of_day(OwnerKind::Campaign, day).await? {
-                let Owner::Campaign(campaign) = owner else {
-                    continue;
-                };
-                if store.seal_state(&owner, day).await?.sealed_from.is_some() {
-                    continue;
+                if let Owner::Campaign(campaign) = owner {
+                    candidates.push((campaign, day));
                 }
-                aggregated += self.aggregate_campaign_day(campaign, day, now).await?;
             }
         }
+        let due: Vec<(CampaignKey, Day)> = stream::iter(candidates)
+            .map(|(campaign, day)| async move {
+                let has_due = self.has_due_slices(campaign, day, now).await?;
+                Ok::<_, StoreError>(has_due.then_some((campaign, day)))
+            })
+            .buffer_unordered(self.options.fan_out.concurrency.max(1))
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
+        let mut aggregated = 0;
+        for (campaign, day) in due {
+            aggregated += self.aggregate_campaign_day(campaign, day, now).await?;
+        }
         Ok(aggregated)
+    }
+
+    /// Whether an unsealed campaign-day has a slice to aggregate `now`.
+    async fn has_due_slices(
+        &self,
+        campaign: CampaignKey,
+        day: Day,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let store = self.store.as_ref();
+        let owner = Owner::Campaign(campaign);
+        if store.seal_state(&owner, day).await?.sealed_from.is_some() {
+            return Ok(false);
+        }
+        let rows = store
+            .read_open_day(campaign, day, OpenDayParts::States)
+            .await?;
+        let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
+        Ok(!self.due_slices(day, &states, now).is_empty())
+    }
+
+    /// The slices of `day` to aggregate `now`, given their states: past their grace, not
+    /// answered by a current aggregate, and not marked within the margin (an aggregate read
+    /// now could not answer for such a slice (see `SealState::is_current`), and while a
+    /// backfill keeps marking it, it is read raw anyway).
+    fn due_slices(
+        &self,
+        day: Day,
+        states: &HashMap<Slice, SealState>,
+        now: DateTime<Utc>,
+    ) -> Vec<Slice> {
+        let settled = |state: &SealState| {
+            state
+                .late_at
+                .is_none_or(|marked| marked + SealState::MARGIN < now)
+        };
+        slices_of_day(day)
+            .filter(|slice| {
+                let state = states.get(slice).copied().unwrap_or_default();
+                self.options.rule.may_aggregate(*slice, now)
+                    && !state.is_current()
+                    && settled(&state)
+            })
+            .collect()
     }
 
     /// Aggregates the due slices of one campaign-day, oldest first.
@@ -163,20 +223,7 @@ impl SliceAggregator {
             .read_open_day(campaign, day, OpenDayParts::States)
             .await?;
         let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
-        // A slice marked within the margin is left for a later pass: an aggregate read now
-        // could not answer for it (see `SealState::is_current`), and while a backfill keeps
-        // marking it, it is read raw anyway.
-        let settled = |state: &SealState| {
-            state
-                .late_at
-                .is_none_or(|marked| marked + SealState::MARGIN < now)
-        };
-        let due: Vec<Slice> = slices_of_day(day)
-            .filter(|slice| {
-                let state = states.get(slice).copied().unwrap_or_default();
-                options.rule.may_aggregate(*slice, now) && !state.is_current() && settled(&state)
-            })
-            .collect();
+        let due = self.due_slices(day, &states, now);
         if due.is_empty() {
             return Ok(0);
         }
