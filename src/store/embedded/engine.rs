@@ -69,6 +69,9 @@ pub(crate) struct Tables {
     pub(crate) persist: PersistMode,
 }
 
+/// Derived rows in one engine batch at most (see [`EmbeddedStore::write_derived`]).
+const DERIVED_ROWS_PER_BATCH: usize = 512;
+
 /// Rows (table, key, value) one write call applies.
 pub(crate) type Rows = Vec<(Table, Vec<u8>, Vec<u8>)>;
 
@@ -233,6 +236,34 @@ impl EmbeddedStore {
     /// concurrent calls share a commit ([`super::committer`]).
     pub(super) async fn write(&self, context: &'static str, rows: Rows) -> Result<(), StoreError> {
         self.committer.commit(context, rows).await
+    }
+
+    /// Writes derived rows (`table`, key, value) beside the commit thread rather than through
+    /// it, in batches of [`DERIVED_ROWS_PER_BATCH`], each in the journal without waiting for
+    /// an fsync: what derives them is repaired from the raw rows after a crash, and every
+    /// write the commit thread makes durable later in the journal makes these durable too.
+    /// Small batches, because the engine applies a batch to its memtables while holding the
+    /// journal: a large one would hold every ingestion's commit behind it.
+    pub(super) async fn write_derived(
+        &self,
+        context: &'static str,
+        table: Table,
+        rows: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        self.blocking(move |tables| {
+            let keyspace = tables.get(table);
+            for chunk in rows.chunks(DERIVED_ROWS_PER_BATCH) {
+                let mut batch = tables.db.batch().durability(Some(PersistMode::Buffer));
+                for (key, value) in chunk {
+                    batch.insert(keyspace, key.as_slice(), value.as_slice());
+                }
+                batch
+                    .commit()
+                    .map_err(|error| engine_error(context, error))?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Every (key, value) from `start` on (`..end` when given) in one table, in key order.

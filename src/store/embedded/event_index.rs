@@ -102,9 +102,10 @@ impl EventIndexStore for EmbeddedStore {
     async fn write_index(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
         let rows = entries
             .iter()
-            .map(|entry| (Table::EventIndex, entry_key(entry), entry_value(entry)))
+            .map(|entry| (entry_key(entry), entry_value(entry)))
             .collect();
-        self.write("writing the event index", rows).await
+        self.write_derived("writing the event index", Table::EventIndex, rows)
+            .await
     }
 
     async fn read_index(
@@ -196,6 +197,57 @@ impl EmbeddedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
+
+    fn open(folder: &tempfile::TempDir) -> EmbeddedStore {
+        EmbeddedStore::open(&EmbeddedConfig {
+            data_dir: folder.path().to_owned(),
+            fsync: Fsync::Always,
+            memory: EngineMemory::default(),
+        })
+        .expect("opened")
+    }
+
+    /// The index is written beside the commit thread, in several engine batches: every entry
+    /// of a write is there once it returns, and after the folder is opened again.
+    #[tokio::test]
+    async fn a_write_of_many_batches_keeps_every_entry_across_a_reopen() {
+        let folder = tempfile::tempdir().expect("temporary folder");
+        let advertiser = AdvertiserId::new(Uuid::from_u128(1));
+        let user = UserId::new(Uuid::from_u128(2));
+        let at: DateTime<chrono::Utc> = "2026-11-28T10:00:00Z".parse().expect("time");
+        let entries: Vec<IndexEntry> = (0..1_300)
+            .map(|n| IndexEntry {
+                advertiser_id: advertiser,
+                key: IndexKey::User(user),
+                timestamp: EventTime::from_stored(at + chrono::TimeDelta::seconds(n)),
+                kind: IndexedKind::Impression,
+                impression_id: ImpressionId::new(Uuid::from_u128(1_000 + n as u128)),
+                campaign_id: CampaignId::new(Uuid::from_u128(4)),
+                ad_id: AdId::new(Uuid::from_u128(5)),
+                user_id: Some(user),
+                received: at,
+                valid: true,
+            })
+            .collect();
+        let week = Week::of(at);
+        {
+            let store = open(&folder);
+            store.write_index(&entries).await.expect("written");
+            let read = store
+                .read_index(advertiser, week, IndexKey::User(user))
+                .await
+                .expect("read");
+            assert_eq!(read.len(), entries.len());
+        }
+        let store = open(&folder);
+        let mut read = store
+            .read_index(advertiser, week, IndexKey::User(user))
+            .await
+            .expect("read after reopening");
+        read.sort_by_key(|entry| entry.timestamp);
+        assert_eq!(read, entries);
+    }
 
     #[test]
     fn an_entry_decodes_back_from_its_row() {
