@@ -68,6 +68,43 @@ fn closed_stretch(now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
     ((now - Duration::hours(12)).max(midnight), open_from)
 }
 
+/// A valid impression of `campaign` by `user_id` at `at`.
+fn impression(
+    campaign: CampaignKey,
+    ad_id: AdId,
+    user_id: UserId,
+    at: DateTime<Utc>,
+    id: ImpressionId,
+) -> Impression {
+    Impression {
+        impression_id: id,
+        campaign,
+        ad_id,
+        user_id,
+        timestamp: EventTime::from_stored(at),
+        user_ip: None,
+        user_data: UserData::default(),
+        user_agent: None,
+        invalid: None,
+        pixel_arrival: None,
+    }
+}
+
+/// The settings cache and ingestor the bench's writes go through, on `store`.
+fn ingestor_for(store: &Arc<dyn Store>) -> (Arc<SettingsCache>, Ingestor) {
+    let settings = Arc::new(SettingsCache::new(
+        store.clone(),
+        std::time::Duration::from_secs(600),
+    ));
+    let ingestor = Ingestor::standalone(
+        Arc::clone(store),
+        Arc::clone(&settings),
+        64,
+        SealerOptions::default().rule,
+    );
+    (settings, ingestor)
+}
+
 /// Writes `count` impressions of `campaign` spread evenly over `[from, to)` through the
 /// service's own write path (1 % of them clicked 20 s later), 4 batches of 5,000 at a time.
 async fn load(
@@ -90,18 +127,13 @@ async fn load(
     let (mut batch, mut clicks) = (Vec::with_capacity(5000), Vec::new());
     for i in 0..count {
         let at = from + Duration::microseconds(step * i as i64);
-        let impression = Impression {
-            impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
+        let impression = impression(
             campaign,
-            ad_id: ads[rng.random_range(0..ads.len())],
-            user_id: UserId::new(Uuid::from_u128(rng.random_range(0..users))),
-            timestamp: EventTime::from_stored(at),
-            user_ip: None,
-            user_data: UserData::default(),
-            user_agent: None,
-            invalid: None,
-            pixel_arrival: None,
-        };
+            ads[rng.random_range(0..ads.len())],
+            UserId::new(Uuid::from_u128(rng.random_range(0..users))),
+            at,
+            ImpressionId::new(Uuid::from_u128(rng.random())),
+        );
         let click_at = at + Duration::seconds(20);
         if i % 100 == 0 && click_at < to {
             clicks.push(Click {
@@ -189,17 +221,14 @@ fn trickle(
             owed -= count as f64;
             let now = Utc::now();
             let events: Vec<Impression> = (0..count)
-                .map(|_| Impression {
-                    impression_id: ImpressionId::new(Uuid::from_u128(rng.random())),
-                    campaign,
-                    ad_id: AdId::new(Uuid::from_u128(rng.random_range(1..=ADS as u128))),
-                    user_id: UserId::new(Uuid::from_u128(rng.random())),
-                    timestamp: EventTime::from_stored(now),
-                    user_ip: None,
-                    user_data: UserData::default(),
-                    user_agent: None,
-                    invalid: None,
-                    pixel_arrival: None,
+                .map(|_| {
+                    impression(
+                        campaign,
+                        AdId::new(Uuid::from_u128(rng.random_range(1..=ADS as u128))),
+                        UserId::new(Uuid::from_u128(rng.random())),
+                        now,
+                        ImpressionId::new(Uuid::from_u128(rng.random())),
+                    )
                 })
                 .collect();
             if !events.is_empty() {
@@ -314,21 +343,13 @@ async fn phases(
     rounds: usize,
     metrics: &PrometheusHandle,
 ) {
-    let settings = Arc::new(SettingsCache::new(
-        store.clone(),
-        std::time::Duration::from_secs(600),
-    ));
+    let (settings, ingestor) = ingestor_for(&store);
+    let ingestor = Arc::new(ingestor);
     let queries = Queries::new(
         Arc::clone(&store),
         Arc::clone(&settings),
         QueryOptions::default(),
     );
-    let ingestor = Arc::new(Ingestor::standalone(
-        Arc::clone(&store),
-        Arc::clone(&settings),
-        64,
-        SealerOptions::default().rule,
-    ));
     let app = App::new(Arc::clone(&store), Options::default());
     let campaign = fresh_campaign();
     configure(&store, campaign).await;
@@ -525,16 +546,7 @@ async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usiz
 /// ago, every closed slice aggregated), so that a pass only finds that nothing is due: its
 /// time with the states read one at a time against `fan_out.concurrency` at once.
 async fn quiet_passes(name: &str, store: Arc<dyn Store>, count: usize, rounds: usize) {
-    let settings = Arc::new(SettingsCache::new(
-        store.clone(),
-        std::time::Duration::from_secs(600),
-    ));
-    let ingestor = Ingestor::standalone(
-        Arc::clone(&store),
-        Arc::clone(&settings),
-        64,
-        SealerOptions::default().rule,
-    );
+    let (_, ingestor) = ingestor_for(&store);
     let at = (Utc::now() - Duration::hours(1)).max(
         Utc::now()
             .duration_trunc(Duration::days(1))
@@ -543,17 +555,14 @@ async fn quiet_passes(name: &str, store: Arc<dyn Store>, count: usize, rounds: u
     let campaigns: Vec<CampaignKey> = (0..count).map(|_| fresh_campaign()).collect();
     let impressions: Vec<Impression> = campaigns
         .iter()
-        .map(|campaign| Impression {
-            impression_id: ImpressionId::new(Uuid::new_v4()),
-            campaign: *campaign,
-            ad_id: AdId::new(Uuid::from_u128(1)),
-            user_id: UserId::new(Uuid::new_v4()),
-            timestamp: EventTime::from_stored(at),
-            user_ip: None,
-            user_data: UserData::default(),
-            user_agent: None,
-            invalid: None,
-            pixel_arrival: None,
+        .map(|campaign| {
+            impression(
+                *campaign,
+                AdId::new(Uuid::from_u128(1)),
+                UserId::new(Uuid::new_v4()),
+                at,
+                ImpressionId::new(Uuid::new_v4()),
+            )
         })
         .collect();
     for batch in impressions.chunks(1000) {
