@@ -157,6 +157,9 @@ impl SliceAggregator {
             .try_collect()
             .await?;
         let mut aggregated = 0;
+        // Each reads its states again: its read start must come just before its own read, not
+        // a whole pass earlier, or a mark in between would make its aggregates stale for
+        // nothing.
         for (campaign, day) in due {
             aggregated += self.aggregate_campaign_day(campaign, day, now).await?;
         }

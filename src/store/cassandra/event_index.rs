@@ -9,7 +9,7 @@ use super::CassandraStore;
 use super::config::KeyspaceName;
 use super::errors::decode_error;
 use super::event_writes::set_or_unset;
-use super::statements::{failed, prepare_all, read_all};
+use super::statements::{prepare_all, read_all, write_partition};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId, UserId};
 use crate::domain::retention::Retention;
@@ -20,7 +20,6 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use scylla::client::session::Session;
-use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::MaybeUnset;
 use scylla::{DeserializeRow, SerializeRow};
@@ -194,26 +193,11 @@ async fn write_batch(
             .ttl_seconds(entry.timestamp.utc_day(), now)
             .unwrap_or(0)
     };
-    const CONTEXT: &str = "writing the event index";
-    if let [entry] = entries[..] {
-        return session
-            .execute_unpaged(insert, EntryValues::new(entry, ttl(entry)))
-            .await
-            .map(|_| ())
-            .map_err(failed(CONTEXT));
-    }
-    let mut batch = Batch::new(BatchType::Unlogged);
-    batch.set_is_idempotent(true);
-    let mut values = Vec::with_capacity(entries.len());
-    for entry in entries {
-        batch.append_statement(insert.clone());
-        values.push(EntryValues::new(entry, ttl(entry)));
-    }
-    session
-        .batch(&batch, values)
-        .await
-        .map(|_| ())
-        .map_err(failed(CONTEXT))
+    let rows = entries
+        .into_iter()
+        .map(|entry| EntryValues::new(entry, ttl(entry)))
+        .collect();
+    write_partition(session, insert, rows, "writing the event index").await
 }
 
 #[async_trait]

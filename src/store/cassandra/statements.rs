@@ -129,6 +129,40 @@ where
     Ok(())
 }
 
+/// Writes rows of one partition with one statement: a lone row as a plain statement, more as
+/// one unlogged batch (single-partition, so the node applies it as one mutation), marked
+/// idempotent so the driver may retry it.
+pub(crate) async fn write_partition<V>(
+    session: &Session,
+    statement: &PreparedStatement,
+    mut rows: Vec<V>,
+    context: &'static str,
+) -> Result<(), StoreError>
+where
+    V: scylla::serialize::row::SerializeRow,
+{
+    if rows.len() == 1
+        && let Some(only) = rows.pop()
+    {
+        return session
+            .execute_unpaged(statement, only)
+            .await
+            .map(|_| ())
+            .map_err(failed(context));
+    }
+    let mut batch =
+        scylla::statement::batch::Batch::new(scylla::statement::batch::BatchType::Unlogged);
+    batch.set_is_idempotent(true);
+    for _ in &rows {
+        batch.append_statement(statement.clone());
+    }
+    session
+        .batch(&batch, rows)
+        .await
+        .map(|_| ())
+        .map_err(failed(context))
+}
+
 /// Runs one statement once, for its effect.
 pub(crate) async fn execute(
     session: &Session,

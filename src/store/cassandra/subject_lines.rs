@@ -5,16 +5,13 @@
 //! a user's lines are one clustering slice per week, read at once.
 
 use super::CassandraStore;
-use super::statements::{execute_each, failed, read_all};
+use super::statements::{execute_each, read_all, write_partition};
 use super::subject_statements::SHARD;
 use crate::domain::conversion::index::Week;
 use crate::domain::ids::{AdvertiserId, UserId};
 use crate::domain::privacy::SubjectWeek;
 use crate::store::StoreError;
 use futures::{StreamExt, TryStreamExt};
-use scylla::client::session::Session;
-use scylla::statement::batch::{Batch, BatchType};
-use scylla::statement::prepared::PreparedStatement;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use uuid::Uuid;
@@ -87,38 +84,6 @@ fn line_batches(lines: &[SubjectWeek]) -> Vec<Vec<&SubjectWeek>> {
         .collect()
 }
 
-/// Writes one partition's lines: a lone line as a plain insert, more as one unlogged batch.
-async fn write_batch(
-    session: &Session,
-    insert: &PreparedStatement,
-    lines: Vec<(&SubjectWeek, i32)>,
-) -> Result<(), StoreError> {
-    const CONTEXT: &str = "writing the subject directory";
-    let bound = |(line, ttl): (&SubjectWeek, i32)| {
-        let (week, bucket, user, advertiser) = line_key(line);
-        (week, bucket, user, advertiser, ttl)
-    };
-    if let [only] = lines[..] {
-        return session
-            .execute_unpaged(insert, bound(only))
-            .await
-            .map(|_| ())
-            .map_err(failed(CONTEXT));
-    }
-    let mut batch = Batch::new(BatchType::Unlogged);
-    batch.set_is_idempotent(true);
-    let mut values = Vec::with_capacity(lines.len());
-    for line in lines {
-        batch.append_statement(insert.clone());
-        values.push(bound(line));
-    }
-    session
-        .batch(&batch, values)
-        .await
-        .map(|_| ())
-        .map_err(failed(CONTEXT))
-}
-
 impl CassandraStore {
     /// Adds `lines`: the weeks they name are listed first, so no line is ever unreachable.
     /// Each line, and each week's row, expires with the last day of its week: no sooner than
@@ -149,11 +114,20 @@ impl CassandraStore {
         let writes: Vec<_> = line_batches(lines)
             .into_iter()
             .map(|batch| {
-                let batch = batch
+                let rows = batch
                     .into_iter()
-                    .map(|line| (line, self.raw_ttl(line.week.last_day())))
+                    .map(|line| {
+                        let (week, bucket, user, advertiser) = line_key(line);
+                        let ttl = self.raw_ttl(line.week.last_day());
+                        (week, bucket, user, advertiser, ttl)
+                    })
                     .collect();
-                write_batch(session, &statements.insert_subject_line, batch)
+                write_partition(
+                    session,
+                    &statements.insert_subject_line,
+                    rows,
+                    "writing the subject directory",
+                )
             })
             .collect();
         futures::stream::iter(writes)
