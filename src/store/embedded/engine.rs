@@ -248,9 +248,8 @@ impl EmbeddedStore {
         &self,
         context: &'static str,
         table: Table,
-        rows: Vec<(Vec<u8>, Vec<u8>)>,
+        mut rows: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<(), StoreError> {
-        let mut rows = rows;
         // In key order, consecutive inserts walk the memtable's skiplist along nearly the same
         // path, which stays in the CPU's caches; random keys miss at every level.
         rows.sort_unstable_by(|(one, _), (other, _)| one.cmp(other));
