@@ -481,6 +481,18 @@ pub struct ConversionRecord {
     pub(crate) decision: Option<DecidedConversion>,
 }
 
+impl ConversionRecord {
+    /// Every copy received, as stored.
+    pub fn copies(&self) -> &[ReceivedConversion] {
+        &self.copies
+    }
+
+    /// Its decision, once made.
+    pub fn decision(&self) -> Option<&DecidedConversion> {
+        self.decision.as_ref()
+    }
+}
+
 /// Conversions (docs/DESIGN.md, "Conversions"): their copies as received, each one's entry in
 /// the due list, its decision (the first one stored wins, on every process), and the decided
 /// conversions by day, for the advertiser and for the campaign credited.

@@ -4,10 +4,12 @@
 //! every row is written with a TTL counted from its own day.
 
 use crate::common::beacons::{fresh_site, register_site, uniques};
-use crate::common::events::{Campaign, export_records, post, post_all, summary};
-use crate::common::{Backend, TestServer, http, test_options};
+use crate::common::events::{Campaign, export_records, get, post, post_all, summary};
+use crate::common::{Backend, TestServer, eventually, http, test_options};
 use adevents::app::{App, Options};
 use adevents::domain::beacon::SiteId;
+use adevents::domain::conversion::ConversionId;
+use adevents::domain::ids::AdvertiserId;
 use adevents::domain::owner::Owner;
 use adevents::domain::retention::Retention;
 use adevents::domain::time::Day;
@@ -23,6 +25,7 @@ use uuid::Uuid;
 conformance!(
     events_of_days_past_retention_are_refused_naming_timestamp_and_nothing_is_stored,
     the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer,
+    the_sweep_deletes_expired_conversions_with_their_copies_and_decisions,
 );
 
 mod cassandra_only {
@@ -276,6 +279,83 @@ async fn the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer(backend
     assert_eq!(sealed["totals"], raw["totals"], "the rollup still answers");
     let after = uniques(&base, &site, &uniques_query).await;
     assert_eq!(after["total"], sealed_uniques["total"], "{after}");
+}
+
+/// What the store keeps of a conversion: its copies as received, and whether it is decided.
+async fn kept_of(store: &Arc<dyn Store>, advertiser: Uuid, id: &str) -> (usize, bool) {
+    let id = ConversionId::new(id).expect("a conversion id");
+    let record = store
+        .conversion_record(AdvertiserId::new(advertiser), &id)
+        .await
+        .expect("read");
+    (record.copies().len(), record.decision().is_some())
+}
+
+async fn the_sweep_deletes_expired_conversions_with_their_copies_and_decisions(backend: Backend) {
+    let store = backend.store().await;
+    let mut options = test_options();
+    options.service.attribution_delay = std::time::Duration::from_secs(1);
+    let server = TestServer::with_options(Arc::clone(&store), options).await;
+    let campaign = Campaign::fresh();
+    let (old, kept) = (days_ago(10), days_ago(2));
+    let (user, impression) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut seen = campaign.impression(impression, Uuid::new_v4(), old + Duration::hours(9));
+    seen["user_id"] = json!(user);
+    let (status, body) = post(&server, "/v1/impressions", &seen).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let advertiser = campaign.advertiser_id;
+    let conversion = |id: &str, at: DateTime<Utc>| {
+        json!({
+            "conversion_id": id,
+            "advertiser_id": advertiser,
+            "action": "purchase",
+            "timestamp": at.to_rfc3339(),
+            "user_id": user,
+            "value": "12.50",
+            "currency": "EUR",
+        })
+    };
+    // The old one twice (an ad server's retry), the kept one once.
+    for body in [
+        conversion("expired-order", old + Duration::hours(11)),
+        conversion("expired-order", old + Duration::hours(11)),
+        conversion("kept-order", kept + Duration::hours(11)),
+    ] {
+        let (status, answer) = post(&server, "/v1/conversions", &body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
+    let both_decided = eventually(std::time::Duration::from_secs(60), || async {
+        kept_of(&store, advertiser, "expired-order").await.1
+            && kept_of(&store, advertiser, "kept-order").await.1
+    })
+    .await;
+    assert!(both_decided, "both conversions decided");
+    let (copies, decided) = kept_of(&store, advertiser, "expired-order").await;
+    assert!(
+        copies >= 1 && decided,
+        "{copies} copies stored, decided: {decided}"
+    );
+
+    let app = App::new(Arc::clone(&store), options_keeping("5days"));
+    app.sweeper()
+        .sweep_owner(&Owner::Campaign(campaign.key()), day_of(old), Utc::now())
+        .await
+        .expect("swept");
+    assert_eq!(
+        kept_of(&store, advertiser, "expired-order").await,
+        (0, false),
+        "the expired conversion's copies and decision are gone"
+    );
+    assert_eq!(kept_of(&store, advertiser, "kept-order").await, (1, true));
+    let old_day = old.date_naive();
+    let (status, listed) = get(
+        &server,
+        &format!("/v1/advertisers/{advertiser}/conversions"),
+        &format!("from={old_day}&to={old_day}&group_by=none"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["totals"]["conversions"], 0, "{listed}");
 }
 
 async fn rows_expire_with_their_day_not_with_their_write() {

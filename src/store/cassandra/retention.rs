@@ -7,7 +7,9 @@
 
 use super::CassandraStore;
 use super::config::KeyspaceName;
-use super::statements::{EVENT_PARTITION, execute, partition_values, prepare_all};
+use super::statements::{
+    EVENT_PARTITION, execute, execute_each, partition_values, prepare_all, read_all,
+};
 use crate::domain::beacon::{SiteId, VisitPartition};
 use crate::domain::conversion::CONVERSION_BUCKETS;
 use crate::domain::ids::CampaignKey;
@@ -19,6 +21,8 @@ use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
 const CONTEXT: &str = "deleting expired days";
+/// Conversions' copy and decision partitions deleted at once.
+const CONVERSIONS_IN_FLIGHT: usize = 32;
 
 /// The event tables partitioned by (advertiser, campaign, day, bucket).
 const EVENT_TABLES: [&str; 5] = [
@@ -35,6 +39,9 @@ pub(crate) struct RetentionStatements {
     delete_click_index: PreparedStatement,
     delete_campaign_conversions: PreparedStatement,
     delete_advertiser_conversions: PreparedStatement,
+    select_advertiser_conversion_ids: PreparedStatement,
+    delete_conversion_copies: PreparedStatement,
+    delete_conversion_decision: PreparedStatement,
     delete_campaign_day: PreparedStatement,
     delete_visit_partition: PreparedStatement,
     delete_site_day: PreparedStatement,
@@ -56,6 +63,9 @@ impl RetentionStatements {
             delete_click_index,
             delete_campaign_conversions,
             delete_advertiser_conversions,
+            select_advertiser_conversion_ids,
+            delete_conversion_copies,
+            delete_conversion_decision,
             delete_campaign_day,
             delete_visit_partition,
             delete_site_day,
@@ -75,6 +85,18 @@ impl RetentionStatements {
                      AND bucket_id = ?"
                 ),
                 format!(
+                    "SELECT conversion_id FROM {keyspace}.conversion WHERE advertiser_id = ? \
+                     AND day = ? AND bucket_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.conversion_copy WHERE advertiser_id = ? \
+                     AND conversion_id = ?"
+                ),
+                format!(
+                    "DELETE FROM {keyspace}.conversion_decision WHERE advertiser_id = ? \
+                     AND conversion_id = ?"
+                ),
+                format!(
                     "DELETE FROM {keyspace}.campaign_day WHERE day = ? AND advertiser_id = ? \
                      AND campaign_id = ?"
                 ),
@@ -90,6 +112,9 @@ impl RetentionStatements {
             delete_click_index,
             delete_campaign_conversions,
             delete_advertiser_conversions,
+            select_advertiser_conversion_ids,
+            delete_conversion_copies,
+            delete_conversion_decision,
             delete_campaign_day,
             delete_visit_partition,
             delete_site_day,
@@ -160,7 +185,33 @@ impl CassandraStore {
         )
         .await?;
         // The advertiser's own list of the day's conversions: every campaign of the
-        // advertiser deletes it again, which costs a tombstone and changes nothing.
+        // advertiser deletes it again, which costs a tombstone and changes nothing. Each
+        // conversion listed first loses its copies and decision, partitions of their own
+        // (keyed by conversion, not by day) that rows stored without a TTL keep otherwise.
+        let listed = futures::future::try_join_all((0..CONVERSION_BUCKETS).map(|bucket| {
+            read_all::<(String,)>(
+                &self.session,
+                &statements.select_advertiser_conversion_ids,
+                (advertiser, date, bucket as i16),
+                CONTEXT,
+            )
+        }))
+        .await?;
+        let ids: Vec<String> = listed.into_iter().flatten().map(|(id,)| id).collect();
+        for delete in [
+            &statements.delete_conversion_copies,
+            &statements.delete_conversion_decision,
+        ] {
+            execute_each(
+                &self.session,
+                delete,
+                &ids,
+                CONVERSIONS_IN_FLIGHT,
+                |id| (advertiser, id.as_str()),
+                CONTEXT,
+            )
+            .await?;
+        }
         futures::future::try_join_all((0..CONVERSION_BUCKETS).map(|bucket| {
             execute(
                 &self.session,
@@ -171,7 +222,7 @@ impl CassandraStore {
         }))
         .await?;
         Ok(Swept {
-            ranges: 1 + u64::from(CONVERSION_BUCKETS),
+            ranges: 1 + u64::from(CONVERSION_BUCKETS) + 2 * ids.len() as u64,
             rows: 0,
         })
     }

@@ -6,8 +6,8 @@
 
 use super::EmbeddedStore;
 use super::committer::Removals;
-use super::engine::{Table, engine_error};
-use super::{keys, rollup_keys, site_keys};
+use super::engine::{KeyValues, Table, engine_error};
+use super::{conversions, keys, rollup_keys, site_keys};
 use crate::domain::beacon::SiteId;
 use crate::domain::conversion::index::Week;
 use crate::domain::ids::CampaignKey;
@@ -20,6 +20,8 @@ const CONTEXT: &str = "dropping expired days";
 
 /// Keys removed in one commit, so no commit holds a busy day's rows in memory at once.
 const DELETES_PER_COMMIT: usize = 20_000;
+/// Decided conversions swept in one commit: each reads its copies and decision first.
+const CONVERSIONS_PER_COMMIT: usize = 1_000;
 
 /// A day's bytes for the end of a range: the day after the last one dropped.
 fn end_day(last: Day) -> [u8; 4] {
@@ -125,6 +127,59 @@ impl EmbeddedStore {
         }
     }
 
+    /// The advertiser's decided conversions of every day up to `last`, each with its copies
+    /// and decision (keyed by conversion, so in no day range) and, in weeks before
+    /// `kept_week`, the directory line that led to it. From the advertiser's first day, not
+    /// the campaign's: a conversion's day may hold no event of any campaign (an unattributed
+    /// conversion), and once swept the range is empty for the advertiser's other campaigns.
+    async fn drop_conversions(
+        &self,
+        advertiser: Vec<u8>,
+        last: Day,
+        kept_week: Week,
+    ) -> Result<Swept, StoreError> {
+        let mut end = advertiser.clone();
+        end.extend_from_slice(&end_day(last));
+        let mut swept = Swept::default();
+        let mut from = advertiser;
+        loop {
+            let (first, to) = (from.clone(), end.clone());
+            let decided: KeyValues = self
+                .blocking(move |tables| {
+                    tables
+                        .get(Table::Conversion)
+                        .range(first..to)
+                        .take(CONVERSIONS_PER_COMMIT)
+                        .map(|guard| {
+                            guard
+                                .into_inner()
+                                .map_err(|error| engine_error(CONTEXT, error))
+                        })
+                        .collect()
+                })
+                .await?;
+            let Some((last_key, _)) = decided.last() else {
+                return Ok(swept);
+            };
+            from = last_key.to_vec();
+            from.push(0);
+            let mut removals = Removals::new();
+            for (key, value) in &decided {
+                removals.extend(
+                    conversions::expired_conversion_removals(self, value, |conversion| {
+                        Week::of(conversion.timestamp.instant()) < kept_week
+                    })
+                    .await?,
+                );
+                removals.push((Table::Conversion, key.to_vec()));
+            }
+            swept.rows += removals.len() as u64;
+            self.committer
+                .commit_replacing(CONTEXT, removals, Vec::new())
+                .await?;
+        }
+    }
+
     async fn drop_campaign_days(
         &self,
         campaign: CampaignKey,
@@ -162,10 +217,11 @@ impl EmbeddedStore {
         // conversions' by user) of weeks wholly
         // expired (a week that reaches past `last` may hold days still kept).
         let advertiser = campaign.advertiser_id.as_uuid().as_bytes().to_vec();
-        let (start, end) = range(advertiser.clone());
-        swept += self.drop_key_range(Table::Conversion, start, end).await?;
         let first_week = Week::of(first.start_utc());
         let kept_week = Week::of(last.next().start_utc());
+        swept += self
+            .drop_conversions(advertiser.clone(), last, kept_week)
+            .await?;
         if first_week < kept_week {
             let mut start = advertiser.clone();
             start.extend_from_slice(&keys::week_bytes(first_week));
