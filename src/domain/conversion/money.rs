@@ -88,8 +88,9 @@ impl Money {
             return Err(MoneyError::NotDecimal);
         }
         let allowed = currency.exponent;
-        let significant = fraction.trim_end_matches('0');
-        if significant.len() > usize::from(allowed) {
+        // Trailing zeros count too, as the contract words it: "1.100" EUR claims a precision
+        // the currency does not have, which a client should hear about rather than see dropped.
+        if fraction.len() > usize::from(allowed) {
             return Err(MoneyError::TooManyDecimals {
                 given: fraction.len(),
                 allowed,
@@ -112,7 +113,7 @@ impl Money {
         let scale = 10_i64.pow(u32::from(allowed));
         let mut minor_part: i64 = 0;
         for position in 0..usize::from(allowed) {
-            let digit = significant
+            let digit = fraction
                 .as_bytes()
                 .get(position)
                 .map_or(0, |byte| i64::from(byte - b'0'));
@@ -231,7 +232,14 @@ mod tests {
             parse("1.001", "EUR"),
             Err(MoneyError::TooManyDecimals { allowed: 2, .. })
         ));
-        assert_eq!(parse("1.100", "EUR").map(|m| m.minor), Ok(110));
+        for (text, code) in [("1.100", "EUR"), ("300.0", "JPY"), ("0.5000", "KWD")] {
+            assert!(
+                matches!(parse(text, code), Err(MoneyError::TooManyDecimals { .. })),
+                "{text} {code}"
+            );
+        }
+        assert_eq!(parse("1.10", "EUR").map(|m| m.minor), Ok(110));
+        assert_eq!(parse("0.500", "KWD").map(|m| m.minor), Ok(500));
         assert_eq!(parse("1000000000000.01", "EUR"), Err(MoneyError::TooLarge));
         assert_eq!(
             parse("99999999999999999999", "EUR"),
