@@ -167,8 +167,9 @@ impl ValueSums {
         }
     }
 
-    /// The largest sum in any currency, in that currency's minor units: an order among rows
-    /// that have values in different currencies, used only to break ties.
+    /// Each currency's sum, in currency-code order, to break ties between rows: rows valued
+    /// in one currency (the usual case) order by that sum; between currencies there is no
+    /// rate to compare by, so their order is only deterministic.
     pub(crate) fn ordering_key(&self) -> Vec<(Currency, i128)> {
         self.0.iter().map(|(c, v)| (*c, *v)).collect()
     }
