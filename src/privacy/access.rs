@@ -8,6 +8,7 @@ use crate::domain::conversion::{Attribution, ReceivedConversion};
 use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey};
 use crate::domain::privacy::Subject;
+use crate::domain::traffic::UserAgent;
 use crate::domain::view::StoredReport;
 use crate::store::{ClickRow, ConversionRecord, Store, StoreError, VisitRow};
 use std::collections::VecDeque;
@@ -20,6 +21,8 @@ pub(crate) enum SubjectRecord {
     Click {
         campaign: CampaignKey,
         click: ClickRow,
+        /// The user agent stored with the click.
+        user_agent: Option<UserAgent>,
     },
     ViewReport {
         campaign: CampaignKey,
@@ -133,12 +136,14 @@ impl SubjectRecords {
                     .map(|report| SubjectRecord::ViewReport { campaign, report }),
             );
         }
-        page.extend(
-            impression
-                .clicks
-                .into_iter()
-                .map(|(_, click)| SubjectRecord::Click { campaign, click }),
-        );
+        for (at, click) in impression.clicks {
+            let user_agent = self.store.read_click_agent(&at).await?;
+            page.push(SubjectRecord::Click {
+                campaign,
+                click,
+                user_agent,
+            });
+        }
         Ok(Some(page))
     }
 }

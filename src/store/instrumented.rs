@@ -33,6 +33,7 @@ use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::Day;
 use crate::domain::time::EventTime;
+use crate::domain::traffic::UserAgent;
 use crate::domain::view::{StoredReport, ViewReportEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -675,6 +676,10 @@ impl SubjectStore for Instrumented {
 
     async fn read_impression_at(&self, at: &EventAt) -> Result<Option<Impression>, StoreError> {
         timed("read_impression_at", self.inner.read_impression_at(at)).await
+    }
+
+    async fn read_click_agent(&self, at: &EventAt) -> Result<Option<UserAgent>, StoreError> {
+        timed("read_click_agent", self.inner.read_click_agent(at)).await
     }
 
     async fn erase_impression(&self, at: &EventAt) -> Result<(), StoreError> {

@@ -51,6 +51,7 @@ use crate::domain::sealing::LateMark;
 use crate::domain::slices::{Slice, Span};
 use crate::domain::tag::{TagSecret, TagSecretId};
 use crate::domain::time::{Day, EventTime};
+use crate::domain::traffic::UserAgent;
 use crate::domain::view::{StoredReport, ViewReportEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -616,6 +617,11 @@ pub trait SubjectStore: Send + Sync {
 
     /// The full impression row stored at `at`, if there is one.
     async fn read_impression_at(&self, at: &EventAt) -> Result<Option<Impression>, StoreError>;
+
+    /// The user agent stored with the click at `at` (the click's partition, time and
+    /// impression), if the click is there and has one: for a subject access, which gives every
+    /// stored field of the subject's records.
+    async fn read_click_agent(&self, at: &EventAt) -> Result<Option<UserAgent>, StoreError>;
 
     /// Deletes the impression copy at `at`: its full and thin rows, its entry in the copies
     /// index, and the view reports stored for that impression at that time.

@@ -7,7 +7,7 @@ use crate::domain::delivery::DaySlices;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::process::ProcessId;
 use crate::domain::time::{Day, EventTime};
-use crate::domain::traffic::InvalidReason;
+use crate::domain::traffic::{InvalidReason, UserAgent};
 use crate::domain::view::{Client, ViewCounts};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -43,6 +43,8 @@ pub struct VisitRow {
     pub(crate) guid: Guid,
     pub(crate) features: Features,
     pub(crate) invalid: Option<InvalidReason>,
+    /// As stored; a subject access gives it back.
+    pub(crate) user_agent: Option<UserAgent>,
 }
 
 /// Where the hourly sketches of one site, UTC day and feature combination are kept.

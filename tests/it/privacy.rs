@@ -57,6 +57,9 @@ fn impression(campaign: &Campaign, id: Uuid, user: Uuid, t: DateTime<Utc>) -> Va
     })
 }
 
+/// A browser's user agent, which a stored record keeps and subject access gives back.
+const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36";
+
 fn click(campaign: &Campaign, impression: &Value, t: DateTime<Utc>) -> Value {
     json!({
         "impression_id": impression["impression_id"],
@@ -201,13 +204,9 @@ async fn subject_access_lists_every_record_of_the_user_and_only_the_named_advert
     shown["user_ip"] = json!("203.0.113.9");
     shown["user_data"] = json!({"segment": "runners"});
     post_all(&server, "/v1/impressions", std::slice::from_ref(&shown), 1).await;
-    post_all(
-        &server,
-        "/v1/clicks",
-        &[click(&one, &shown, minutes_ago(7))],
-        1,
-    )
-    .await;
+    let mut clicked = click(&one, &shown, minutes_ago(7));
+    clicked["user_agent"] = json!(BROWSER);
+    post_all(&server, "/v1/clicks", &[clicked], 1).await;
     let elsewhere = impression(&two, Uuid::new_v4(), user, minutes_ago(6));
     post_all(&server, "/v1/impressions", &[elsewhere], 1).await;
     // Someone else's events never appear.
@@ -230,6 +229,11 @@ async fn subject_access_lists_every_record_of_the_user_and_only_the_named_advert
     assert_eq!(record["impression_id"], shown["impression_id"]);
     assert_eq!(record["user_id"], json!(user.to_string()));
     assert_eq!(record["user_data"], json!({"segment": "runners"}));
+    let click_line = scoped
+        .iter()
+        .find(|line| line["kind"] == "click")
+        .expect("the click");
+    assert_eq!(click_line["user_agent"], json!(BROWSER), "{click_line}");
     assert_eq!(
         record["advertiser_id"],
         json!(one.advertiser_id.to_string())

@@ -27,6 +27,9 @@ fn minutes_ago(minutes: i64) -> DateTime<Utc> {
 }
 
 /// Form-posts one beacon to `/track`, which must store it.
+/// The user agent beacons are sent with: a browser's, so they are valid traffic.
+const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+
 async fn track(server: &TestServer, site: &str, guid: &str, at: DateTime<Utc>, page: &str) {
     track_with(server, site, guid, at, page, false).await;
 }
@@ -42,7 +45,9 @@ async fn track_with(
     gpc: bool,
 ) {
     let timestamp = format!("{}.{:03}", at.timestamp(), at.timestamp_subsec_millis());
-    let mut request = http().post(server.url("/track"));
+    let mut request = http()
+        .post(server.url("/track"))
+        .header("User-Agent", BROWSER);
     if gpc {
         request = request.header("Sec-GPC", "1");
     }
@@ -148,6 +153,7 @@ async fn subject_access_lists_a_visitors_beacons(backend: Backend) {
                 "site": site,
                 "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                 "features": {"page": page},
+                "user_agent": BROWSER,
                 "invalid": null,
             })
         })

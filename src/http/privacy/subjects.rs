@@ -4,7 +4,7 @@
 
 use super::{SubjectFields, subject_of};
 use crate::domain::address::StoreIp;
-use crate::domain::traffic::InvalidReason;
+use crate::domain::traffic::{InvalidReason, UserAgent};
 use crate::http::AppState;
 use crate::http::edge::error::{ApiError, ErrorAnswer};
 use crate::http::edge::params::Params;
@@ -29,6 +29,7 @@ enum SubjectLine<'a> {
         impression_id: String,
         ad_id: String,
         timestamp: String,
+        user_agent: Option<&'a str>,
         invalid: Option<&'static str>,
     },
     ViewReport {
@@ -68,6 +69,7 @@ enum SubjectLine<'a> {
         timestamp: String,
         /// The beacon's features, by name.
         features: &'a std::collections::BTreeMap<String, String>,
+        user_agent: Option<&'a str>,
         invalid: Option<&'static str>,
     },
 }
@@ -77,12 +79,17 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
         SubjectRecord::Impression(impression) => {
             SubjectLine::Impression(ImpressionRecord::new(impression, None, None, store_ip))
         }
-        SubjectRecord::Click { campaign, click } => SubjectLine::Click {
+        SubjectRecord::Click {
+            campaign,
+            click,
+            user_agent,
+        } => SubjectLine::Click {
             advertiser_id: campaign.advertiser_id.to_string(),
             campaign_id: campaign.campaign_id.to_string(),
             impression_id: click.impression_id.to_string(),
             ad_id: click.ad_id.to_string(),
             timestamp: click.timestamp.to_string(),
+            user_agent: user_agent.as_ref().map(UserAgent::as_str),
             invalid: click.invalid.map(InvalidReason::as_str),
         },
         SubjectRecord::ViewReport { campaign, report } => SubjectLine::ViewReport {
@@ -128,6 +135,7 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
             site: site.to_string(),
             timestamp: visit.timestamp.to_string(),
             features: visit.features.entries(),
+            user_agent: visit.user_agent.as_ref().map(UserAgent::as_str),
             invalid: visit.invalid.map(InvalidReason::as_str),
         },
     }
@@ -141,7 +149,8 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
     description = "Name a user (`user_id`, optionally `advertiser_id`) or a visitor (`site` and \
         `guid`). Kinds: `impression` (every stored field), `click`, `view_report`, `conversion` \
         (with its `attribution`: `pending`, `post_click`, `post_view` or `unattributed`); `visit` \
-        (`site`, `timestamp`, `features`, `invalid`) for a visitor. Found through the index of \
+        (`site`, `timestamp`, `features`, `user_agent`, `invalid`) for a visitor; clicks and \
+        visits carry the `user_agent` stored with them. Found through the index of \
         each user's events or the visitor index, so the cost follows the subject's events, not \
         the store's size. Beacons sent under Global Privacy Control keep no visitor and are \
         never listed. Streamed: a store failure after the first line cuts the body short.",

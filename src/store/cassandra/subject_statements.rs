@@ -54,6 +54,8 @@ pub(crate) struct SubjectStatements {
     /// The copy's row among its campaign-day's duplicates, if the slicer recorded one.
     pub(crate) delete_duplicate: PreparedStatement,
     pub(crate) delete_click: PreparedStatement,
+    /// A click row's user agent, by the click's partition, time and impression.
+    pub(crate) select_click_agent: PreparedStatement,
     /// A partition delete: an impression's whole click index.
     pub(crate) delete_clicks_of: PreparedStatement,
     /// A record as given, `USING TIMESTAMP ?` so the done form always overwrites the request.
@@ -116,6 +118,7 @@ impl SubjectStatements {
             delete_view_reports,
             delete_duplicate,
             delete_click,
+            select_click_agent,
             delete_clicks_of,
             insert_erasure,
             select_erasure,
@@ -198,6 +201,9 @@ impl SubjectStatements {
                      AND campaign_id = ? AND day = ? AND {EVENT_ROW}"
                 ),
                 format!("DELETE FROM {keyspace}.click WHERE {EVENT_PARTITION} AND {EVENT_ROW}"),
+                format!(
+                    "SELECT user_agent FROM {keyspace}.click WHERE {EVENT_PARTITION} AND {EVENT_ROW}"
+                ),
                 format!(
                     "DELETE FROM {keyspace}.click_by_impression \
                      WHERE advertiser_id = ? AND campaign_id = ? AND impression_id = ?"
@@ -305,6 +311,7 @@ impl SubjectStatements {
             delete_view_reports,
             delete_duplicate,
             delete_click,
+            select_click_agent,
             delete_clicks_of,
             insert_erasure,
             select_erasure,

@@ -27,6 +27,7 @@ use crate::domain::privacy::{
     SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
+use crate::domain::traffic::UserAgent;
 use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -165,6 +166,21 @@ impl SubjectStore for CassandraStore {
         )
         .await?;
         Ok(row.map(|row| row.into_impression(&at.partition)))
+    }
+
+    async fn read_click_agent(&self, at: &EventAt) -> Result<Option<UserAgent>, StoreError> {
+        let statement = &self.subject_statements().await?.select_click_agent;
+        let row: Option<(Option<String>,)> = read_one(
+            &self.session,
+            statement,
+            event_row(at),
+            "reading a click's user agent",
+        )
+        .await?;
+        Ok(row
+            .and_then(|(agent,)| agent)
+            .as_deref()
+            .and_then(UserAgent::new))
     }
 
     async fn erase_impression(&self, at: &EventAt) -> Result<(), StoreError> {

@@ -10,6 +10,7 @@ use super::visit_batches::VisitWriter;
 use crate::domain::beacon::{Beacon, Features, Guid, VisitPartition};
 use crate::domain::privacy::VisitorDay;
 use crate::domain::time::EventTime;
+use crate::domain::traffic::UserAgent;
 use crate::store::error::Message;
 use crate::store::{SketchBatch, SketchPartition, SketchRow, StoreError, VisitRow, VisitStore};
 use async_trait::async_trait;
@@ -45,7 +46,7 @@ impl VisitStatements {
                      user_agent, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
-                    "SELECT timestamp, guid, features, valid, invalid FROM {keyspace}.visit \
+                    "SELECT timestamp, guid, features, valid, invalid, user_agent FROM {keyspace}.visit \
                      WHERE site = ? AND day = ? AND bucket_id = ?"
                 ),
                 format!(
@@ -75,6 +76,7 @@ struct StoredVisit {
     features: String,
     valid: Option<bool>,
     invalid: Option<String>,
+    user_agent: Option<String>,
 }
 
 /// The bound values of a `visit_sketch` insert.
@@ -163,6 +165,7 @@ impl VisitStore for CassandraStore {
                         decode_error(CONTEXT, Message("stored features do not decode".into()))
                     })?,
                     invalid: validity(row.valid, row.invalid.as_deref()),
+                    user_agent: row.user_agent.as_deref().and_then(UserAgent::new),
                 })
             })
             .collect()

@@ -14,7 +14,7 @@ use super::EmbeddedStore;
 use super::committer::{Guarded, Merged, Removals};
 use super::engine::{Table, corrupt, engine_error};
 use super::subject_keys::{decode_subject_week, subject_conversion_prefix, subject_week_key};
-use super::{event_index, events, keys, site_keys};
+use super::{event_index, events, keys, rows, site_keys};
 use crate::domain::beacon::{Guid, SiteId, VisitPartition};
 use crate::domain::conversion::ConversionId;
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
@@ -25,6 +25,7 @@ use crate::domain::privacy::{
     SubjectHash, SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
+use crate::domain::traffic::UserAgent;
 use crate::store::{ConversionRecord, EventAt, StoreError, SubjectStore, VisitRow};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -387,6 +388,20 @@ impl SubjectStore for EmbeddedStore {
         events::full_impression(&at.partition, &key, &value)
             .map(Some)
             .ok_or_else(|| corrupt(CONTEXT))
+    }
+
+    async fn read_click_agent(&self, at: &EventAt) -> Result<Option<UserAgent>, StoreError> {
+        const CONTEXT: &str = "reading a click's user agent";
+        let key = keys::event_key(&at.partition, at.timestamp.instant(), at.impression_id);
+        let Some(value) = self.point(Table::Click, key, CONTEXT).await? else {
+            return Ok(None);
+        };
+        // The click's ad (16 bytes), then its traffic part.
+        let (_, agent) = value
+            .get(16..)
+            .and_then(rows::decode_traffic_suffix)
+            .ok_or_else(|| corrupt(CONTEXT))?;
+        Ok(agent)
     }
 
     async fn erase_impression(&self, at: &EventAt) -> Result<(), StoreError> {

@@ -69,7 +69,7 @@ impl VisitStore for EmbeddedStore {
             .map(|(identity, traffic)| {
                 let (at, guid, features) =
                     site_keys::decode_visit_key(identity, 0).ok_or_else(|| corrupt(CONTEXT))?;
-                let (invalid, _) =
+                let (invalid, user_agent) =
                     rows::decode_traffic_suffix(traffic).ok_or_else(|| corrupt(CONTEXT))?;
                 Ok(VisitRow {
                     timestamp: EventTime::from_stored(at),
@@ -77,6 +77,7 @@ impl VisitStore for EmbeddedStore {
                     features: Features::from_combination_key(features)
                         .ok_or_else(|| corrupt(CONTEXT))?,
                     invalid,
+                    user_agent,
                 })
             })
             .collect()
