@@ -97,7 +97,7 @@ impl Sweeper {
         }
         let mut swept = Swept::default();
         for (owner, days) in by_owner {
-            swept += self.drop_days(&owner, days).await?;
+            swept += self.drop_days(&owner, days, kept).await?;
         }
         *self
             .swept_before
@@ -122,7 +122,7 @@ impl Sweeper {
         if days.is_empty() {
             return Ok(Swept::default());
         }
-        self.drop_days(owner, days).await
+        self.drop_days(owner, days, kept).await
     }
 
     fn swept_before(&self) -> Option<Day> {
@@ -132,7 +132,12 @@ impl Sweeper {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    async fn drop_days(&self, owner: &Owner, days: Vec<Day>) -> Result<Swept, StoreError> {
+    async fn drop_days(
+        &self,
+        owner: &Owner,
+        days: Vec<Day>,
+        kept: Day,
+    ) -> Result<Swept, StoreError> {
         let history = self.settings.history(owner).await?;
         let staleness = self.settings.read_staleness();
         let expired = match owner {
@@ -148,6 +153,7 @@ impl Sweeper {
                 .flat_map(|(_, partitions)| partitions)
                 .collect(),
                 days,
+                kept,
             },
             Owner::Site(site) => ExpiredDays::Site {
                 site: site.clone(),
@@ -201,6 +207,10 @@ impl Sweeper {
 mod tests {
     use super::*;
     use crate::domain::bucket::BucketCount;
+    use crate::domain::conversion::index::Week;
+    use crate::domain::conversion::{
+        Action, Conversion, ConversionId, DecidedConversion, ReceivedConversion,
+    };
     use crate::domain::event::Impression;
     use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
     use crate::domain::partition::EventPartition;
@@ -305,6 +315,100 @@ mod tests {
         assert_eq!(
             sweeper.sweep_once(now).await.expect("swept"),
             Swept::default()
+        );
+    }
+
+    /// A conversion of `user` at `at`, decided unattributed, as the decider leaves it.
+    async fn converted(store: &Arc<dyn Store>, id: &str, user: UserId, at: &str) -> ConversionId {
+        let conversion_id = ConversionId::new(id).expect("an id");
+        let conversion = Conversion {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            conversion_id: conversion_id.clone(),
+            action: Action::new("purchase").expect("an action"),
+            timestamp: EventTime::from_stored(at.parse().expect("instant")),
+            click_id: None,
+            impression_id: None,
+            user_id: Some(user),
+            value: None,
+        };
+        let received = conversion.timestamp.instant();
+        let copy = ReceivedConversion {
+            conversion: conversion.clone(),
+            received,
+            copy: Uuid::new_v4(),
+        };
+        store
+            .write_conversion_copies(&[copy], &[])
+            .await
+            .expect("stored");
+        let decided = DecidedConversion {
+            conversion,
+            received,
+            attribution: None,
+        };
+        let decided = store.decide_conversion(&decided).await.expect("decided");
+        store.write_decided(&[decided]).await.expect("listed");
+        conversion_id
+    }
+
+    #[tokio::test]
+    async fn a_pass_drops_expired_conversions_whole_and_the_lines_of_expired_weeks() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store: Arc<dyn Store> = Arc::new(
+            EmbeddedStore::open(&EmbeddedConfig {
+                data_dir: folder.path().to_owned(),
+                fsync: Fsync::Never,
+                memory: EngineMemory::default(),
+            })
+            .expect("opened"),
+        );
+        let campaign = CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            campaign_id: CampaignId::new(Uuid::from_u128(2)),
+        };
+        let day = |text: &str| Day::new(text.parse().expect("date"));
+        stored(&store, campaign, day("2026-09-01"), 3).await;
+        stored(&store, campaign, day("2026-10-30"), 3).await;
+        let user = UserId::new(Uuid::from_u128(7));
+        // On a day of the campaign's events, on a day without any, and on a kept day.
+        let expired = converted(&store, "on-an-event-day", user, "2026-09-01T10:00:00Z").await;
+        let unlisted = converted(&store, "on-a-quiet-day", user, "2026-09-12T10:00:00Z").await;
+        let kept = converted(&store, "kept", user, "2026-10-30T10:00:00Z").await;
+        let settings: Arc<dyn SettingsStore> = store.clone();
+        let sweeper = Sweeper::new(
+            Arc::clone(&store),
+            Arc::new(SettingsCache::new(settings, Duration::from_secs(10))),
+            RetentionOptions {
+                raw: Retention::parse("30days").expect("a retention"),
+                ..RetentionOptions::default()
+            },
+        );
+        let now: DateTime<Utc> = "2026-10-31T12:00:00Z".parse().expect("instant");
+        sweeper.sweep_once(now).await.expect("swept");
+
+        let advertiser = campaign.advertiser_id;
+        for id in [&expired, &unlisted] {
+            let record = store.conversion_record(advertiser, id).await.expect("read");
+            assert!(
+                record.copies().is_empty() && record.decision().is_none(),
+                "{id:?}: {record:?}"
+            );
+        }
+        let record = store
+            .conversion_record(advertiser, &kept)
+            .await
+            .expect("read");
+        assert_eq!(
+            (record.copies().len(), record.decision().is_some()),
+            (1, true)
+        );
+        // The directory keeps only the kept conversion's week.
+        let lines = store.read_subject_weeks(user).await.expect("read");
+        let kept_week = Week::of("2026-10-30T10:00:00Z".parse().expect("instant"));
+        assert_eq!(
+            lines.iter().map(|line| line.week).collect::<Vec<_>>(),
+            [kept_week],
+            "{lines:?}"
         );
     }
 }

@@ -128,8 +128,16 @@ pub trait VisitStore: Send + Sync {
         visitors: &[VisitorDay],
     ) -> Result<(), StoreError>;
 
-    /// Every beacon of one partition, in no promised order.
+    /// Every beacon of one partition, in no promised order, without its user agent.
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError>;
+
+    /// The same beacons with the user agent stored with each: for a subject access, which
+    /// gives back every stored field. Counting reads [`read_visits`](Self::read_visits), which
+    /// leaves that widest column out.
+    async fn read_visits_with_agents(
+        &self,
+        partition: &VisitPartition,
+    ) -> Result<Vec<VisitRow>, StoreError>;
 
     /// Writes writers' absolute sketch states, each into its sketch partition: the live
     /// flusher writes thousands of one-row partitions at a time, so they travel together (one
@@ -749,6 +757,10 @@ pub enum ExpiredDays {
         campaign: CampaignKey,
         days: Vec<Day>,
         partitions: Vec<EventPartition>,
+        /// The first day kept: what is keyed by advertiser and day rather than by campaign
+        /// (its conversions, its users' conversion entries) goes up to it, since the
+        /// advertiser's days need not be the campaign's.
+        kept: Day,
     },
     Site {
         site: SiteId,

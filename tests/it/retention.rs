@@ -315,8 +315,13 @@ async fn the_sweep_deletes_expired_conversions_with_their_copies_and_decisions(b
             "currency": "EUR",
         })
     };
-    // The old one twice (an ad server's retry), the kept one once.
+    // The old one twice (an ad server's retry), the kept one once; another advertiser's
+    // conversion of the old day, under the same id.
+    let other = Campaign::fresh();
+    let mut others = conversion("expired-order", old + Duration::hours(11));
+    others["advertiser_id"] = json!(other.advertiser_id);
     for body in [
+        others,
         conversion("expired-order", old + Duration::hours(11)),
         conversion("expired-order", old + Duration::hours(11)),
         conversion("kept-order", kept + Duration::hours(11)),
@@ -324,12 +329,15 @@ async fn the_sweep_deletes_expired_conversions_with_their_copies_and_decisions(b
         let (status, answer) = post(&server, "/v1/conversions", &body).await;
         assert_eq!(status, StatusCode::OK, "{answer}");
     }
-    let both_decided = eventually(std::time::Duration::from_secs(60), || async {
+    let decided = eventually(std::time::Duration::from_secs(60), || async {
         kept_of(&store, advertiser, "expired-order").await.1
             && kept_of(&store, advertiser, "kept-order").await.1
+            && kept_of(&store, other.advertiser_id, "expired-order")
+                .await
+                .1
     })
     .await;
-    assert!(both_decided, "both conversions decided");
+    assert!(decided, "every conversion decided");
     let (copies, decided) = kept_of(&store, advertiser, "expired-order").await;
     assert!(
         copies >= 1 && decided,
@@ -347,6 +355,11 @@ async fn the_sweep_deletes_expired_conversions_with_their_copies_and_decisions(b
         "the expired conversion's copies and decision are gone"
     );
     assert_eq!(kept_of(&store, advertiser, "kept-order").await, (1, true));
+    // Another advertiser's conversion of the same expired day is its own sweep's business.
+    assert_eq!(
+        kept_of(&store, other.advertiser_id, "expired-order").await,
+        (1, true)
+    );
     let old_day = old.date_naive();
     let (status, listed) = get(
         &server,

@@ -263,10 +263,13 @@ impl RetentionStore for CassandraStore {
         let statements = self.retention_statements().await?;
         let mut swept = Swept::default();
         match expired {
+            // The advertiser's conversions go day by day, with the campaign's days: listing
+            // every day before the kept one would be a read per day and bucket since 2000.
             ExpiredDays::Campaign {
                 campaign,
                 days,
                 partitions,
+                ..
             } => {
                 for partition in partitions {
                     swept += self.drop_event_partition(statements, partition).await?;

@@ -220,29 +220,21 @@ pub(super) fn conversion_removals(record: &ConversionRecord) -> Removals {
 
 /// The rows of the decided conversion stored as `value` in its day's list, read back for a
 /// retention sweep: its copies and decision are keyed by conversion, so no day range holds
-/// them. With `directory_expired`, the directory line that led to it goes too: the sweep says
-/// so only for a week wholly past retention, whose line leads to nothing kept.
+/// them. `None` for a value that does not decode (the sweep removes the list row alone).
 pub(super) async fn expired_conversion_removals(
     store: &EmbeddedStore,
     value: &[u8],
-    directory_expired: impl Fn(&Conversion) -> bool,
-) -> Result<Removals, StoreError> {
-    const CONTEXT: &str = "sweeping expired conversions";
-    let decided = decode_decided(value).ok_or_else(|| corrupt(CONTEXT))?;
+) -> Result<Option<Removals>, StoreError> {
+    let Some(decided) = decode_decided(value) else {
+        return Ok(None);
+    };
     let conversion = &decided.conversion;
-    let record = store
+    let mut record = store
         .conversion_record(conversion.advertiser_id, &conversion.conversion_id)
         .await?;
-    let mut removals = conversion_removals(&record);
-    if directory_expired(conversion)
-        && let Some(entry) = SubjectConversion::of(conversion)
-    {
-        removals.push((
-            Table::SubjectWeek,
-            subject_keys::subject_week_key(&entry.line()),
-        ));
-    }
-    Ok(removals)
+    // Without its decision on record, the list row says where the credited campaign's row is.
+    record.decision.get_or_insert(decided);
+    Ok(Some(conversion_removals(&record)))
 }
 
 fn keep_any(_: &[u8]) -> bool {

@@ -7,7 +7,7 @@
 use super::EmbeddedStore;
 use super::committer::Removals;
 use super::engine::{KeyValues, Table, engine_error};
-use super::{conversions, keys, rollup_keys, site_keys};
+use super::{conversions, keys, rollup_keys, site_keys, subject_keys};
 use crate::domain::beacon::SiteId;
 use crate::domain::conversion::index::Week;
 use crate::domain::ids::CampaignKey;
@@ -15,6 +15,7 @@ use crate::domain::time::Day;
 use crate::store::{ExpiredDays, RetentionStore, StoreError, Swept};
 use async_trait::async_trait;
 use fjall::AbstractTree;
+use std::collections::BTreeSet;
 
 const CONTEXT: &str = "dropping expired days";
 
@@ -127,36 +128,16 @@ impl EmbeddedStore {
         }
     }
 
-    /// The advertiser's decided conversions of every day up to `last`, each with its copies
-    /// and decision (keyed by conversion, so in no day range) and, in weeks before
-    /// `kept_week`, the directory line that led to it. From the advertiser's first day, not
-    /// the campaign's: a conversion's day may hold no event of any campaign (an unattributed
-    /// conversion), and once swept the range is empty for the advertiser's other campaigns.
-    async fn drop_conversions(
-        &self,
-        advertiser: Vec<u8>,
-        last: Day,
-        kept_week: Week,
-    ) -> Result<Swept, StoreError> {
+    /// The advertiser's decided conversions of every day before `kept`, each with its copies
+    /// and decision (keyed by conversion, so in no day range).
+    async fn drop_conversions(&self, advertiser: Vec<u8>, kept: Day) -> Result<Swept, StoreError> {
         let mut end = advertiser.clone();
-        end.extend_from_slice(&end_day(last));
+        end.extend_from_slice(&keys::day_bytes(kept));
         let mut swept = Swept::default();
         let mut from = advertiser;
         loop {
-            let (first, to) = (from.clone(), end.clone());
-            let decided: KeyValues = self
-                .blocking(move |tables| {
-                    tables
-                        .get(Table::Conversion)
-                        .range(first..to)
-                        .take(CONVERSIONS_PER_COMMIT)
-                        .map(|guard| {
-                            guard
-                                .into_inner()
-                                .map_err(|error| engine_error(CONTEXT, error))
-                        })
-                        .collect()
-                })
+            let decided = self
+                .range_batch(Table::Conversion, &from, &end, CONVERSIONS_PER_COMMIT)
                 .await?;
             let Some((last_key, _)) = decided.last() else {
                 return Ok(swept);
@@ -165,12 +146,20 @@ impl EmbeddedStore {
             from.push(0);
             let mut removals = Removals::new();
             for (key, value) in &decided {
-                removals.extend(
-                    conversions::expired_conversion_removals(self, value, |conversion| {
-                        Week::of(conversion.timestamp.instant()) < kept_week
-                    })
-                    .await?,
-                );
+                match conversions::expired_conversion_removals(self, value).await? {
+                    // Its user's entry stays until its week has wholly expired: the entry
+                    // is what finds the directory line then (`drop_subject_conversions`),
+                    // and until then it leads to nothing.
+                    Some(rows) => removals.extend(
+                        rows.into_iter()
+                            .filter(|(table, _)| *table != Table::SubjectConversion),
+                    ),
+                    // One damaged row must not stop every owner's sweep: it goes alone.
+                    None => tracing::warn!(
+                        key = ?key,
+                        "a decided conversion that does not decode: its list row is removed alone"
+                    ),
+                }
                 removals.push((Table::Conversion, key.to_vec()));
             }
             swept.rows += removals.len() as u64;
@@ -180,12 +169,72 @@ impl EmbeddedStore {
         }
     }
 
+    /// The entries of users' conversions in `start..end` (weeks wholly expired), each with
+    /// the directory line that leads to it: the line is keyed by user, so only the entry's key
+    /// finds it.
+    async fn drop_subject_conversions(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    ) -> Result<Swept, StoreError> {
+        let mut swept = Swept::default();
+        let mut from = start;
+        loop {
+            let entries = self
+                .range_batch(Table::SubjectConversion, &from, &end, DELETES_PER_COMMIT)
+                .await?;
+            let Some((last_key, _)) = entries.last() else {
+                return Ok(swept);
+            };
+            from = last_key.to_vec();
+            from.push(0);
+            let lines: BTreeSet<Vec<u8>> = entries
+                .iter()
+                .filter_map(|(key, _)| subject_keys::line_of_subject_conversion(key))
+                .map(|line| subject_keys::subject_week_key(&line))
+                .collect();
+            let removals: Removals = entries
+                .iter()
+                .map(|(key, _)| (Table::SubjectConversion, key.to_vec()))
+                .chain(lines.into_iter().map(|line| (Table::SubjectWeek, line)))
+                .collect();
+            swept.rows += removals.len() as u64;
+            self.committer
+                .commit_replacing(CONTEXT, removals, Vec::new())
+                .await?;
+        }
+    }
+
+    /// At most `limit` rows of `table` in `from..end`, in key order.
+    async fn range_batch(
+        &self,
+        table: Table,
+        from: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<KeyValues, StoreError> {
+        let (from, end) = (from.to_vec(), end.to_vec());
+        self.blocking(move |tables| {
+            tables
+                .get(table)
+                .range(from..end)
+                .take(limit)
+                .map(|guard| {
+                    guard
+                        .into_inner()
+                        .map_err(|error| engine_error(CONTEXT, error))
+                })
+                .collect()
+        })
+        .await
+    }
+
     async fn drop_campaign_days(
         &self,
         campaign: CampaignKey,
-        first: Day,
-        last: Day,
+        (first, last): (Day, Day),
         days: &[Day],
+        kept: Day,
     ) -> Result<Swept, StoreError> {
         let mut swept = Swept::default();
         let range = |prefix: Vec<u8>| {
@@ -216,32 +265,26 @@ impl EmbeddedStore {
         // The advertiser's conversions of those days, and its index entries (events', and
         // conversions' by user) of weeks wholly
         // expired (a week that reaches past `last` may hold days still kept).
+        // The advertiser's rows keyed by day or week rather than by campaign, from its first
+        // day up to the first kept one (its days need not be this campaign's; once swept, the
+        // ranges are empty for its other campaigns): its conversions, and its users'
+        // conversion entries of the weeks wholly expired.
         let advertiser = campaign.advertiser_id.as_uuid().as_bytes().to_vec();
-        let first_week = Week::of(first.start_utc());
-        let kept_week = Week::of(last.next().start_utc());
+        let kept_week = Week::of(kept.start_utc());
+        swept += self.drop_conversions(advertiser.clone(), kept).await?;
+        let mut end = advertiser.clone();
+        end.extend_from_slice(&keys::week_bytes(kept_week));
+        swept += self.drop_subject_conversions(advertiser, end).await?;
+        // The event index begins with the week: every advertiser's entries of the weeks
+        // before the kept one are expired too, since raw retention is the same for all.
+        // Their range starts at the first week there can be; once dropped, it is empty.
         swept += self
-            .drop_conversions(advertiser.clone(), last, kept_week)
+            .drop_key_range(
+                Table::EventIndex,
+                Vec::new(),
+                keys::week_bytes(kept_week).to_vec(),
+            )
             .await?;
-        if first_week < kept_week {
-            let mut start = advertiser.clone();
-            start.extend_from_slice(&keys::week_bytes(first_week));
-            let mut end = advertiser;
-            end.extend_from_slice(&keys::week_bytes(kept_week));
-            // The index of a user's conversions shares the key's start (advertiser, week).
-            swept += self
-                .drop_key_range(Table::SubjectConversion, start, end)
-                .await?;
-            // The event index begins with the week: every advertiser's entries of the weeks
-            // before the kept one are expired too, since raw retention is the same for all.
-            // Their range starts at the first week there can be; once dropped, it is empty.
-            swept += self
-                .drop_key_range(
-                    Table::EventIndex,
-                    Vec::new(),
-                    keys::week_bytes(kept_week).to_vec(),
-                )
-                .await?;
-        }
         // The day index last: until it goes, the next sweep finds the days again.
         let removals: Removals = days
             .iter()
@@ -295,11 +338,16 @@ impl RetentionStore for EmbeddedStore {
         // One range from the first day to the last: the days between that the day index does
         // not list hold nothing of the owner's either.
         match expired {
-            ExpiredDays::Campaign { campaign, days, .. } => {
+            ExpiredDays::Campaign {
+                campaign,
+                days,
+                kept,
+                ..
+            } => {
                 let (Some(first), Some(last)) = (days.iter().min(), days.iter().max()) else {
                     return Ok(Swept::default());
                 };
-                self.drop_campaign_days(*campaign, *first, *last, days)
+                self.drop_campaign_days(*campaign, (*first, *last), days, *kept)
                     .await
             }
             ExpiredDays::Site { site, days, .. } => {

@@ -34,6 +34,16 @@ pub(super) fn subject_week_key(line: &SubjectWeek) -> Vec<u8> {
     key
 }
 
+/// The directory line that leads to the entry keyed `key` ([`subject_conversion_key`]): its
+/// advertiser, week and user are the key's start.
+pub(super) fn line_of_subject_conversion(key: &[u8]) -> Option<SubjectWeek> {
+    Some(SubjectWeek {
+        advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(..16)?).ok()?),
+        week: keys::decode_week(key.get(16..20)?)?,
+        user_id: UserId::new(Uuid::from_slice(key.get(20..36)?).ok()?),
+    })
+}
+
 pub(super) fn decode_subject_week(key: &[u8]) -> Option<SubjectWeek> {
     Some(SubjectWeek {
         user_id: UserId::new(Uuid::from_slice(key.get(..16)?).ok()?),
