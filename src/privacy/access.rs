@@ -11,8 +11,12 @@ use crate::domain::privacy::Subject;
 use crate::domain::traffic::UserAgent;
 use crate::domain::view::StoredReport;
 use crate::store::{ClickRow, ConversionRecord, Store, StoreError, VisitRow};
+use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// Clicks of one impression whose user agents are read at once.
+const CLICKS_IN_FLIGHT: usize = 16;
 
 /// One stored record of the subject.
 #[derive(Debug, Clone)]
@@ -136,14 +140,20 @@ impl SubjectRecords {
                     .map(|report| SubjectRecord::ViewReport { campaign, report }),
             );
         }
-        for (at, click) in impression.clicks {
-            let user_agent = self.store.read_click_agent(&at).await?;
-            page.push(SubjectRecord::Click {
-                campaign,
-                click,
-                user_agent,
-            });
-        }
+        let store = &self.store;
+        let clicks: Vec<SubjectRecord> = stream::iter(impression.clicks)
+            .map(|(at, click)| async move {
+                let user_agent = store.read_click_agent(&at).await?;
+                Ok::<_, StoreError>(SubjectRecord::Click {
+                    campaign,
+                    click,
+                    user_agent,
+                })
+            })
+            .buffered(CLICKS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        page.extend(clicks);
         Ok(Some(page))
     }
 }

@@ -261,7 +261,7 @@ impl SubjectFinder {
                 let store = Arc::clone(&self.store);
                 async move {
                     let rows: Vec<VisitRow> = store
-                        .read_visits(&partition)
+                        .read_visits_with_agents(&partition)
                         .await?
                         .into_iter()
                         .filter(|row| row.guid == *guid)

@@ -143,6 +143,17 @@ impl VisitStore for Instrumented {
         timed("read_visits", self.inner.read_visits(partition)).await
     }
 
+    async fn read_visits_with_agents(
+        &self,
+        partition: &VisitPartition,
+    ) -> Result<Vec<VisitRow>, StoreError> {
+        timed(
+            "read_visits_with_agents",
+            self.inner.read_visits_with_agents(partition),
+        )
+        .await
+    }
+
     async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError> {
         timed("write_sketches", self.inner.write_sketches(batches)).await
     }

@@ -43,7 +43,8 @@ pub struct VisitRow {
     pub(crate) guid: Guid,
     pub(crate) features: Features,
     pub(crate) invalid: Option<InvalidReason>,
-    /// As stored; a subject access gives it back.
+    /// As stored, by [`read_visits_with_agents`](crate::store::VisitStore::read_visits_with_agents)
+    /// only (for a subject access); `None` from the counting reads.
     pub(crate) user_agent: Option<UserAgent>,
 }
 

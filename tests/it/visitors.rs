@@ -26,10 +26,10 @@ fn minutes_ago(minutes: i64) -> DateTime<Utc> {
         .expect("truncates")
 }
 
-/// Form-posts one beacon to `/track`, which must store it.
 /// The user agent beacons are sent with: a browser's, so they are valid traffic.
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
 
+/// Form-posts one beacon to `/track`, which must store it.
 async fn track(server: &TestServer, site: &str, guid: &str, at: DateTime<Utc>, page: &str) {
     track_with(server, site, guid, at, page, false).await;
 }

@@ -29,6 +29,8 @@ const SKETCHES_IN_FLIGHT: usize = 64;
 pub(crate) struct VisitStatements {
     insert_visit: PreparedStatement,
     select_visits: PreparedStatement,
+    /// `select_visits` with each beacon's user agent, for subject access only.
+    select_visits_with_agents: PreparedStatement,
     insert_sketch: PreparedStatement,
     select_sketches: PreparedStatement,
 }
@@ -38,7 +40,13 @@ impl VisitStatements {
         session: &Session,
         keyspace: &KeyspaceName,
     ) -> Result<Self, StoreError> {
-        let [insert_visit, select_visits, insert_sketch, select_sketches] = prepare_all(
+        let [
+            insert_visit,
+            select_visits,
+            select_visits_with_agents,
+            insert_sketch,
+            select_sketches,
+        ] = prepare_all(
             session,
             [
                 format!(
@@ -46,8 +54,12 @@ impl VisitStatements {
                      user_agent, valid, invalid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
-                    "SELECT timestamp, guid, features, valid, invalid, user_agent FROM {keyspace}.visit \
+                    "SELECT timestamp, guid, features, valid, invalid FROM {keyspace}.visit \
                      WHERE site = ? AND day = ? AND bucket_id = ?"
+                ),
+                format!(
+                    "SELECT timestamp, guid, features, valid, invalid, user_agent \
+                     FROM {keyspace}.visit WHERE site = ? AND day = ? AND bucket_id = ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.visit_sketch (site, day, combination, hour, writer, sketch) \
@@ -63,6 +75,7 @@ impl VisitStatements {
         Ok(Self {
             insert_visit,
             select_visits,
+            select_visits_with_agents,
             insert_sketch,
             select_sketches,
         })
@@ -76,7 +89,34 @@ struct StoredVisit {
     features: String,
     valid: Option<bool>,
     invalid: Option<String>,
+}
+
+/// A beacon as `select_visits_with_agents` reads it.
+#[derive(DeserializeRow)]
+struct StoredVisitWithAgent {
+    timestamp: DateTime<Utc>,
+    guid: String,
+    features: String,
+    valid: Option<bool>,
+    invalid: Option<String>,
     user_agent: Option<String>,
+}
+
+impl StoredVisit {
+    fn into_row(self, user_agent: Option<UserAgent>) -> Result<VisitRow, StoreError> {
+        Ok(VisitRow {
+            timestamp: EventTime::from_stored(self.timestamp),
+            guid: Guid::from_stored(self.guid),
+            features: Features::from_combination_key(&self.features).ok_or_else(|| {
+                decode_error(
+                    "reading beacons",
+                    Message("stored features do not decode".into()),
+                )
+            })?,
+            invalid: validity(self.valid, self.invalid.as_deref()),
+            user_agent,
+        })
+    }
 }
 
 /// The bound values of a `visit_sketch` insert.
@@ -147,26 +187,40 @@ impl VisitStore for CassandraStore {
     }
 
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
-        const CONTEXT: &str = "reading beacons";
         let statements = &self.prepared().await?.visits;
         let rows: Vec<StoredVisit> = read_all(
             &self.session,
             &statements.select_visits,
             visit_partition_values(partition),
-            CONTEXT,
+            "reading beacons",
+        )
+        .await?;
+        rows.into_iter().map(|row| row.into_row(None)).collect()
+    }
+
+    async fn read_visits_with_agents(
+        &self,
+        partition: &VisitPartition,
+    ) -> Result<Vec<VisitRow>, StoreError> {
+        let statements = &self.prepared().await?.visits;
+        let rows: Vec<StoredVisitWithAgent> = read_all(
+            &self.session,
+            &statements.select_visits_with_agents,
+            visit_partition_values(partition),
+            "reading beacons",
         )
         .await?;
         rows.into_iter()
             .map(|row| {
-                Ok(VisitRow {
-                    timestamp: EventTime::from_stored(row.timestamp),
-                    guid: Guid::from_stored(row.guid),
-                    features: Features::from_combination_key(&row.features).ok_or_else(|| {
-                        decode_error(CONTEXT, Message("stored features do not decode".into()))
-                    })?,
-                    invalid: validity(row.valid, row.invalid.as_deref()),
-                    user_agent: row.user_agent.as_deref().and_then(UserAgent::new),
-                })
+                let agent = row.user_agent.as_deref().and_then(UserAgent::new);
+                StoredVisit {
+                    timestamp: row.timestamp,
+                    guid: row.guid,
+                    features: row.features,
+                    valid: row.valid,
+                    invalid: row.invalid,
+                }
+                .into_row(agent)
             })
             .collect()
     }

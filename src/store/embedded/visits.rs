@@ -40,47 +40,14 @@ impl VisitStore for EmbeddedStore {
     }
 
     async fn read_visits(&self, partition: &VisitPartition) -> Result<Vec<VisitRow>, StoreError> {
-        const CONTEXT: &str = "reading beacons";
-        let prefix = site_keys::visit_prefix(partition);
-        let prefix_len = prefix.len();
-        let single_rows = self
-            .scan(Table::Visit, prefix.clone(), None, CONTEXT)
-            .await?;
-        let logs = self.scan(Table::VisitLog, prefix, None, CONTEXT).await?;
-        // Every stored copy, in the order written: format 3 rows first, then the logs in key
-        // order, which is the order of the commits that wrote them.
-        let mut copies: Vec<(&[u8], &[u8])> = Vec::with_capacity(single_rows.len());
-        for (key, value) in &single_rows {
-            let identity = key.get(prefix_len..).ok_or_else(|| corrupt(CONTEXT))?;
-            copies.push((identity, &value[..]));
-        }
-        for (_, log) in &logs {
-            for record in log_records(log) {
-                copies.push(
-                    record
-                        .and_then(decode_visit_record)
-                        .ok_or_else(|| corrupt(CONTEXT))?,
-                );
-            }
-        }
-        one_copy_each(&mut copies);
-        copies
-            .into_iter()
-            .map(|(identity, traffic)| {
-                let (at, guid, features) =
-                    site_keys::decode_visit_key(identity, 0).ok_or_else(|| corrupt(CONTEXT))?;
-                let (invalid, user_agent) =
-                    rows::decode_traffic_suffix(traffic).ok_or_else(|| corrupt(CONTEXT))?;
-                Ok(VisitRow {
-                    timestamp: EventTime::from_stored(at),
-                    guid: Guid::from_stored(guid.to_owned()),
-                    features: Features::from_combination_key(features)
-                        .ok_or_else(|| corrupt(CONTEXT))?,
-                    invalid,
-                    user_agent,
-                })
-            })
-            .collect()
+        self.visits_of(partition, false).await
+    }
+
+    async fn read_visits_with_agents(
+        &self,
+        partition: &VisitPartition,
+    ) -> Result<Vec<VisitRow>, StoreError> {
+        self.visits_of(partition, true).await
     }
 
     async fn write_sketches(&self, batches: &[SketchBatch]) -> Result<(), StoreError> {
@@ -226,6 +193,58 @@ fn one_copy_each(copies: &mut Vec<(&[u8], &[u8])>) {
         }
         true
     });
+}
+
+impl EmbeddedStore {
+    /// Every beacon of one partition, with its user agent if `with_agents` (decoded either
+    /// way: it is the traffic part's tail).
+    async fn visits_of(
+        &self,
+        partition: &VisitPartition,
+        with_agents: bool,
+    ) -> Result<Vec<VisitRow>, StoreError> {
+        const CONTEXT: &str = "reading beacons";
+        let prefix = site_keys::visit_prefix(partition);
+        let prefix_len = prefix.len();
+        let single_rows = self
+            .scan(Table::Visit, prefix.clone(), None, CONTEXT)
+            .await?;
+        let logs = self.scan(Table::VisitLog, prefix, None, CONTEXT).await?;
+        // Every stored copy, in the order written: format 3 rows first, then the logs in key
+        // order, which is the order of the commits that wrote them.
+        let mut copies: Vec<(&[u8], &[u8])> = Vec::with_capacity(single_rows.len());
+        for (key, value) in &single_rows {
+            let identity = key.get(prefix_len..).ok_or_else(|| corrupt(CONTEXT))?;
+            copies.push((identity, &value[..]));
+        }
+        for (_, log) in &logs {
+            for record in log_records(log) {
+                copies.push(
+                    record
+                        .and_then(decode_visit_record)
+                        .ok_or_else(|| corrupt(CONTEXT))?,
+                );
+            }
+        }
+        one_copy_each(&mut copies);
+        copies
+            .into_iter()
+            .map(|(identity, traffic)| {
+                let (at, guid, features) =
+                    site_keys::decode_visit_key(identity, 0).ok_or_else(|| corrupt(CONTEXT))?;
+                let (invalid, user_agent) =
+                    rows::decode_traffic_suffix(traffic).ok_or_else(|| corrupt(CONTEXT))?;
+                Ok(VisitRow {
+                    timestamp: EventTime::from_stored(at),
+                    guid: Guid::from_stored(guid.to_owned()),
+                    features: Features::from_combination_key(features)
+                        .ok_or_else(|| corrupt(CONTEXT))?,
+                    invalid,
+                    user_agent: user_agent.filter(|_| with_agents),
+                })
+            })
+            .collect()
+    }
 }
 
 /// A beacon in a log row: the length of its identity, the identity (as in
