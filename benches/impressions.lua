@@ -1,14 +1,15 @@
 -- wrk script for `scripts/bench engine`: NDJSON batches of 500 fresh impressions (new
 -- impression and user ids in every event, one campaign, 20 ads, timestamps of now), posted
 -- with the bench's admin key: the flat-out ingest that fills the embedded engine's memtables.
--- BENCH_USERS=N draws each user from a pool of N instead, so that a user sees several
+-- BENCH_IMPRESSION_USERS=N draws each user from a pool of N instead, so that a user sees several
 -- impressions, as people browsing do (fresh users are the event index's worst case).
 -- Told to come back later (a 503 or a 429), a thread waits its `Retry-After` before it posts
 -- again, as an ad server retrying would: re-sent at once, refused batches cost the load
 -- generator's CPU on the cores the server and the node share.
 local batch = tonumber(os.getenv("BENCH_BATCH") or "500")
 local key = os.getenv("BENCH_KEY") or ""
-local users = tonumber(os.getenv("BENCH_USERS") or "0")
+-- Not BENCH_USERS: that is the conversions' pool, which `BENCH_LOADS` runs share.
+local users = tonumber(os.getenv("BENCH_IMPRESSION_USERS") or "0") or 0
 local advertiser = "6f1c1e1a-0000-4000-8000-00000000000a"
 local campaign = "6f1c1e1a-0000-4000-8000-00000000000c"
 local ads = {}

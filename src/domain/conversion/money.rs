@@ -167,9 +167,9 @@ impl ValueSums {
         }
     }
 
-    /// Each currency's sum, in currency-code order, to break ties between rows: rows valued
-    /// in one currency (the usual case) order by that sum; between currencies there is no
-    /// rate to compare by, so their order is only deterministic.
+    /// Each currency's sum, in the currency table's order, to break ties between rows: rows
+    /// valued in one currency (the usual case) order by that sum; between currencies there is
+    /// no rate to compare by, so their order is only deterministic.
     pub(crate) fn ordering_key(&self) -> Vec<(Currency, i128)> {
         self.0.iter().map(|(c, v)| (*c, *v)).collect()
     }
