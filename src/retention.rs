@@ -234,6 +234,30 @@ mod tests {
         }
     }
 
+    fn embedded_store(folder: &tempfile::TempDir) -> Arc<dyn Store> {
+        Arc::new(
+            EmbeddedStore::open(&EmbeddedConfig {
+                data_dir: folder.path().to_owned(),
+                fsync: Fsync::Never,
+                memory: EngineMemory::default(),
+            })
+            .expect("opened"),
+        )
+    }
+
+    /// A sweeper of `store` that keeps raw events 30 days.
+    fn keeping_30_days(store: &Arc<dyn Store>) -> Sweeper {
+        let settings: Arc<dyn SettingsStore> = store.clone();
+        Sweeper::new(
+            Arc::clone(store),
+            Arc::new(SettingsCache::new(settings, Duration::from_secs(10))),
+            RetentionOptions {
+                raw: Retention::parse("30days").expect("a retention"),
+                ..RetentionOptions::default()
+            },
+        )
+    }
+
     /// Stores `count` impressions of `campaign` on `day` as ingestion does (the day indexed).
     async fn stored(store: &Arc<dyn Store>, campaign: CampaignKey, day: Day, count: usize) {
         let partition = EventPartition {
@@ -270,14 +294,7 @@ mod tests {
     #[tokio::test]
     async fn a_pass_drops_the_days_the_day_index_lists_before_the_first_kept_one() {
         let folder = tempfile::tempdir().expect("temp dir");
-        let store: Arc<dyn Store> = Arc::new(
-            EmbeddedStore::open(&EmbeddedConfig {
-                data_dir: folder.path().to_owned(),
-                fsync: Fsync::Never,
-                memory: EngineMemory::default(),
-            })
-            .expect("opened"),
-        );
+        let store = embedded_store(&folder);
         let campaign = |n: u128| CampaignKey {
             advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
             campaign_id: CampaignId::new(Uuid::from_u128(n)),
@@ -289,15 +306,7 @@ mod tests {
             stored(&store, campaign(n), day("2026-09-20"), 30).await;
             stored(&store, campaign(n), day("2026-10-30"), 30).await;
         }
-        let settings: Arc<dyn SettingsStore> = store.clone();
-        let sweeper = Sweeper::new(
-            Arc::clone(&store),
-            Arc::new(SettingsCache::new(settings, Duration::from_secs(10))),
-            RetentionOptions {
-                raw: Retention::parse("30days").expect("a retention"),
-                ..RetentionOptions::default()
-            },
-        );
+        let sweeper = keeping_30_days(&store);
         let now: DateTime<Utc> = "2026-10-31T12:00:00Z".parse().expect("instant");
         let swept = sweeper.sweep_once(now).await.expect("swept");
         assert!(swept.ranges > 0, "{swept:?}");
@@ -354,14 +363,7 @@ mod tests {
     #[tokio::test]
     async fn a_pass_drops_expired_conversions_whole_and_the_lines_of_expired_weeks() {
         let folder = tempfile::tempdir().expect("temp dir");
-        let store: Arc<dyn Store> = Arc::new(
-            EmbeddedStore::open(&EmbeddedConfig {
-                data_dir: folder.path().to_owned(),
-                fsync: Fsync::Never,
-                memory: EngineMemory::default(),
-            })
-            .expect("opened"),
-        );
+        let store = embedded_store(&folder);
         let campaign = CampaignKey {
             advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
             campaign_id: CampaignId::new(Uuid::from_u128(2)),
@@ -374,15 +376,7 @@ mod tests {
         let expired = converted(&store, "on-an-event-day", user, "2026-09-01T10:00:00Z").await;
         let unlisted = converted(&store, "on-a-quiet-day", user, "2026-09-12T10:00:00Z").await;
         let kept = converted(&store, "kept", user, "2026-10-30T10:00:00Z").await;
-        let settings: Arc<dyn SettingsStore> = store.clone();
-        let sweeper = Sweeper::new(
-            Arc::clone(&store),
-            Arc::new(SettingsCache::new(settings, Duration::from_secs(10))),
-            RetentionOptions {
-                raw: Retention::parse("30days").expect("a retention"),
-                ..RetentionOptions::default()
-            },
-        );
+        let sweeper = keeping_30_days(&store);
         let now: DateTime<Utc> = "2026-10-31T12:00:00Z".parse().expect("instant");
         sweeper.sweep_once(now).await.expect("swept");
 

@@ -86,34 +86,10 @@ impl EmbeddedStore {
         start: Vec<u8>,
         end: Vec<u8>,
     ) -> Result<Swept, StoreError> {
-        let mut swept = Swept::default();
-        let mut from = start;
-        loop {
-            let (first, to) = (from.clone(), end.clone());
-            let clicks: Vec<Vec<u8>> = self
-                .blocking(move |tables| {
-                    tables
-                        .get(Table::Click)
-                        .range(first..to)
-                        .take(DELETES_PER_COMMIT)
-                        .map(|guard| {
-                            guard
-                                .key()
-                                .map(|key| key.to_vec())
-                                .map_err(|error| engine_error(CONTEXT, error))
-                        })
-                        .collect()
-                })
-                .await?;
-            let Some(last) = clicks.last() else {
-                return Ok(swept);
-            };
-            // Past the last key read: the next batch starts after it.
-            from = last.clone();
-            from.push(0);
+        self.remove_in_batches(Table::Click, start, end, DELETES_PER_COMMIT, |clicks| {
             let removals: Removals = clicks
                 .iter()
-                .filter_map(|key| keys::decode_event_key(key))
+                .filter_map(|(key, _)| keys::decode_event_key(key))
                 .map(|(at, impression)| {
                     (
                         Table::ClickByImpression,
@@ -121,11 +97,9 @@ impl EmbeddedStore {
                     )
                 })
                 .collect();
-            swept.rows += removals.len() as u64;
-            self.committer
-                .commit_replacing(CONTEXT, removals, Vec::new())
-                .await?;
-        }
+            async move { Ok(removals) }
+        })
+        .await
     }
 
     /// The advertiser's decided conversions of every day before `kept`, each with its copies
@@ -133,40 +107,34 @@ impl EmbeddedStore {
     async fn drop_conversions(&self, advertiser: Vec<u8>, kept: Day) -> Result<Swept, StoreError> {
         let mut end = advertiser.clone();
         end.extend_from_slice(&keys::day_bytes(kept));
-        let mut swept = Swept::default();
-        let mut from = advertiser;
-        loop {
-            let decided = self
-                .range_batch(Table::Conversion, &from, &end, CONVERSIONS_PER_COMMIT)
-                .await?;
-            let Some((last_key, _)) = decided.last() else {
-                return Ok(swept);
-            };
-            from = last_key.to_vec();
-            from.push(0);
-            let mut removals = Removals::new();
-            for (key, value) in &decided {
-                match conversions::expired_conversion_removals(self, value).await? {
-                    // Its user's entry stays until its week has wholly expired: the entry
-                    // is what finds the directory line then (`drop_subject_conversions`),
-                    // and until then it leads to nothing.
-                    Some(rows) => removals.extend(
-                        rows.into_iter()
-                            .filter(|(table, _)| *table != Table::SubjectConversion),
-                    ),
-                    // One damaged row must not stop every owner's sweep: it goes alone.
-                    None => tracing::warn!(
-                        key = ?key,
-                        "a decided conversion that does not decode: its list row is removed alone"
-                    ),
+        self.remove_in_batches(
+            Table::Conversion,
+            advertiser,
+            end,
+            CONVERSIONS_PER_COMMIT,
+            |decided| async move {
+                let mut removals = Removals::new();
+                for (key, value) in &decided {
+                    match conversions::expired_conversion_removals(self, value).await? {
+                        // Its user's entry stays until its week has wholly expired: the entry
+                        // is what finds the directory line then (`drop_subject_conversions`),
+                        // and until then it leads to nothing.
+                        Some(rows) => removals.extend(
+                            rows.into_iter()
+                                .filter(|(table, _)| *table != Table::SubjectConversion),
+                        ),
+                        // One damaged row must not stop every owner's sweep: it goes alone.
+                        None => tracing::warn!(
+                            key = ?key,
+                            "a decided conversion that does not decode: its list row is removed alone"
+                        ),
+                    }
+                    removals.push((Table::Conversion, key.to_vec()));
                 }
-                removals.push((Table::Conversion, key.to_vec()));
-            }
-            swept.rows += removals.len() as u64;
-            self.committer
-                .commit_replacing(CONTEXT, removals, Vec::new())
-                .await?;
-        }
+                Ok(removals)
+            },
+        )
+        .await
     }
 
     /// The entries of users' conversions in `start..end` (weeks wholly expired), each with
@@ -177,27 +145,54 @@ impl EmbeddedStore {
         start: Vec<u8>,
         end: Vec<u8>,
     ) -> Result<Swept, StoreError> {
+        self.remove_in_batches(
+            Table::SubjectConversion,
+            start,
+            end,
+            DELETES_PER_COMMIT,
+            |entries| {
+                let lines: BTreeSet<Vec<u8>> = entries
+                    .iter()
+                    .filter_map(|(key, _)| subject_keys::line_of_subject_conversion(key))
+                    .map(|line| subject_keys::subject_week_key(&line))
+                    .collect();
+                let removals: Removals = entries
+                    .iter()
+                    .map(|(key, _)| (Table::SubjectConversion, key.to_vec()))
+                    .chain(lines.into_iter().map(|line| (Table::SubjectWeek, line)))
+                    .collect();
+                async move { Ok(removals) }
+            },
+        )
+        .await
+    }
+
+    /// Reads `table`'s rows in `start..end` `limit` at a time, in key order, and commits the
+    /// removals `removals_of` makes of each batch (the batch's own rows included or not),
+    /// until the range holds no row past the last one read.
+    async fn remove_in_batches<F, Fut>(
+        &self,
+        table: Table,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: usize,
+        mut removals_of: F,
+    ) -> Result<Swept, StoreError>
+    where
+        F: FnMut(KeyValues) -> Fut,
+        Fut: std::future::Future<Output = Result<Removals, StoreError>>,
+    {
         let mut swept = Swept::default();
         let mut from = start;
         loop {
-            let entries = self
-                .range_batch(Table::SubjectConversion, &from, &end, DELETES_PER_COMMIT)
-                .await?;
-            let Some((last_key, _)) = entries.last() else {
+            let rows = self.range_batch(table, &from, &end, limit).await?;
+            let Some((last, _)) = rows.last() else {
                 return Ok(swept);
             };
-            from = last_key.to_vec();
+            // Past the last key read: the next batch starts after it.
+            from = last.to_vec();
             from.push(0);
-            let lines: BTreeSet<Vec<u8>> = entries
-                .iter()
-                .filter_map(|(key, _)| subject_keys::line_of_subject_conversion(key))
-                .map(|line| subject_keys::subject_week_key(&line))
-                .collect();
-            let removals: Removals = entries
-                .iter()
-                .map(|(key, _)| (Table::SubjectConversion, key.to_vec()))
-                .chain(lines.into_iter().map(|line| (Table::SubjectWeek, line)))
-                .collect();
+            let removals = removals_of(rows).await?;
             swept.rows += removals.len() as u64;
             self.committer
                 .commit_replacing(CONTEXT, removals, Vec::new())
