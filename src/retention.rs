@@ -216,7 +216,7 @@ mod tests {
     use crate::domain::partition::EventPartition;
     use crate::domain::user_data::UserData;
     use crate::store::SettingsStore;
-    use crate::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
+    use crate::store::embedded::{EmbeddedStore, Fsync};
     use uuid::Uuid;
 
     fn impression(campaign: CampaignKey, at: DateTime<Utc>) -> Impression {
@@ -235,14 +235,7 @@ mod tests {
     }
 
     fn embedded_store(folder: &tempfile::TempDir) -> Arc<dyn Store> {
-        Arc::new(
-            EmbeddedStore::open(&EmbeddedConfig {
-                data_dir: folder.path().to_owned(),
-                fsync: Fsync::Never,
-                memory: EngineMemory::default(),
-            })
-            .expect("opened"),
-        )
+        Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never))
     }
 
     /// A sweeper of `store` that keeps raw events 30 days.

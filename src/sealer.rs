@@ -423,20 +423,14 @@ mod tests {
     use super::*;
     use crate::domain::ids::{AdvertiserId, CampaignId};
     use crate::store::SettingsStore;
-    use crate::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
+    use crate::store::embedded::{EmbeddedStore, Fsync};
     use uuid::Uuid;
 
     #[tokio::test]
     async fn what_the_sealer_remembers_of_a_seal_is_what_the_store_keeps() {
         let folder = tempfile::tempdir().expect("temp dir");
-        let store: Arc<dyn Store> = Arc::new(
-            EmbeddedStore::open(&EmbeddedConfig {
-                data_dir: folder.path().to_owned(),
-                fsync: Fsync::Never,
-                memory: EngineMemory::default(),
-            })
-            .expect("opened"),
-        );
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
         let settings: Arc<dyn SettingsStore> = store.clone();
         let sealer = Sealer::new(
             store.clone(),

@@ -154,16 +154,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_visitor_is_one_token_a_day_and_another_the_next_and_none_once_the_key_is_gone() {
-        use crate::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
+        use crate::store::embedded::{EmbeddedStore, Fsync};
         let folder = tempfile::tempdir().expect("temp dir");
-        let store = Arc::new(
-            EmbeddedStore::open(&EmbeddedConfig {
-                data_dir: folder.path().to_owned(),
-                fsync: Fsync::Never,
-                memory: EngineMemory::default(),
-            })
-            .expect("opened"),
-        );
+        let store = Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
         let keys = DayKeys::new(Arc::clone(&store) as Arc<dyn SubjectStore>);
         let others = DayKeys::new(store as Arc<dyn SubjectStore>);
         let site = SiteId::parse("shop.example").expect("site");

@@ -197,15 +197,10 @@ impl EmbeddedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
+    use crate::store::embedded::Fsync;
 
     fn open(folder: &tempfile::TempDir) -> EmbeddedStore {
-        EmbeddedStore::open(&EmbeddedConfig {
-            data_dir: folder.path().to_owned(),
-            fsync: Fsync::Always,
-            memory: EngineMemory::default(),
-        })
-        .expect("opened")
+        EmbeddedStore::open_for_test(folder.path(), Fsync::Always)
     }
 
     /// The index is written beside the commit thread, in several engine batches: every entry

@@ -100,6 +100,19 @@ pub struct EmbeddedStore {
     listing_writes: Arc<tokio::sync::Mutex<()>>,
 }
 
+#[cfg(test)]
+impl EmbeddedStore {
+    /// A store in `folder` for unit tests, with the default engine memory.
+    pub(crate) fn open_for_test(folder: &std::path::Path, fsync: Fsync) -> Self {
+        Self::open(&EmbeddedConfig {
+            data_dir: folder.to_owned(),
+            fsync,
+            memory: EngineMemory::default(),
+        })
+        .expect("a store in a temporary folder")
+    }
+}
+
 impl EmbeddedStore {
     /// Opens (or creates) the store in `config.data_dir`, refusing a folder another process holds.
     pub fn open(config: &EmbeddedConfig) -> Result<Self, StoreError> {

@@ -662,17 +662,12 @@ mod tests {
     use crate::domain::time::{Day, EventTime};
     use crate::domain::user_data::UserData;
     use crate::domain::view::{Client, ViewKinds, ViewReport, ViewReportEvent};
-    use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
+    use crate::store::embedded::Fsync;
     use crate::store::{EventIndexStore, EventStore, SliceStore, ViewStore};
     use chrono::Utc;
 
     fn open(folder: &tempfile::TempDir) -> EmbeddedStore {
-        EmbeddedStore::open(&EmbeddedConfig {
-            data_dir: folder.path().to_owned(),
-            fsync: Fsync::Never,
-            memory: EngineMemory::default(),
-        })
-        .expect("opened")
+        EmbeddedStore::open_for_test(folder.path(), Fsync::Never)
     }
 
     fn id(n: u128) -> Uuid {

@@ -278,7 +278,7 @@ mod tests {
     use crate::domain::bucket::BucketCount;
     use crate::domain::time::Day;
     use crate::domain::traffic::InvalidReason;
-    use crate::store::embedded::{EmbeddedConfig, EngineMemory, Fsync};
+    use crate::store::embedded::Fsync;
     use chrono::{DateTime, Utc};
 
     fn partition() -> VisitPartition {
@@ -317,12 +317,7 @@ mod tests {
     #[tokio::test]
     async fn beacons_of_both_layouts_read_once_each_and_a_valid_copy_wins() {
         let folder = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStore::open(&EmbeddedConfig {
-            data_dir: folder.path().to_owned(),
-            fsync: Fsync::Never,
-            memory: EngineMemory::default(),
-        })
-        .expect("opened");
+        let store = EmbeddedStore::open_for_test(folder.path(), Fsync::Never);
         let partition = partition();
         let bot = Some(InvalidReason::BotUserAgent);
         // As format 3 wrote them: one row per beacon.
@@ -371,12 +366,7 @@ mod tests {
         use crate::domain::privacy::VisitorDay;
         use crate::store::SubjectStore;
         let folder = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStore::open(&EmbeddedConfig {
-            data_dir: folder.path().to_owned(),
-            fsync: Fsync::Never,
-            memory: EngineMemory::default(),
-        })
-        .expect("opened");
+        let store = EmbeddedStore::open_for_test(folder.path(), Fsync::Never);
         let partition = partition();
         let old = beacon("erased", 1, None);
         let key = site_keys::visit_key(
