@@ -1,7 +1,8 @@
 //! The retention sweep (`--retain-raw`, docs/DESIGN.md "Retention"): every so often, the raw
 //! events of UTC days that began more than the retention ago are deleted on either store,
 //! found through the day index (which campaigns and sites had events on which day), never by
-//! scanning events. Rollups stay: a summary of such a day answers from its seal.
+//! scanning events. Rollups stay: a summary of such a day answers from its seal, until its
+//! rollups expire in turn (`--retain-aggregates`, swept here on the embedded store).
 
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::retention::Retention;
@@ -13,7 +14,7 @@ use crate::store::{ExpiredDays, Store, StoreError, Swept};
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Day-index partitions read at once by a pass.
@@ -49,6 +50,9 @@ pub struct Sweeper {
     /// The first day this process has not swept through yet (none: it has swept nothing).
     /// Its first pass reads the day index back to the earliest day an event may have.
     swept_before: Mutex<Option<Day>>,
+    /// The first kept day of this process's last sweep of rollups: days expire a day at a
+    /// time, so the hourly passes between two of them have nothing to do.
+    rollups_swept_before: Mutex<Option<Day>>,
 }
 
 impl Sweeper {
@@ -62,6 +66,7 @@ impl Sweeper {
             settings,
             options,
             swept_before: Mutex::new(None),
+            rollups_swept_before: Mutex::new(None),
         }
     }
 
@@ -99,10 +104,7 @@ impl Sweeper {
         for (owner, days) in by_owner {
             swept += self.drop_days(&owner, days, kept).await?;
         }
-        *self
-            .swept_before
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(kept);
+        *lock(&self.swept_before) = Some(kept);
         Ok(swept)
     }
 
@@ -125,11 +127,30 @@ impl Sweeper {
         self.drop_days(owner, days, kept).await
     }
 
+    /// Deletes the rollups of days before the first kept at `now` under `--retain-aggregates`
+    /// (on the embedded store; Cassandra's expire by their TTL), once per first kept day.
+    pub async fn sweep_rollups(&self, now: DateTime<Utc>) -> Result<Swept, StoreError> {
+        let Some(kept) = self.options.aggregates.first_kept_day(now) else {
+            return Ok(Swept::default());
+        };
+        if lock(&self.rollups_swept_before).is_some_and(|day| day >= kept) {
+            return Ok(Swept::default());
+        }
+        let mut swept = Swept::default();
+        for (kind, label) in [(OwnerKind::Campaign, "campaign"), (OwnerKind::Site, "site")] {
+            let dropped = self.store.drop_expired_rollups(kind, kept).await?;
+            metrics::counter!("adevents_retention_swept_rollup_ranges_total", "owner" => label)
+                .increment(dropped.ranges);
+            metrics::counter!("adevents_retention_swept_rollup_rows_total", "owner" => label)
+                .increment(dropped.rows);
+            swept += dropped;
+        }
+        *lock(&self.rollups_swept_before) = Some(kept);
+        Ok(swept)
+    }
+
     fn swept_before(&self) -> Option<Day> {
-        *self
-            .swept_before
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *lock(&self.swept_before)
     }
 
     async fn drop_days(
@@ -185,22 +206,44 @@ impl Sweeper {
                 "deleting the raw events of days past --retain-raw failed; retrying at the next pass",
                 Some("deleting expired raw events works again"),
             );
+            let mut rollup_outage = OutageLog::new(
+                "deleting the rollups of days past --retain-aggregates failed; retrying at the next pass",
+                Some("deleting expired rollups works again"),
+            );
             loop {
                 ticks.tick().await;
                 let outcome = self.sweep_once(Utc::now()).await;
-                if let Ok(swept) = &outcome
-                    && (swept.ranges > 0 || swept.rows > 0)
-                {
-                    tracing::info!(
-                        ranges = swept.ranges,
-                        rows = swept.rows,
-                        "deleted the raw events of days past --retain-raw"
-                    );
-                }
-                outage.record(&outcome);
+                report(
+                    &outcome,
+                    &mut outage,
+                    "the raw events of days past --retain-raw",
+                );
+                let outcome = self.sweep_rollups(Utc::now()).await;
+                report(
+                    &outcome,
+                    &mut rollup_outage,
+                    "the rollups of days past --retain-aggregates",
+                );
             }
         })
     }
+}
+
+/// Logs what a pass deleted, if anything, and its failure once per outage.
+fn report(outcome: &Result<Swept, StoreError>, outage: &mut OutageLog, what: &str) {
+    if let Ok(swept) = outcome
+        && (swept.ranges > 0 || swept.rows > 0)
+    {
+        tracing::info!(ranges = swept.ranges, rows = swept.rows, "deleted {what}");
+    }
+    outage.record(outcome);
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A day remembered is usable whatever panicked while it was held.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

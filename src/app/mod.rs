@@ -334,8 +334,10 @@ impl App {
         let decider = self.decider.start();
         let erasures = self.erasures.start();
         // Nothing to sweep while everything is kept.
-        let sweeper =
-            (self.options.retention.raw != Retention::Forever).then(|| self.sweeper().spawn());
+        let retention = self.options.retention;
+        let sweeper = (retention.raw != Retention::Forever
+            || retention.aggregates != Retention::Forever)
+            .then(|| self.sweeper().spawn());
         let day_keys = self.day_keys.start();
         Running::new([
             Some(sketches),

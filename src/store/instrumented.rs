@@ -822,4 +822,12 @@ impl RetentionStore for Instrumented {
     async fn drop_expired_days(&self, expired: &ExpiredDays) -> Result<Swept, StoreError> {
         timed("drop_expired_days", self.inner.drop_expired_days(expired)).await
     }
+
+    async fn drop_expired_rollups(&self, kind: OwnerKind, kept: Day) -> Result<Swept, StoreError> {
+        timed(
+            "drop_expired_rollups",
+            self.inner.drop_expired_rollups(kind, kept),
+        )
+        .await
+    }
 }

@@ -794,6 +794,13 @@ pub trait RetentionStore: Send + Sync {
     /// a later sweep finds them no more. Rollups, seal states and delivery's sealed totals
     /// stay. Idempotent: a sweep cut off anywhere is done again whole by the next.
     async fn drop_expired_days(&self, expired: &ExpiredDays) -> Result<Swept, StoreError>;
+
+    /// Deletes the rollups of every `kind` owner's days before `kept` (`--retain-aggregates`):
+    /// a campaign's slice and reach rows, a site's visit and reach rows. Seal states stay
+    /// (such a day answers zeros), and so do delivery's sealed totals, or lifetime caps would
+    /// start again. On Cassandra rollups are written with a TTL from their day instead, and
+    /// this deletes nothing.
+    async fn drop_expired_rollups(&self, kind: OwnerKind, kept: Day) -> Result<Swept, StoreError>;
 }
 
 /// A place events are kept: every subsystem, and whether the whole answers.

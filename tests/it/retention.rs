@@ -5,7 +5,7 @@
 
 use crate::common::beacons::{fresh_site, register_site, uniques};
 use crate::common::events::{Campaign, export_records, get, post, post_all, summary};
-use crate::common::{Backend, TestServer, eventually, http, test_options};
+use crate::common::{Backend, PrivateStore, TestServer, eventually, http, test_options};
 use adevents::app::{App, Options};
 use adevents::domain::beacon::SiteId;
 use adevents::domain::conversion::ConversionId;
@@ -26,6 +26,7 @@ conformance!(
     events_of_days_past_retention_are_refused_naming_timestamp_and_nothing_is_stored,
     the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer,
     the_sweep_deletes_expired_conversions_with_their_copies_and_decisions,
+    rollups_past_retain_aggregates_go_and_lifetime_delivery_stays,
 );
 
 mod cassandra_only {
@@ -139,16 +140,7 @@ async fn events_of_days_past_retention_are_refused_naming_timestamp_and_nothing_
     let base = server.url("");
     let site = fresh_site();
     register_site(&base, &site).await;
-    let response = http()
-        .post(server.url("/track"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!(
-            "site={site}&guid=a-visitor&timestamp={}",
-            expired.timestamp()
-        ))
-        .send()
-        .await
-        .expect("answered");
+    let response = track(&server, &site, "a-visitor", expired).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let body: Value = response.json().await.expect("JSON");
     assert_eq!(
@@ -182,6 +174,27 @@ fn sealer(store: &Arc<dyn Store>) -> Sealer {
     )
 }
 
+/// Seals `campaign_days` of the campaign and `site_day` of the site once the marks their events
+/// just left on these closed days are past: a seal counts as current once its read started
+/// past the latest mark and the clock margin.
+async fn seal_past_marks(
+    store: &Arc<dyn Store>,
+    campaign: &Campaign,
+    campaign_days: &[Day],
+    site: &SiteId,
+    site_day: Day,
+) {
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let sealer = sealer(store);
+    for day in campaign_days {
+        sealer
+            .seal_campaign_day(campaign.key(), *day)
+            .await
+            .expect("sealed");
+    }
+    sealer.seal_site_day(site, site_day).await.expect("sealed");
+}
+
 async fn the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer(backend: Backend) {
     let store = backend.store().await;
     // Stored while everything is kept (before the operator set a retention).
@@ -206,36 +219,16 @@ async fn the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer(backend
     let site = fresh_site();
     let base = server.url("");
     register_site(&base, &site).await;
-    for n in 0..5 {
-        let response = http()
-            .post(server.url("/track"))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!(
-                "site={site}&guid=visitor-{n}&timestamp={}",
-                (old + Duration::hours(10) + Duration::minutes(n)).timestamp()
-            ))
-            .send()
-            .await
-            .expect("answered");
-        assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    }
+    let visits: Vec<DateTime<Utc>> = (0..5)
+        .map(|n| old + Duration::hours(10) + Duration::minutes(n))
+        .collect();
+    beacons(&server, &site, &visits).await;
     let old_day = old.date_naive();
     let day_query = format!("from={old_day}&to={old_day}");
     let raw = summary(&server, &campaign, &day_query).await;
     assert_eq!(raw["totals"]["impressions"], 20, "{raw}");
-    // The events just posted marked their closed day late: a seal counts as current once its
-    // read started past the latest mark and the clock margin.
-    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let sealer = sealer(&store);
-    sealer
-        .seal_campaign_day(campaign.key(), day_of(old))
-        .await
-        .expect("sealed");
     let site_id = SiteId::parse(&site).expect("a site");
-    sealer
-        .seal_site_day(&site_id, day_of(old))
-        .await
-        .expect("sealed");
+    seal_past_marks(&store, &campaign, &[day_of(old)], &site_id, day_of(old)).await;
     let uniques_query = [
         ("from".to_owned(), old_day.to_string()),
         ("to".to_owned(), old_day.to_string()),
@@ -279,6 +272,119 @@ async fn the_sweep_deletes_expired_raw_days_and_sealed_days_still_answer(backend
     assert_eq!(sealed["totals"], raw["totals"], "the rollup still answers");
     let after = uniques(&base, &site, &uniques_query).await;
     assert_eq!(after["total"], sealed_uniques["total"], "{after}");
+}
+
+/// A beacon of `guid` at `at` to `site`, as its page's script sends it.
+async fn track(
+    server: &TestServer,
+    site: &str,
+    guid: &str,
+    at: DateTime<Utc>,
+) -> reqwest::Response {
+    http()
+        .post(server.url("/track"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!(
+            "site={site}&guid={guid}&timestamp={}",
+            at.timestamp()
+        ))
+        .send()
+        .await
+        .expect("answered")
+}
+
+/// Posts one beacon of a fresh visitor per instant to `site`.
+async fn beacons(server: &TestServer, site: &str, at: &[DateTime<Utc>]) {
+    for (n, when) in at.iter().enumerate() {
+        let response = track(server, site, &format!("visitor-{n}"), *when).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+}
+
+async fn delivery(server: &TestServer, campaign: &Campaign) -> Value {
+    let (status, body) = get(server, &format!("{}/delivery", campaign.path()), "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+async fn rollups_past_retain_aggregates_go_and_lifetime_delivery_stays(backend: Backend) {
+    let (old, kept) = (days_ago(10), days_ago(2));
+    // Raw events and rollups kept until 40 s from now for the old day: long enough to store
+    // and seal it, then it expires (on Cassandra by the rollups' TTL, on the embedded store by
+    // the sweep). The day 2 days ago is kept.
+    let expires = Utc::now() + Duration::seconds(40);
+    let retention = Retention::For(expires - old);
+    let (private, store) =
+        PrivateStore::open_keeping(backend, "rollups", retention, retention).await;
+    let mut options = test_options();
+    options.service.retention.raw = retention;
+    options.service.retention.aggregates = retention;
+    let server = TestServer::with_options(Arc::clone(&store), options.clone()).await;
+    let campaign = Campaign::fresh();
+    let ad = Uuid::new_v4();
+    let impressions: Vec<Value> = (0..10)
+        .map(|n| old + Duration::hours(9) + Duration::minutes(n * 5))
+        .chain((0..3).map(|n| kept + Duration::hours(4) + Duration::minutes(n)))
+        .map(|at| campaign.impression(Uuid::new_v4(), ad, at))
+        .collect();
+    post_all(&server, "/v1/impressions", &impressions, 100).await;
+    let site = fresh_site();
+    let base = server.url("");
+    register_site(&base, &site).await;
+    beacons(
+        &server,
+        &site,
+        &[old + Duration::hours(10), old + Duration::hours(11)],
+    )
+    .await;
+    let site_id = SiteId::parse(&site).expect("a site");
+    let days = [day_of(old), day_of(kept)];
+    seal_past_marks(&store, &campaign, &days, &site_id, day_of(old)).await;
+    let (old_day, kept_day) = (old.date_naive(), kept.date_naive());
+    let old_query = format!("from={old_day}&to={old_day}");
+    let kept_query = format!("from={kept_day}&to={kept_day}");
+    let uniques_query = [
+        ("from".to_owned(), old_day.to_string()),
+        ("to".to_owned(), old_day.to_string()),
+    ];
+    let sealed_old = summary(&server, &campaign, &old_query).await;
+    assert_eq!(sealed_old["totals"]["impressions"], 10, "{sealed_old}");
+    let sealed_kept = summary(&server, &campaign, &kept_query).await;
+    assert_eq!(sealed_kept["totals"]["impressions"], 3, "{sealed_kept}");
+    let sealed_uniques = uniques(&base, &site, &uniques_query).await;
+    assert_eq!(sealed_uniques["total"]["visits"], 2, "{sealed_uniques}");
+    let lifetime = delivery(&server, &campaign).await["lifetime"].clone();
+    assert_eq!(lifetime["billable_impressions"], 13, "{lifetime}");
+
+    let wait = (expires - Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + std::time::Duration::from_secs(1)).await;
+    // As the periodic sweep does: raw days first (their TTL has already expired them on
+    // Cassandra), then rollups.
+    let sweeper = App::new(Arc::clone(&store), options).sweeper();
+    let now = Utc::now();
+    sweeper.sweep_once(now).await.expect("swept");
+    let swept = sweeper.sweep_rollups(now).await.expect("swept");
+    match backend {
+        // A campaign's slices and reach, a site's visits and reach: a range each.
+        Backend::Embedded => assert_eq!(swept.ranges, 4, "{swept:?}"),
+        // The rows expired by their TTL.
+        Backend::Cassandra => assert_eq!(swept, Default::default()),
+    }
+
+    let expired = summary(&server, &campaign, &old_query).await;
+    assert_eq!(expired["totals"]["impressions"], 0, "{expired}");
+    assert_eq!(expired["totals"]["unique_users"], 0, "{expired}");
+    let expired_uniques = uniques(&base, &site, &uniques_query).await;
+    assert_eq!(expired_uniques["total"]["visits"], 0, "{expired_uniques}");
+    let still = summary(&server, &campaign, &kept_query).await;
+    assert_eq!(
+        still["totals"], sealed_kept["totals"],
+        "a kept day answers as before"
+    );
+    let after = delivery(&server, &campaign).await["lifetime"].clone();
+    assert_eq!(after, lifetime, "lifetime caps never start again");
+    drop(server);
+    private.remove().await;
 }
 
 /// What the store keeps of a conversion: its copies as received, and whether it is decided.

@@ -9,8 +9,10 @@ use crate::domain::time::Day;
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-/// Campaign (32 bytes) + UTC day (4) + bucket (2).
-pub(crate) const PARTITION_LEN: usize = 38;
+/// A campaign: advertiser (16 bytes) + campaign (16).
+pub(crate) const CAMPAIGN_LEN: usize = 32;
+/// Campaign + UTC day (4) + bucket (2).
+pub(crate) const PARTITION_LEN: usize = CAMPAIGN_LEN + 6;
 /// An event key: partition, then time (8), then impression id (16).
 pub(crate) const EVENT_KEY_LEN: usize = PARTITION_LEN + 8 + 16;
 

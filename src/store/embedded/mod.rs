@@ -27,6 +27,7 @@ mod open;
 mod processes;
 mod retention;
 mod rollup_keys;
+mod rollup_retention;
 mod rollups;
 mod rows;
 mod seals;

@@ -11,6 +11,7 @@ use super::{conversions, keys, rollup_keys, site_keys, subject_keys};
 use crate::domain::beacon::SiteId;
 use crate::domain::conversion::index::Week;
 use crate::domain::ids::CampaignKey;
+use crate::domain::owner::OwnerKind;
 use crate::domain::time::Day;
 use crate::store::{ExpiredDays, RetentionStore, StoreError, Swept};
 use async_trait::async_trait;
@@ -31,7 +32,7 @@ fn end_day(last: Day) -> [u8; 4] {
 
 impl EmbeddedStore {
     /// Removes every row of `table` in `start..end`.
-    async fn drop_key_range(
+    pub(super) async fn drop_key_range(
         &self,
         table: Table,
         start: Vec<u8>,
@@ -352,5 +353,9 @@ impl RetentionStore for EmbeddedStore {
                 self.drop_site_days(site, *first, *last, days).await
             }
         }
+    }
+
+    async fn drop_expired_rollups(&self, kind: OwnerKind, kept: Day) -> Result<Swept, StoreError> {
+        self.drop_rollups_of_kind(kind, kept).await
     }
 }

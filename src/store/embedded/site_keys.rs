@@ -35,6 +35,12 @@ pub(crate) fn decode_site_prefix(key: &[u8]) -> Option<&str> {
     read_text(key).map(|(site, _)| site)
 }
 
+/// How long the site prefix ([`site_prefix`]) that `key` starts with is.
+pub(crate) fn site_prefix_len(key: &[u8]) -> Option<usize> {
+    let (_, rest) = read_text(key)?;
+    Some(key.len() - rest.len())
+}
+
 /// The key prefix every beacon of `partition` starts with.
 pub(crate) fn visit_prefix(partition: &VisitPartition) -> Vec<u8> {
     let mut key = site_prefix(&partition.site);

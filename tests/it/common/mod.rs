@@ -15,6 +15,7 @@ pub mod tags;
 
 use adevents::access::OperatorKey;
 use adevents::app::{App, Options};
+use adevents::domain::retention::Retention;
 use adevents::migrations::{self, Migration};
 use adevents::store::Store;
 use adevents::store::cassandra::CassandraStore;
@@ -81,8 +82,8 @@ pub fn config(keyspace: KeyspaceName) -> CassandraConfig {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(20),
         write_mode: WriteMode::Batch,
-        retain_raw: adevents::domain::retention::Retention::Forever,
-        retain_aggregates: adevents::domain::retention::Retention::Forever,
+        retain_raw: Retention::Forever,
+        retain_aggregates: Retention::Forever,
     }
 }
 
@@ -127,13 +128,25 @@ impl PrivateStore {
     pub async fn open(
         backend: Backend,
         purpose: &str,
-        retain_raw: adevents::domain::retention::Retention,
+        retain_raw: Retention,
+    ) -> (Self, Arc<dyn Store>) {
+        Self::open_keeping(backend, purpose, retain_raw, Retention::Forever).await
+    }
+
+    /// As [`PrivateStore::open`], with the retention of rollups too (on Cassandra their TTL;
+    /// the embedded store's sweep takes it from the app's options).
+    pub async fn open_keeping(
+        backend: Backend,
+        purpose: &str,
+        retain_raw: Retention,
+        retain_aggregates: Retention,
     ) -> (Self, Arc<dyn Store>) {
         match backend {
             Backend::Cassandra => {
                 let keyspace = private_keyspace(purpose);
                 let mut config = config(keyspace.clone());
                 config.retain_raw = retain_raw;
+                config.retain_aggregates = retain_aggregates;
                 let store = store_for(config, true).await;
                 (Self::Cassandra(keyspace), Arc::new(store))
             }

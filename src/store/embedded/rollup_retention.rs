@@ -1,0 +1,192 @@
+//! `--retain-aggregates` on the embedded store: the rollups of every owner's days before the
+//! first kept one. A rollup key starts with its owner (campaign or site) and then the UTC day,
+//! so an owner's expired days are one key range per table, dropped as raw days are
+//! (`retention`). Owners are found in the rollup tables themselves, one seek per owner: the
+//! day index that the raw sweep reads has lost the lines of days whose raw events are gone.
+
+use super::EmbeddedStore;
+use super::engine::{Table, corrupt, engine_error};
+use super::{keys, site_keys};
+use crate::domain::owner::OwnerKind;
+use crate::domain::time::Day;
+use crate::store::{StoreError, Swept};
+
+const CONTEXT: &str = "dropping expired rollups";
+
+/// The rollup tables of an owner kind; seal states and delivery's sealed totals are not
+/// among them.
+fn rollup_tables(kind: OwnerKind) -> [Table; 2] {
+    match kind {
+        OwnerKind::Campaign => [Table::CampaignRollup, Table::CampaignReach],
+        OwnerKind::Site => [Table::SiteVisits, Table::SiteReach],
+    }
+}
+
+/// How long the owner part of a rollup key is.
+fn owner_len(kind: OwnerKind, key: &[u8]) -> Option<usize> {
+    let len = match kind {
+        OwnerKind::Campaign => keys::CAMPAIGN_LEN,
+        OwnerKind::Site => site_keys::site_prefix_len(key)?,
+    };
+    (key.len() >= len).then_some(len)
+}
+
+/// The first key past every key that starts with `prefix` (`None`: no key is).
+fn past_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut next = prefix.to_vec();
+    while let Some(last) = next.pop() {
+        if last < u8::MAX {
+            next.push(last + 1);
+            return Some(next);
+        }
+    }
+    None
+}
+
+impl EmbeddedStore {
+    /// The first key of `table` at or after `from`.
+    async fn first_key_from(
+        &self,
+        table: Table,
+        from: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.blocking(move |tables| {
+            tables
+                .get(table)
+                .range(from..)
+                .next()
+                .map(|guard| guard.key().map(|key| key.to_vec()))
+                .transpose()
+                .map_err(|error| engine_error(CONTEXT, error))
+        })
+        .await
+    }
+
+    /// Drops, owner by owner, the rows of `table` of days before `kept`: an owner's first key
+    /// is its earliest day, so an owner with nothing expired costs that one seek.
+    async fn drop_rollups_before(
+        &self,
+        table: Table,
+        kind: OwnerKind,
+        kept: Day,
+    ) -> Result<Swept, StoreError> {
+        let mut swept = Swept::default();
+        let mut from = Vec::new();
+        while let Some(first) = self.first_key_from(table, from).await? {
+            let owner = first
+                .get(..owner_len(kind, &first).ok_or_else(|| corrupt(CONTEXT))?)
+                .ok_or_else(|| corrupt(CONTEXT))?
+                .to_vec();
+            let mut end = owner.clone();
+            end.extend_from_slice(&keys::day_bytes(kept));
+            if first < end {
+                swept += self.drop_key_range(table, owner.clone(), end).await?;
+            }
+            match past_prefix(&owner) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        Ok(swept)
+    }
+
+    pub(super) async fn drop_rollups_of_kind(
+        &self,
+        kind: OwnerKind,
+        kept: Day,
+    ) -> Result<Swept, StoreError> {
+        let mut swept = Swept::default();
+        for table in rollup_tables(kind) {
+            swept += self.drop_rollups_before(table, kind, kept).await?;
+        }
+        Ok(swept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::conversion::money::ValueSums;
+    use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
+    use crate::store::embedded::Fsync;
+    use crate::store::{ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore};
+    use uuid::Uuid;
+
+    fn day(text: &str) -> Day {
+        Day::new(text.parse().expect("date"))
+    }
+
+    fn rollup(day: Day, impressions: u64) -> Rollup {
+        Rollup {
+            slices: vec![RollupSlice::from_counts(
+                day.first_slice(),
+                AdId::new(Uuid::from_u128(9)),
+                [impressions, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                ValueSums::default(),
+            )],
+            reach: vec![RollupReach {
+                level: ReachLevel::CampaignDay,
+                hour: day.first_hour(),
+                ad_id: None,
+                sketch: vec![1, 2, 3],
+            }],
+        }
+    }
+
+    /// Three campaigns side by side in key order: one with expired and kept days, one with
+    /// expired days only, one with kept days only. Each loses its expired days and nothing
+    /// else, and the walk over owners reaches the last of them.
+    #[tokio::test]
+    async fn every_owners_days_before_the_first_kept_go_and_the_rest_stay() {
+        let folder = tempfile::tempdir().expect("temporary folder");
+        let store = EmbeddedStore::open_for_test(folder.path(), Fsync::Never);
+        let campaign = |n: u128| CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            campaign_id: CampaignId::new(Uuid::from_u128(n)),
+        };
+        let (expired, also_expired, kept) =
+            (day("2026-01-05"), day("2026-03-01"), day("2026-03-02"));
+        let written = [
+            (campaign(1), vec![expired, kept]),
+            (campaign(2), vec![expired, also_expired]),
+            (campaign(3), vec![kept]),
+        ];
+        for (campaign, days) in &written {
+            for day in days {
+                store
+                    .write_campaign_rollup(*campaign, *day, &rollup(*day, 7), chrono::Utc::now())
+                    .await
+                    .expect("written");
+            }
+        }
+        let swept = store
+            .drop_rollups_of_kind(OwnerKind::Campaign, kept)
+            .await
+            .expect("swept");
+        // Slices and reach of the two campaigns with expired days.
+        assert_eq!(swept.ranges, 4, "{swept:?}");
+        for (campaign, days) in &written {
+            for day in days {
+                let left = store
+                    .read_campaign_rollup(*campaign, *day, &[ReachLevel::CampaignDay])
+                    .await
+                    .expect("read");
+                if *day < kept {
+                    assert_eq!(left, Rollup::default(), "{campaign:?} {day:?}");
+                } else {
+                    assert_eq!(left, rollup(*day, 7), "{campaign:?} {day:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn past_a_prefix_is_past_every_key_that_starts_with_it() {
+        assert_eq!(past_prefix(&[1, 2, 3]), Some(vec![1, 2, 4]));
+        assert_eq!(past_prefix(&[1, 0xFF, 0xFF]), Some(vec![2]));
+        assert_eq!(past_prefix(&[0xFF, 0xFF]), None);
+        let next = past_prefix(&[7, 0xFF]).expect("a key past it");
+        assert!(next.as_slice() > [7, 0xFF, 0xFF, 0xFF, 0xFF].as_slice());
+        assert!(next.as_slice() <= [8].as_slice());
+    }
+}
