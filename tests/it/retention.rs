@@ -285,7 +285,7 @@ async fn track(
         .post(server.url("/track"))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!(
-            "site={site}&guid={guid}&timestamp={}",
+            "site={site}&guid={guid}&referrer=r.example&timestamp={}",
             at.timestamp()
         ))
         .send()
@@ -353,6 +353,13 @@ async fn rollups_past_retain_aggregates_go_and_lifetime_delivery_stays(backend: 
     assert_eq!(sealed_kept["totals"]["impressions"], 3, "{sealed_kept}");
     let sealed_uniques = uniques(&base, &site, &uniques_query).await;
     assert_eq!(sealed_uniques["total"]["visits"], 2, "{sealed_uniques}");
+    let features_path = format!("/v1/sites/{site}/features");
+    let (_, features) = get(&server, &features_path, &old_query).await;
+    assert_eq!(
+        features["features"]["referrer"],
+        json!([{"value": "r.example", "visits": 2}]),
+        "{features}"
+    );
     let lifetime = delivery(&server, &campaign).await["lifetime"].clone();
     assert_eq!(lifetime["billable_impressions"], 13, "{lifetime}");
 
@@ -365,8 +372,9 @@ async fn rollups_past_retain_aggregates_go_and_lifetime_delivery_stays(backend: 
     sweeper.sweep_once(now).await.expect("swept");
     let swept = sweeper.sweep_rollups(now).await.expect("swept");
     match backend {
-        // A campaign's slices and reach, a site's visits and reach: a range each.
-        Backend::Embedded => assert_eq!(swept.ranges, 4, "{swept:?}"),
+        // A campaign's slices and reach, a site's visits, reach and feature values: a range
+        // each.
+        Backend::Embedded => assert_eq!(swept.ranges, 5, "{swept:?}"),
         // The rows expired by their TTL.
         Backend::Cassandra => assert_eq!(swept, Default::default()),
     }
@@ -376,6 +384,13 @@ async fn rollups_past_retain_aggregates_go_and_lifetime_delivery_stays(backend: 
     assert_eq!(expired["totals"]["unique_users"], 0, "{expired}");
     let expired_uniques = uniques(&base, &site, &uniques_query).await;
     assert_eq!(expired_uniques["total"]["visits"], 0, "{expired_uniques}");
+    let (status, features) = get(&server, &features_path, &old_query).await;
+    assert_eq!(status, StatusCode::OK, "{features}");
+    assert_eq!(
+        features,
+        json!({"features": {}}),
+        "the day's feature values go too"
+    );
     let still = summary(&server, &campaign, &kept_query).await;
     assert_eq!(
         still["totals"], sealed_kept["totals"],

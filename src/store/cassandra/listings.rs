@@ -56,7 +56,7 @@ impl ListingStatements {
                 ),
                 format!(
                     "INSERT INTO {keyspace}.site_feature_visits (site, day, feature, value, visits) \
-                     VALUES (?, ?, ?, ?, ?)"
+                     VALUES (?, ?, ?, ?, ?) USING TTL ?"
                 ),
                 format!(
                     "SELECT feature, value, visits FROM {keyspace}.site_feature_visits \
@@ -159,6 +159,8 @@ impl CassandraStore {
         values: &[FeatureVisits],
     ) -> Result<(), StoreError> {
         let statements = &self.prepared().await?.listings;
+        // Aggregates of the day, so they expire with its rollups (`--retain-aggregates`).
+        let ttl = self.aggregate_ttl(day);
         execute_each(
             &self.session,
             &statements.insert_feature,
@@ -171,6 +173,7 @@ impl CassandraStore {
                     entry.feature.as_str(),
                     entry.value.as_str(),
                     i64::try_from(entry.visits).unwrap_or(i64::MAX),
+                    ttl,
                 )
             },
             "writing a site-day's feature values",

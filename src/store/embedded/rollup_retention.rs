@@ -13,12 +13,12 @@ use crate::store::{StoreError, Swept};
 
 const CONTEXT: &str = "dropping expired rollups";
 
-/// The rollup tables of an owner kind; seal states and delivery's sealed totals are not
-/// among them.
-fn rollup_tables(kind: OwnerKind) -> [Table; 2] {
+/// The rollup tables of an owner kind (a site's include its days' feature values); seal
+/// states and delivery's sealed totals are not among them.
+fn rollup_tables(kind: OwnerKind) -> &'static [Table] {
     match kind {
-        OwnerKind::Campaign => [Table::CampaignRollup, Table::CampaignReach],
-        OwnerKind::Site => [Table::SiteVisits, Table::SiteReach],
+        OwnerKind::Campaign => &[Table::CampaignRollup, Table::CampaignReach],
+        OwnerKind::Site => &[Table::SiteVisits, Table::SiteReach, Table::SiteFeatures],
     }
 }
 
@@ -97,7 +97,7 @@ impl EmbeddedStore {
     ) -> Result<Swept, StoreError> {
         let mut swept = Swept::default();
         for table in rollup_tables(kind) {
-            swept += self.drop_rollups_before(table, kind, kept).await?;
+            swept += self.drop_rollups_before(*table, kind, kept).await?;
         }
         Ok(swept)
     }
