@@ -796,10 +796,10 @@ pub trait RetentionStore: Send + Sync {
     async fn drop_expired_days(&self, expired: &ExpiredDays) -> Result<Swept, StoreError>;
 
     /// Deletes the rollups of every `kind` owner's days before `kept` (`--retain-aggregates`):
-    /// a campaign's slice and reach rows, a site's visit and reach rows. Seal states stay
-    /// (such a day answers zeros), and so do delivery's sealed totals, or lifetime caps would
-    /// start again. On Cassandra rollups are written with a TTL from their day instead, and
-    /// this deletes nothing.
+    /// a campaign's slice and reach rows, a site's visit, reach and feature-value rows. Seal
+    /// states stay (such a day answers zeros), and so do delivery's sealed totals, or lifetime
+    /// caps would start again. On Cassandra rollups are written with a TTL from their day
+    /// instead, and this deletes nothing.
     async fn drop_expired_rollups(&self, kind: OwnerKind, kept: Day) -> Result<Swept, StoreError>;
 }
 

@@ -5,7 +5,7 @@
 //! day index that the raw sweep reads has lost the lines of days whose raw events are gone.
 
 use super::EmbeddedStore;
-use super::engine::{Table, corrupt, engine_error};
+use super::engine::{Table, engine_error};
 use super::{keys, site_keys};
 use crate::domain::owner::OwnerKind;
 use crate::domain::time::Day;
@@ -73,10 +73,14 @@ impl EmbeddedStore {
         let mut swept = Swept::default();
         let mut from = Vec::new();
         while let Some(first) = self.first_key_from(table, from).await? {
-            let owner = first
-                .get(..owner_len(kind, &first).ok_or_else(|| corrupt(CONTEXT))?)
-                .ok_or_else(|| corrupt(CONTEXT))?
-                .to_vec();
+            let Some(owner) = owner_len(kind, &first).and_then(|len| first.get(..len)) else {
+                // One damaged key must not stop the sweep of every owner after it.
+                tracing::warn!(?table, key = ?first, "a rollup key that names no owner: skipped");
+                from = first;
+                from.push(0);
+                continue;
+            };
+            let owner = owner.to_vec();
             let mut end = owner.clone();
             end.extend_from_slice(&keys::day_bytes(kept));
             if first < end {
@@ -106,10 +110,14 @@ impl EmbeddedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::beacon::SiteId;
     use crate::domain::conversion::money::ValueSums;
     use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey};
     use crate::store::embedded::Fsync;
-    use crate::store::{ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore};
+    use crate::store::{
+        FeatureVisits, ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup,
+        SketchPartition, SliceVisits,
+    };
     use uuid::Uuid;
 
     fn day(text: &str) -> Day {
@@ -188,5 +196,76 @@ mod tests {
         let next = past_prefix(&[7, 0xFF]).expect("a key past it");
         assert!(next.as_slice() > [7, 0xFF, 0xFF, 0xFF, 0xFF].as_slice());
         assert!(next.as_slice() <= [8].as_slice());
+    }
+
+    /// What a site-day's rollup holds, as read back: visits, reach and feature values.
+    async fn site_day(store: &EmbeddedStore, site: &SiteId, day: Day) -> (SiteRollup, usize) {
+        let partition = SketchPartition {
+            site: site.clone(),
+            day,
+            combination: String::new(),
+        };
+        let rollup = store.read_site_rollup(&partition).await.expect("read");
+        let features = store.read_site_features(site, day).await.expect("read");
+        (rollup, features.len())
+    }
+
+    /// Two sites, one's name the start of the other's, each with an expired and a kept day:
+    /// each loses its expired day's visits, reach and feature values, and keeps the rest.
+    #[tokio::test]
+    async fn a_sites_expired_visits_reach_and_features_go_and_its_kept_days_stay() {
+        let folder = tempfile::tempdir().expect("temporary folder");
+        let store = EmbeddedStore::open_for_test(folder.path(), Fsync::Never);
+        let sites = ["a.example", "a.example.org"].map(|site| SiteId::parse(site).expect("site"));
+        let (expired, kept) = (day("2026-02-10"), day("2026-03-02"));
+        let rollup = |day: Day| SiteRollup {
+            visits: vec![(
+                day.first_slice(),
+                SliceVisits {
+                    valid: 3,
+                    invalid: 1,
+                },
+            )],
+            reach: vec![(day.first_hour(), vec![4, 5, 6])],
+        };
+        for site in &sites {
+            for day in [expired, kept] {
+                store
+                    .write_site_rollup(
+                        site,
+                        day,
+                        &[(String::new(), rollup(day))],
+                        chrono::Utc::now(),
+                    )
+                    .await
+                    .expect("written");
+                let feature = FeatureVisits {
+                    feature: "referrer".to_owned(),
+                    value: "r.example".to_owned(),
+                    visits: 3,
+                };
+                store
+                    .write_site_features(site, day, &[feature])
+                    .await
+                    .expect("written");
+            }
+        }
+        let swept = store
+            .drop_rollups_of_kind(OwnerKind::Site, kept)
+            .await
+            .expect("swept");
+        assert_eq!(swept.ranges, 6, "three tables of two sites: {swept:?}");
+        for site in &sites {
+            assert_eq!(
+                site_day(&store, site, expired).await,
+                (SiteRollup::default(), 0),
+                "{site:?}"
+            );
+            assert_eq!(
+                site_day(&store, site, kept).await,
+                (rollup(kept), 1),
+                "{site:?}"
+            );
+        }
     }
 }
