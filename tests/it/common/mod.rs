@@ -130,23 +130,11 @@ impl PrivateStore {
         purpose: &str,
         retain_raw: Retention,
     ) -> (Self, Arc<dyn Store>) {
-        Self::open_keeping(backend, purpose, retain_raw, Retention::Forever).await
-    }
-
-    /// As [`PrivateStore::open`], with the retention of rollups too (on Cassandra their TTL;
-    /// the embedded store's sweep takes it from the app's options).
-    pub async fn open_keeping(
-        backend: Backend,
-        purpose: &str,
-        retain_raw: Retention,
-        retain_aggregates: Retention,
-    ) -> (Self, Arc<dyn Store>) {
         match backend {
             Backend::Cassandra => {
                 let keyspace = private_keyspace(purpose);
                 let mut config = config(keyspace.clone());
                 config.retain_raw = retain_raw;
-                config.retain_aggregates = retain_aggregates;
                 let store = store_for(config, true).await;
                 (Self::Cassandra(keyspace), Arc::new(store))
             }
@@ -160,6 +148,27 @@ impl PrivateStore {
                 .expect("open the embedded store");
                 (Self::Embedded(folder), Arc::new(store))
             }
+        }
+    }
+
+    /// `store` (this private store, as [`PrivateStore::open`] gave it) keeping raw events and
+    /// rollups as told from now on: on Cassandra a second client of the migrated keyspace,
+    /// whose writes carry those TTLs; the embedded store itself (its sweep takes the
+    /// retentions from the app's options).
+    pub async fn keeping(
+        &self,
+        store: Arc<dyn Store>,
+        retain_raw: Retention,
+        retain_aggregates: Retention,
+    ) -> Arc<dyn Store> {
+        match self {
+            Self::Cassandra(keyspace) => {
+                let mut config = config(keyspace.clone());
+                config.retain_raw = retain_raw;
+                config.retain_aggregates = retain_aggregates;
+                Arc::new(store_for(config, false).await)
+            }
+            Self::Embedded(_) => store,
         }
     }
 
