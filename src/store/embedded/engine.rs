@@ -277,18 +277,32 @@ impl EmbeddedStore {
         end: Option<Vec<u8>>,
         context: &'static str,
     ) -> Result<KeyValues, StoreError> {
+        self.scan_range_at_most(table, start, end, usize::MAX, context)
+            .await
+    }
+
+    /// The first `limit` (key, value) pairs of [`scan_range`](Self::scan_range)'s.
+    pub(super) async fn scan_range_at_most(
+        &self,
+        table: Table,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        limit: usize,
+        context: &'static str,
+    ) -> Result<KeyValues, StoreError> {
         self.blocking(move |tables| {
             let keyspace = tables.get(table);
             let rows = match end {
                 Some(end) => keyspace.range(start..end),
                 None => keyspace.range(start..),
             };
-            rows.map(|guard| {
-                guard
-                    .into_inner()
-                    .map_err(|error| engine_error(context, error))
-            })
-            .collect()
+            rows.take(limit)
+                .map(|guard| {
+                    guard
+                        .into_inner()
+                        .map_err(|error| engine_error(context, error))
+                })
+                .collect()
         })
         .await
     }

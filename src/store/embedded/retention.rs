@@ -186,7 +186,9 @@ impl EmbeddedStore {
         let mut swept = Swept::default();
         let mut from = start;
         loop {
-            let rows = self.range_batch(table, &from, &end, limit).await?;
+            let rows = self
+                .scan_range_at_most(table, from, Some(end.clone()), limit, CONTEXT)
+                .await?;
             let Some((last, _)) = rows.last() else {
                 return Ok(swept);
             };
@@ -199,30 +201,6 @@ impl EmbeddedStore {
                 .commit_replacing(CONTEXT, removals, Vec::new())
                 .await?;
         }
-    }
-
-    /// At most `limit` rows of `table` in `from..end`, in key order.
-    async fn range_batch(
-        &self,
-        table: Table,
-        from: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<KeyValues, StoreError> {
-        let (from, end) = (from.to_vec(), end.to_vec());
-        self.blocking(move |tables| {
-            tables
-                .get(table)
-                .range(from..end)
-                .take(limit)
-                .map(|guard| {
-                    guard
-                        .into_inner()
-                        .map_err(|error| engine_error(CONTEXT, error))
-                })
-                .collect()
-        })
-        .await
     }
 
     async fn drop_campaign_days(

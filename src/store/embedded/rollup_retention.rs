@@ -5,7 +5,7 @@
 //! day index that the raw sweep reads has lost the lines of days whose raw events are gone.
 
 use super::EmbeddedStore;
-use super::engine::{Table, engine_error};
+use super::engine::Table;
 use super::{keys, site_keys};
 use crate::domain::owner::OwnerKind;
 use crate::domain::time::Day;
@@ -44,24 +44,6 @@ fn past_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl EmbeddedStore {
-    /// The first key of `table` at or after `from`.
-    async fn first_key_from(
-        &self,
-        table: Table,
-        from: Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.blocking(move |tables| {
-            tables
-                .get(table)
-                .range(from..)
-                .next()
-                .map(|guard| guard.key().map(|key| key.to_vec()))
-                .transpose()
-                .map_err(|error| engine_error(CONTEXT, error))
-        })
-        .await
-    }
-
     /// Drops, owner by owner, the rows of `table` of days before `kept`: an owner's first key
     /// is its earliest day, so an owner with nothing expired costs that one seek.
     async fn drop_rollups_before(
@@ -72,7 +54,14 @@ impl EmbeddedStore {
     ) -> Result<Swept, StoreError> {
         let mut swept = Swept::default();
         let mut from = Vec::new();
-        while let Some(first) = self.first_key_from(table, from).await? {
+        loop {
+            let next = self
+                .scan_range_at_most(table, from, None, 1, CONTEXT)
+                .await?;
+            let Some((first, _)) = next.into_iter().next() else {
+                break;
+            };
+            let first = first.to_vec();
             let Some(owner) = owner_len(kind, &first).and_then(|len| first.get(..len)) else {
                 // One damaged key must not stop the sweep of every owner after it.
                 tracing::warn!(?table, key = ?first, "a rollup key that names no owner: skipped");
