@@ -1,14 +1,16 @@
-//! What every process keeps of all erasures: the store's key for subject hashes and the hashes
-//! of erased subjects, so that a re-sent old event of an erased subject is dropped at ingest
-//! (docs/API.md, "Privacy"). Loaded at start and again every [`REFRESH`], so an erasure made
-//! on another process is known here within that time.
+//! What every process keeps of all erasures: the store's key for subject hashes, the hashes
+//! of erased subjects and of the impressions their erasures found, so that a re-sent old event
+//! of an erased subject, and a click or view report of an erased impression, is dropped at
+//! ingest (docs/API.md, "Privacy"). Loaded at start and again every [`REFRESH`], so an erasure
+//! made on another process is known here within that time.
 
 use crate::domain::beacon::{Guid, SiteId};
-use crate::domain::ids::{AdvertiserId, UserId};
-use crate::domain::privacy::{ErasedSubject, PrivacyKey, Subject, SubjectHash};
+use crate::domain::ids::{AdvertiserId, ImpressionId, UserId};
+use crate::domain::privacy::{ErasedSubject, ErasureId, PrivacyKey, Subject, SubjectHash};
 use crate::store::{StoreError, SubjectStore};
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use futures::{StreamExt, TryStreamExt, stream};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -19,7 +21,15 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(10);
 struct Known {
     key: Option<PrivacyKey>,
     erased: HashMap<SubjectHash, Vec<ErasedSubject>>,
+    /// The keyed hash of every impression an erasure found (32 bytes each, for as long as the
+    /// erasure's record is kept).
+    impressions: HashSet<SubjectHash>,
+    /// Erasures whose impressions were read after they were done: their set no longer grows.
+    impressions_final: HashSet<ErasureId>,
 }
+
+/// Erasures' impressions read at once.
+const READS_AT_ONCE: usize = 16;
 
 pub(crate) struct ErasedSubjects {
     store: Arc<dyn SubjectStore>,
@@ -44,18 +54,72 @@ impl ErasedSubjects {
         Ok(key)
     }
 
-    /// Reads every erasure's subject again.
+    /// Reads every erasure's subject again, and the impressions of each erasure that is
+    /// pending or newly done.
     pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
         self.key().await?;
+        let subjects = self.store.erased_subjects().await?;
+        // Read before the impressions: a job records them all before it is done, so an
+        // erasure off this list has its whole set stored by now.
+        let pending: HashSet<ErasureId> =
+            self.store.pending_erasures().await?.into_iter().collect();
+        let unread: Vec<ErasureId> = {
+            let known = self.read();
+            subjects
+                .iter()
+                .map(|subject| subject.id)
+                .filter(|id| !known.impressions_final.contains(id))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        let store = &self.store;
+        let read: Vec<(ErasureId, Vec<SubjectHash>)> = stream::iter(unread)
+            .map(|id| async move { Ok::<_, StoreError>((id, store.erased_impressions(id).await?)) })
+            .buffer_unordered(READS_AT_ONCE)
+            .try_collect()
+            .await?;
         let mut erased: HashMap<SubjectHash, Vec<ErasedSubject>> = HashMap::new();
-        for subject in self.store.erased_subjects().await? {
+        for subject in subjects {
             erased
                 .entry(subject.subject_hash)
                 .or_default()
                 .push(subject);
         }
-        self.write().erased = erased;
+        let mut known = self.write();
+        known.erased = erased;
+        for (id, hashes) in read {
+            known.impressions.extend(hashes);
+            if !pending.contains(&id) {
+                known.impressions_final.insert(id);
+            }
+        }
         Ok(())
+    }
+
+    /// Knows an erasure's impressions at once on the process that recorded them.
+    pub(crate) fn add_impressions(&self, hashes: impl IntoIterator<Item = SubjectHash>) {
+        self.write().impressions.extend(hashes);
+    }
+
+    /// Whether a click or view report of `impression` of `advertiser` names an impression an
+    /// erasure found: stored, nothing could find it to erase it.
+    pub(crate) fn drops_of_impression(
+        &self,
+        advertiser: AdvertiserId,
+        impression: ImpressionId,
+    ) -> bool {
+        let known = self.read();
+        // No hash is computed while no impression was ever erased.
+        if known.impressions.is_empty() {
+            return false;
+        }
+        let Some(key) = &known.key else {
+            return false;
+        };
+        known
+            .impressions
+            .contains(&key.hash_impression(advertiser, impression))
     }
 
     /// Knows an erasure at once on the process that recorded it.

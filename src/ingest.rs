@@ -191,6 +191,28 @@ impl Ingestor {
             .is_some_and(|erased| erased.drops(user, advertiser, at))
     }
 
+    /// Drops the clicks or view reports (`of`: the advertiser and impression each names) of
+    /// impressions an erasure found: they name no user, and nothing could find one stored
+    /// now to erase it.
+    fn drop_of_erased_impressions<E>(
+        &self,
+        events: &mut Vec<E>,
+        of: impl Fn(&E) -> (AdvertiserId, ImpressionId),
+    ) {
+        let Some(erased) = &self.erased else {
+            return;
+        };
+        let before = events.len();
+        events.retain(|event| {
+            let (advertiser, impression) = of(event);
+            !erased.drops_of_impression(advertiser, impression)
+        });
+        let dropped = before - events.len();
+        if dropped > 0 {
+            metrics::counter!("adevents_erased_events_dropped_total").increment(dropped as u64);
+        }
+    }
+
     pub async fn impressions(&self, mut events: Vec<Impression>) -> Result<(), StoreError> {
         self.check_index_room()?;
         if let Some(erased) = &self.erased {
@@ -275,8 +297,14 @@ impl Ingestor {
     /// the impression before must count again.
     pub(crate) async fn view_reports(
         &self,
-        reports: Vec<ViewReportEvent>,
+        mut reports: Vec<ViewReportEvent>,
     ) -> Result<(), StoreError> {
+        self.drop_of_erased_impressions(&mut reports, |report| {
+            (report.campaign.advertiser_id, report.impression_id)
+        });
+        if reports.is_empty() {
+            return Ok(());
+        }
         let partitions = self.partition(reports).await?;
         let late = self.index_days(&partitions, &[]).await?;
         let times: Vec<(CampaignKey, DateTime<Utc>)> = partitions
@@ -378,8 +406,14 @@ impl Ingestor {
             .await
     }
 
-    pub async fn clicks(&self, events: Vec<Click>) -> Result<(), StoreError> {
+    pub async fn clicks(&self, mut events: Vec<Click>) -> Result<(), StoreError> {
         self.check_index_room()?;
+        self.drop_of_erased_impressions(&mut events, |click| {
+            (click.campaign.advertiser_id, click.impression_id)
+        });
+        if events.is_empty() {
+            return Ok(());
+        }
         let indexed_days = self.mark_for_index(&events, &BTreeSet::new()).await?;
         let indexed: Vec<IndexEntry> = match &self.indexer {
             Some(_) => events.iter().map(IndexEntry::of_click).collect(),

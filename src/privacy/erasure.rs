@@ -2,6 +2,8 @@
 //! is answered; every process runs the pending ones. A job waits until every running process
 //! has indexed what it stored before the request (and has learnt of the erasure, so that it
 //! drops the subject's re-sent old events), finds the subject's events through the index,
+//! records the keyed hashes of the impressions found and waits again until every process drops
+//! their clicks and view reports (which name no user), finds again what came meanwhile,
 //! settles its counts once (the first count stored wins), deletes the rows (conversions
 //! carrying the user among them), then the index
 //! entries and directory lines that led to them, marks the unsealed slices that counted them,
@@ -15,7 +17,8 @@ use crate::domain::conversion::index::{IndexKey, Week};
 use crate::domain::ids::{AdvertiserId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::privacy::{
-    ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject, SubjectWeek, VisitorDay,
+    ErasedCounts, ErasureId, ErasureRecord, ErasureStatus, Subject, SubjectHash, SubjectWeek,
+    VisitorDay,
 };
 use crate::domain::time::Day;
 use crate::erased::{ErasedSubjects, REFRESH};
@@ -25,8 +28,8 @@ use crate::readiness::Readiness;
 use crate::store::{EventAt, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
-use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often pending erasures are looked for (a request on this process wakes the job at once).
@@ -51,6 +54,14 @@ pub(crate) struct Erasures {
     /// Told which visitor-days an erasure deleted from the visitor index, so that it writes
     /// them again for the visitor's next beacons.
     beacons: Option<Arc<BeaconIngestor>>,
+    /// The impressions each running job recorded as erased, and when it last added some.
+    guarded: Mutex<HashMap<ErasureId, Guarded>>,
+}
+
+/// Impressions whose clicks and view reports every process drops once it has read them.
+struct Guarded {
+    hashes: BTreeSet<SubjectHash>,
+    since: DateTime<Utc>,
 }
 
 impl Erasures {
@@ -72,6 +83,7 @@ impl Erasures {
             repaired_at: std::sync::OnceLock::new(),
             wake: Arc::new(tokio::sync::Notify::new()),
             beacons: None,
+            guarded: Mutex::new(HashMap::new()),
         }
     }
 
@@ -139,17 +151,7 @@ impl Erasures {
             // Done elsewhere after it was listed here.
             return Ok(true);
         }
-        // Until every process knows the erasure (it reads them every `REFRESH`), one may still
-        // store an old event of the subject; it is indexed once that process is past this.
-        // One process alone on its store knew it at once.
-        let settled = if self.store.is_shared() {
-            record.requested_at
-                + TimeDelta::from_std(REFRESH).unwrap_or(TimeDelta::MAX)
-                + SETTLE_MARGIN
-        } else {
-            record.requested_at
-        };
-        if indexed_through < settled.max(repaired_at) {
+        if indexed_through < self.known_everywhere(record.requested_at).max(repaired_at) {
             return Ok(false);
         }
         let counts = match &record.subject {
@@ -159,6 +161,12 @@ impl Erasures {
                     .finder
                     .find(user, record.scope, Some(record.requested_at))
                     .await?;
+                if !self
+                    .impressions_guarded(record.id, &found, indexed_through)
+                    .await?
+                {
+                    return Ok(false);
+                }
                 let counts = self
                     .store
                     .settle_erasure_counts(id, self.count(&found).await?)
@@ -168,6 +176,7 @@ impl Erasures {
                     .finish_erasure(&record.done(counts, Utc::now()))
                     .await?;
                 self.indexer.forget_subject(user);
+                self.guards().remove(&record.id);
                 counts
             }
             Some(Subject::Visitor { site, guid }) => {
@@ -216,6 +225,65 @@ impl Erasures {
             .increment(counts.visits);
         tracing::info!(erasure = %id, "erasure done");
         Ok(true)
+    }
+
+    /// When every process has learnt what this process recorded at `at`: other processes
+    /// read erasures every [`REFRESH`]; one process alone on its store knew it at once.
+    fn known_everywhere(&self, at: DateTime<Utc>) -> DateTime<Utc> {
+        if self.store.is_shared() {
+            at + TimeDelta::from_std(REFRESH).unwrap_or(TimeDelta::MAX) + SETTLE_MARGIN
+        } else {
+            at
+        }
+    }
+
+    /// Whether every process drops the clicks and view reports of the impressions `found`:
+    /// they name no user, so one stored after the job could never be found to be erased.
+    /// Records the impressions' keyed hashes first (saying no), then says yes once every
+    /// process has read them and indexed what it stored before; the job, run again, finds
+    /// what came in meanwhile. Recording again after a restart only repeats writes.
+    async fn impressions_guarded(
+        &self,
+        id: ErasureId,
+        found: &SubjectEvents,
+        indexed_through: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let key = self.erased.key().await?;
+        let hashes: BTreeSet<SubjectHash> = found
+            .impressions
+            .iter()
+            .map(|impression| {
+                key.hash_impression(impression.campaign.advertiser_id, impression.impression_id)
+            })
+            .collect();
+        if hashes.is_empty() {
+            return Ok(true);
+        }
+        let since = self
+            .guards()
+            .get(&id)
+            .filter(|guarded| hashes.is_subset(&guarded.hashes))
+            .map(|guarded| guarded.since);
+        if let Some(since) = since {
+            return Ok(indexed_through >= self.known_everywhere(since));
+        }
+        let recorded: Vec<SubjectHash> = hashes.iter().copied().collect();
+        self.store.record_erased_impressions(id, &recorded).await?;
+        self.erased.add_impressions(recorded);
+        let mut guards = self.guards();
+        let guarded = guards.entry(id).or_insert_with(|| Guarded {
+            hashes: BTreeSet::new(),
+            since: Utc::now(),
+        });
+        guarded.hashes.extend(hashes);
+        guarded.since = Utc::now();
+        Ok(false)
+    }
+
+    fn guards(&self) -> std::sync::MutexGuard<'_, HashMap<ErasureId, Guarded>> {
+        self.guarded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// What the job erases, each identity once.

@@ -25,7 +25,8 @@ use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek, VisitorDay,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectHash, SubjectWeek,
+    VisitorDay,
 };
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
@@ -760,6 +761,22 @@ impl SubjectStore for Instrumented {
 
     async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError> {
         timed("erased_subjects", self.inner.erased_subjects()).await
+    }
+
+    async fn record_erased_impressions(
+        &self,
+        id: ErasureId,
+        hashes: &[SubjectHash],
+    ) -> Result<(), StoreError> {
+        timed(
+            "record_erased_impressions",
+            self.inner.record_erased_impressions(id, hashes),
+        )
+        .await
+    }
+
+    async fn erased_impressions(&self, id: ErasureId) -> Result<Vec<SubjectHash>, StoreError> {
+        timed("erased_impressions", self.inner.erased_impressions(id)).await
     }
 
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {

@@ -44,7 +44,8 @@ use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::owner::{Listing, Owner, OwnerDays, OwnerKind};
 use crate::domain::partition::EventPartition;
 use crate::domain::privacy::{
-    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectWeek, VisitorDay,
+    ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectHash, SubjectWeek,
+    VisitorDay,
 };
 use crate::domain::process::{ProcessId, ProcessReport, UnflushedDay};
 use crate::domain::sealing::LateMark;
@@ -668,6 +669,17 @@ pub trait SubjectStore: Send + Sync {
 
     /// Every erasure's erased subject, done or not.
     async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError>;
+
+    /// Records the keyed hashes of the impressions an erasure found (writing one again changes
+    /// nothing): ingestion drops a click or view report of any of them, whenever it arrives.
+    async fn record_erased_impressions(
+        &self,
+        id: ErasureId,
+        hashes: &[SubjectHash],
+    ) -> Result<(), StoreError>;
+
+    /// The impression hashes recorded for erasure `id`.
+    async fn erased_impressions(&self, id: ErasureId) -> Result<Vec<SubjectHash>, StoreError>;
 
     /// The store's key for subject hashes: `candidate` if none was stored yet, else the stored
     /// one (the first writer wins, on every process).

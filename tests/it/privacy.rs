@@ -29,6 +29,7 @@ conformance!(
     subject_access_lists_every_record_of_the_user_and_only_the_named_advertisers,
     a_scoped_erasure_leaves_the_users_other_advertisers_alone,
     a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept,
+    a_click_of_an_erased_impression_is_dropped_whenever_it_comes,
     bad_requests_are_refused_naming_the_field,
     events_stored_before_the_index_are_found_once_indexed,
     a_users_conversions_are_listed_and_erased_with_the_user,
@@ -310,6 +311,51 @@ async fn a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept(b
     assert!(exported.contains_key(new["impression_id"].as_str().expect("id")));
 }
 
+/// A click names only its impression, not the user: once the user's impression is erased, its
+/// click re-sent by the ad server, or posted anew, is dropped; so the day's clicks stay as the
+/// erasure left them, and no row of it is left that nothing could find.
+async fn a_click_of_an_erased_impression_is_dropped_whenever_it_comes(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let (user, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let theirs = impression(&campaign, Uuid::new_v4(), user, minutes_ago(6));
+    let others = impression(&campaign, Uuid::new_v4(), other, minutes_ago(6));
+    let impressions = [theirs.clone(), others.clone()];
+    let clicks = [
+        click(&campaign, &theirs, minutes_ago(5)),
+        click(&campaign, &others, minutes_ago(5)),
+    ];
+    post_all(&server, "/v1/impressions", &impressions, 2).await;
+    post_all(&server, "/v1/clicks", &clicks, 2).await;
+    access_listing(&server, &format!("user_id={user}"), 2).await;
+    let before = summary(&server, &campaign, &day_range()).await;
+    assert_eq!(before["totals"]["clicks"], 2, "{before}");
+
+    let record = erase(&server, json!({"user_id": user})).await;
+    assert_eq!(record["erased"]["clicks"], 1, "{record}");
+
+    // The ad server re-sends both batches; then the erased impression is clicked again.
+    post_all(&server, "/v1/impressions", &impressions, 2).await;
+    post_all(&server, "/v1/clicks", &clicks, 2).await;
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[click(&campaign, &theirs, Utc::now())],
+        1,
+    )
+    .await;
+    let after = summary(&server, &campaign, &day_range()).await;
+    assert_eq!(after["totals"]["impressions"], 1, "{after}");
+    assert_eq!(after["totals"]["clicks"], 1, "{after}");
+    assert!(access(&server, &format!("user_id={user}")).await.is_empty());
+    let exported = export_records(&server, &campaign, &day_range()).await;
+    assert_eq!(exported.len(), 1, "{exported:?}");
+    assert_eq!(
+        exported[others["impression_id"].as_str().expect("id")]["clicked"],
+        true
+    );
+}
+
 async fn bad_requests_are_refused_naming_the_field(backend: Backend) {
     let server = backend.server().await;
     let refusals = [
@@ -382,6 +428,8 @@ async fn two_processes_run_one_erasure_to_the_same_end() {
         .collect();
     post_all(&one, "/v1/impressions", &on_one, 20).await;
     post_all(&two, "/v1/impressions", &on_two, 10).await;
+    let clicked = [click(&campaign, &on_one[0], minutes_ago(5))];
+    post_all(&one, "/v1/clicks", &clicked, 1).await;
 
     let record = erase(&two, json!({"user_id": user})).await;
 
@@ -405,6 +453,9 @@ async fn two_processes_run_one_erasure_to_the_same_end() {
     for server in [&one, &two] {
         assert!(access(server, &format!("user_id={user}")).await.is_empty());
         post_all(server, "/v1/impressions", &on_one[..1], 1).await;
+        post_all(server, "/v1/clicks", &clicked, 1).await;
+        let day = summary(server, &campaign, &day_range()).await;
+        assert_eq!(day["totals"]["clicks"], 0, "{day}");
     }
     assert!(
         export_records(&one, &campaign, &day_range())

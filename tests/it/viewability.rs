@@ -25,6 +25,7 @@ conformance!(
     closed_slices_count_their_views_as_the_raw_read_does,
     two_processes_taking_the_impression_and_its_reports_in_any_split_agree,
     any_page_may_post_a_report,
+    a_report_of_an_erased_impression_is_dropped,
 );
 
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
@@ -644,4 +645,50 @@ async fn any_page_may_post_a_report(backend: Backend) {
         allowed(&posted, "access-control-allow-origin").as_deref(),
         Some("*")
     );
+}
+
+/// A report names only its impression: once the impression's user is erased, a report of it
+/// that comes after is dropped, since nothing could find it to erase it.
+async fn a_report_of_an_erased_impression_is_dropped(backend: Backend) {
+    use adevents::domain::bucket::BucketCount;
+    use adevents::domain::ids::{AdvertiserId, CampaignId, CampaignKey};
+    use adevents::domain::partition::EventPartition;
+    let (store, server) = server(backend, std::time::Duration::from_secs(3600)).await;
+    let campaign = Campaign::fresh();
+    let secret = create_secret(&server, campaign.advertiser_id).await;
+    let served = Utc::now() - Duration::seconds(5);
+    let seen = ad(&campaign, &secret, Uuid::new_v4(), served);
+    render(&server, &seen, VIEWER, BROWSER).await;
+    accepted(&server, &seen, "e=measurable", VIEWER, BROWSER).await;
+    let user = seen
+        .query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("u="))
+        .expect("the pixel names its user");
+
+    let record = crate::privacy::erase(&server, json!({"user_id": user})).await;
+    assert_eq!(record["erased"]["impressions"], 1, "{record}");
+    assert_eq!(record["erased"]["view_reports"], 1, "{record}");
+    accepted(
+        &server,
+        &seen,
+        "e=viewable&in_view_ms=1500",
+        VIEWER,
+        BROWSER,
+    )
+    .await;
+
+    let partition = EventPartition {
+        campaign: CampaignKey {
+            advertiser_id: AdvertiserId::new(campaign.advertiser_id),
+            campaign_id: CampaignId::new(campaign.campaign_id),
+        },
+        day: Day::new(served.date_naive()),
+        bucket: BucketCount::ONE.ids().next().expect("one bucket"),
+    };
+    let stored = store
+        .read_view_reports(&partition, None)
+        .await
+        .expect("read");
+    assert!(stored.is_empty(), "{stored:?}");
 }

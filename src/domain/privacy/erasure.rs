@@ -114,6 +114,7 @@ impl ErasureRecord {
 
     pub fn erased_subject(&self) -> ErasedSubject {
         ErasedSubject {
+            id: self.id,
             subject_hash: self.subject_hash,
             scope: self.scope,
             requested_at: self.requested_at,
@@ -131,6 +132,8 @@ fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
 /// of the hashed subject (of the scoped advertiser, if any) timed before the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ErasedSubject {
+    /// The erasure's id: the impressions it found are recorded under it.
+    pub id: ErasureId,
     pub subject_hash: SubjectHash,
     pub scope: Option<AdvertiserId>,
     pub requested_at: DateTime<Utc>,
@@ -158,6 +161,7 @@ mod tests {
         let at = |text: &str| text.parse::<DateTime<Utc>>().expect("time");
         let advertiser = |n: u128| AdvertiserId::new(Uuid::from_u128(n));
         let erased = ErasedSubject {
+            id: ErasureId::new(Uuid::from_u128(9)),
             subject_hash: SubjectHash::new([0; 32]),
             scope: Some(advertiser(1)),
             requested_at: at("2026-11-28T12:00:00Z"),

@@ -2,6 +2,7 @@
 //! re-sent old events, not enough to name the subject to anyone without the store's key.
 
 use super::Subject;
+use crate::domain::ids::{AdvertiserId, ImpressionId};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -44,6 +45,22 @@ impl PrivacyKey {
         }
         SubjectHash(mac.finalize().into_bytes().into())
     }
+
+    /// HMAC-SHA256 of an impression under this key: what an erasure keeps of each impression
+    /// it found, so that a click or view report of one arriving later is dropped, without
+    /// keeping the ad server's id of it.
+    pub fn hash_impression(
+        &self,
+        advertiser: AdvertiserId,
+        impression: ImpressionId,
+    ) -> SubjectHash {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(b"impression:");
+        mac.update(advertiser.as_uuid().as_bytes());
+        mac.update(impression.as_uuid().as_bytes());
+        SubjectHash(mac.finalize().into_bytes().into())
+    }
 }
 
 impl std::fmt::Debug for PrivacyKey {
@@ -78,6 +95,26 @@ mod tests {
         assert_eq!(one.hash(&user(7)), one.hash(&user(7)));
         assert_ne!(one.hash(&user(7)), one.hash(&user(8)));
         assert_ne!(one.hash(&user(7)), two.hash(&user(7)));
+    }
+
+    #[test]
+    fn an_impression_hash_names_its_advertiser_and_never_a_user() {
+        let key = PrivacyKey::new([1; 32]);
+        let id = uuid::Uuid::from_u128(7);
+        let impression = ImpressionId::new(id);
+        let advertiser = |n: u128| AdvertiserId::new(uuid::Uuid::from_u128(n));
+        assert_eq!(
+            key.hash_impression(advertiser(1), impression),
+            key.hash_impression(advertiser(1), impression)
+        );
+        assert_ne!(
+            key.hash_impression(advertiser(1), impression),
+            key.hash_impression(advertiser(2), impression)
+        );
+        assert_ne!(
+            key.hash_impression(advertiser(1), impression),
+            key.hash(&Subject::User(crate::domain::ids::UserId::new(id)))
+        );
     }
 
     #[test]

@@ -187,6 +187,7 @@ impl From<StoredCounts> for ErasedCounts {
 struct StoredErasedSubject {
     subject_hash: Vec<u8>,
     requested_at: DateTime<Utc>,
+    id: Uuid,
     scope: Option<Uuid>,
 }
 
@@ -340,12 +341,59 @@ pub(crate) async fn erased_subjects(
     rows.into_iter()
         .map(|row| {
             Ok(ErasedSubject {
+                id: ErasureId::new(row.id),
                 subject_hash: hash_of(Some(row.subject_hash))
                     .map_err(|why| corrupt(CONTEXT, why))?,
                 scope: row.scope.map(AdvertiserId::new),
                 requested_at: row.requested_at,
             })
         })
+        .collect()
+}
+
+/// Impression hashes a batch at a time: unlogged, one partition (the erasure's).
+const HASHES_PER_BATCH: usize = 100;
+
+pub(crate) async fn record_impressions(
+    session: &Session,
+    statements: &SubjectStatements,
+    id: ErasureId,
+    hashes: &[SubjectHash],
+) -> Result<(), StoreError> {
+    for chunk in hashes.chunks(HASHES_PER_BATCH) {
+        let mut batch = Batch::new(BatchType::Unlogged);
+        // Plain inserts of fixed values: a repeat is the same write.
+        batch.set_is_idempotent(true);
+        let values: Vec<(Uuid, &[u8])> = chunk
+            .iter()
+            .map(|hash| {
+                batch.append_statement(statements.insert_erased_impression.clone());
+                (id.as_uuid(), hash.as_bytes().as_slice())
+            })
+            .collect();
+        session
+            .batch(&batch, values)
+            .await
+            .map_err(failed("recording an erasure's impressions"))?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn impressions(
+    session: &Session,
+    statements: &SubjectStatements,
+    id: ErasureId,
+) -> Result<Vec<SubjectHash>, StoreError> {
+    const CONTEXT: &str = "reading an erasure's impressions";
+    let rows: Vec<(Vec<u8>,)> = read_all(
+        session,
+        &statements.select_erased_impressions,
+        (id.as_uuid(),),
+        CONTEXT,
+    )
+    .await?;
+    rows.into_iter()
+        .map(|(hash,)| hash_of(Some(hash)).map_err(|why| corrupt(CONTEXT, why)))
         .collect()
 }
 

@@ -66,6 +66,9 @@ pub(crate) struct SubjectStatements {
     pub(crate) delete_pending: PreparedStatement,
     pub(crate) insert_erased_subject: PreparedStatement,
     pub(crate) select_erased_subjects: PreparedStatement,
+    /// The impressions an erasure found (`migrations/0023_erased_impressions.cql`).
+    pub(crate) insert_erased_impression: PreparedStatement,
+    pub(crate) select_erased_impressions: PreparedStatement,
     /// `INSERT … IF NOT EXISTS`, with serial consistency `SERIAL`.
     pub(crate) settle_counts: PreparedStatement,
     pub(crate) select_counts: PreparedStatement,
@@ -127,6 +130,8 @@ impl SubjectStatements {
             delete_pending,
             insert_erased_subject,
             select_erased_subjects,
+            insert_erased_impression,
+            select_erased_impressions,
             mut settle_counts,
             select_counts,
             mut insert_key,
@@ -227,9 +232,13 @@ impl SubjectStatements {
                      scope) VALUES (?, ?, ?, ?, ?)"
                 ),
                 format!(
-                    "SELECT subject_hash, requested_at, scope FROM {keyspace}.erased_subject \
+                    "SELECT subject_hash, requested_at, id, scope FROM {keyspace}.erased_subject \
                      WHERE shard = ?"
                 ),
+                format!(
+                    "INSERT INTO {keyspace}.erased_impression (id, impression_hash) VALUES (?, ?)"
+                ),
+                format!("SELECT impression_hash FROM {keyspace}.erased_impression WHERE id = ?"),
                 format!(
                     "INSERT INTO {keyspace}.erasure_count (id, {COUNT_COLUMNS}) \
                      VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS"
@@ -320,6 +329,8 @@ impl SubjectStatements {
             delete_pending,
             insert_erased_subject,
             select_erased_subjects,
+            insert_erased_impression,
+            select_erased_impressions,
             settle_counts,
             select_counts,
             select_counts_serial,

@@ -24,7 +24,7 @@ use crate::domain::event::Impression;
 use crate::domain::ids::{AdvertiserId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::{
     ErasedCounts, ErasedSubject, ErasureId, ErasureRecord, PrivacyKey, SubjectConversion,
-    SubjectWeek, VisitorDay,
+    SubjectHash, SubjectWeek, VisitorDay,
 };
 use crate::domain::time::Day;
 use crate::domain::traffic::UserAgent;
@@ -375,6 +375,20 @@ impl SubjectStore for CassandraStore {
     async fn erased_subjects(&self) -> Result<Vec<ErasedSubject>, StoreError> {
         let statements = self.subject_statements().await?;
         erasures::erased_subjects(&self.session, statements).await
+    }
+
+    async fn record_erased_impressions(
+        &self,
+        id: ErasureId,
+        hashes: &[SubjectHash],
+    ) -> Result<(), StoreError> {
+        let statements = self.subject_statements().await?;
+        erasures::record_impressions(&self.session, statements, id, hashes).await
+    }
+
+    async fn erased_impressions(&self, id: ErasureId) -> Result<Vec<SubjectHash>, StoreError> {
+        let statements = self.subject_statements().await?;
+        erasures::impressions(&self.session, statements, id).await
     }
 
     async fn privacy_key(&self, candidate: &PrivacyKey) -> Result<PrivacyKey, StoreError> {

@@ -42,6 +42,8 @@ const RECORD: u8 = b'R';
 const PENDING: u8 = b'P';
 const SUBJECT: u8 = b'S';
 const COUNTS: u8 = b'C';
+/// An impression an erasure found: the kind, the erasure's id, then the impression's hash.
+const IMPRESSION: u8 = b'I';
 
 /// The privacy key's row in `meta`.
 const PRIVACY_KEY: &str = "privacy_key";
@@ -199,9 +201,10 @@ fn erased_subject_value(subject: &ErasedSubject) -> Vec<u8> {
     postcard::to_stdvec(&stored).unwrap_or_default()
 }
 
-fn decode_erased_subject(value: &[u8]) -> Option<ErasedSubject> {
+fn decode_erased_subject(key: &[u8], value: &[u8]) -> Option<ErasedSubject> {
     let stored: StoredErasedSubject = postcard::from_bytes(value).ok()?;
     Some(ErasedSubject {
+        id: decode_erasure_id(key)?,
         subject_hash: SubjectHash::new(stored.subject_hash),
         scope: stored.scope.map(AdvertiserId::new),
         requested_at: DateTime::from_timestamp_millis(stored.requested_millis)?,
@@ -547,7 +550,39 @@ impl SubjectStore for EmbeddedStore {
         self.scan(Table::Erasure, vec![SUBJECT], None, CONTEXT)
             .await?
             .iter()
-            .map(|(_, value)| decode_erased_subject(value).ok_or_else(|| corrupt(CONTEXT)))
+            .map(|(key, value)| decode_erased_subject(key, value).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
+    }
+
+    async fn record_erased_impressions(
+        &self,
+        id: ErasureId,
+        hashes: &[SubjectHash],
+    ) -> Result<(), StoreError> {
+        let rows = hashes
+            .iter()
+            .map(|hash| {
+                let mut key = erasure_key(IMPRESSION, id);
+                key.extend_from_slice(hash.as_bytes());
+                (Table::Erasure, key, Vec::new())
+            })
+            .collect();
+        self.write("recording an erasure's impressions", rows).await
+    }
+
+    async fn erased_impressions(&self, id: ErasureId) -> Result<Vec<SubjectHash>, StoreError> {
+        const CONTEXT: &str = "reading an erasure's impressions";
+        let prefix = erasure_key(IMPRESSION, id);
+        let skip = prefix.len();
+        self.scan(Table::Erasure, prefix, None, CONTEXT)
+            .await?
+            .iter()
+            .map(|(key, _)| {
+                key.get(skip..)
+                    .and_then(|hash| <[u8; 32]>::try_from(hash).ok())
+                    .map(SubjectHash::new)
+                    .ok_or_else(|| corrupt(CONTEXT))
+            })
             .collect()
     }
 
