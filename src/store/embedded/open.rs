@@ -2,7 +2,7 @@
 //! older release.
 
 use super::engine::{Tables, corrupt, engine_error};
-use super::{EmbeddedConfig, EngineMemory, Fsync, access, event_index, site_keys};
+use super::{EmbeddedConfig, EngineMemory, Fsync, access, event_index, site_keys, subject_keys};
 use crate::domain::access::SiteProfile;
 use crate::domain::beacon::SiteId;
 use crate::store::StoreError;
@@ -13,8 +13,10 @@ use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 /// a row (`visit_log`); the rows of format 3 (`visit`, one per beacon) are still read, so the
 /// upgrade from 3 only records the new number, which keeps an older release off the folder.
 /// Format 5 keys the event index by week first (`event_index_by_week`); the upgrade rewrites
-/// format 4's `event_index` into it.
-const FORMAT_VERSION: u32 = 5;
+/// format 4's `event_index` into it. Format 6 keeps in `subject_week` only the lines that lead
+/// to users' conversions; the upgrade deletes the lines older formats wrote for indexed events,
+/// which the index now finds itself and which nothing swept.
+const FORMAT_VERSION: u32 = 6;
 
 /// Rows the event index's upgrade writes per batch.
 const UPGRADE_ROWS_PER_BATCH: usize = 10_000;
@@ -140,6 +142,7 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
     }
     if upgrade_from.is_some() {
         rekey_event_index(&tables)?;
+        drop_event_lines(&tables)?;
     }
     if stored.is_none() || upgrade_from.is_some() {
         tables
@@ -252,6 +255,42 @@ fn rekey_event_index(tables: &Tables) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Before format 5 the indexer wrote a directory line (user, advertiser, week) for every
+/// indexed event; since, the index keyed by week finds a user's advertiser-weeks itself, and
+/// `subject_week` needs only the lines that lead to users' conversions, which retention
+/// sweeps with their entries. The others named a user and nothing swept them: each line with
+/// no conversion entry of its (advertiser, week, user) goes, a batch at a time. Deleting a
+/// line twice changes nothing, so an upgrade cut off anywhere starts again.
+fn drop_event_lines(tables: &Tables) -> Result<(), StoreError> {
+    let fail = |error: fjall::Error| engine_error("upgrading the subject directory", error);
+    let mut batch = tables.db.batch();
+    let mut dropped = 0;
+    for guard in tables.subject_week.iter() {
+        let key = guard.key().map_err(fail)?;
+        let Some(line) = subject_keys::decode_subject_week(&key) else {
+            return Err(corrupt("upgrading the subject directory"));
+        };
+        let prefix =
+            subject_keys::subject_conversion_prefix(line.advertiser_id, line.week, line.user_id);
+        if tables.subject_conversion.prefix(prefix).next().is_some() {
+            continue;
+        }
+        batch.remove(&tables.subject_week, key);
+        dropped += 1;
+        if dropped % UPGRADE_ROWS_PER_BATCH == 0 {
+            std::mem::replace(&mut batch, tables.db.batch())
+                .commit()
+                .map_err(fail)?;
+        }
+    }
+    batch.commit().map_err(fail)?;
+    tracing::info!(
+        lines = dropped,
+        "directory lines of indexed events dropped (format 6)"
+    );
+    Ok(())
+}
+
 /// Format 1 kept users reached per ad and hour only (`campaign_reach`); format 2 keeps them
 /// by level (`campaign_reach_level`, see `migrations/0005_reach_levels.cql`). The old rows go,
 /// and so do the seals that relied on them: those days are read raw until sealed again.
@@ -344,6 +383,57 @@ mod tests {
             !tables.db.keyspace_exists("event_index"),
             "the old table gone"
         );
+        let format = tables.meta.get("format").expect("read").expect("present");
+        assert_eq!(format.as_ref(), FORMAT_VERSION.to_be_bytes());
+    }
+
+    #[test]
+    fn the_format_6_upgrade_keeps_only_the_lines_that_lead_to_conversions() {
+        use crate::domain::conversion::index::Week;
+        use crate::domain::ids::{AdvertiserId, UserId};
+        use crate::domain::privacy::SubjectWeek;
+        let folder = tempfile::tempdir().expect("temp dir");
+        let config = config_in(&folder);
+        let id = |n: u128| uuid::Uuid::from_u128(n);
+        let line = |user: u128, week: i32| SubjectWeek {
+            user_id: UserId::new(id(user)),
+            advertiser_id: AdvertiserId::new(id(1)),
+            week: Week::new(week),
+        };
+        let (of_events, of_a_conversion) = (line(7, 10), line(8, 10));
+        {
+            let tables = open_tables(&config).expect("opened");
+            for kept in [of_events, of_a_conversion] {
+                tables
+                    .subject_week
+                    .insert(subject_keys::subject_week_key(&kept), b"")
+                    .expect("a line");
+            }
+            let mut entry = subject_keys::subject_conversion_prefix(
+                of_a_conversion.advertiser_id,
+                of_a_conversion.week,
+                of_a_conversion.user_id,
+            );
+            entry.extend_from_slice(b"order-1");
+            tables
+                .subject_conversion
+                .insert(entry, b"")
+                .expect("a conversion's entry");
+            tables
+                .meta
+                .insert("format", 5u32.to_be_bytes())
+                .expect("format 5");
+        }
+        let tables = open_tables(&config).expect("upgraded");
+        let lines: Vec<SubjectWeek> = tables
+            .subject_week
+            .iter()
+            .map(|guard| {
+                let key = guard.key().expect("read");
+                subject_keys::decode_subject_week(&key).expect("a line")
+            })
+            .collect();
+        assert_eq!(lines, vec![of_a_conversion]);
         let format = tables.meta.get("format").expect("read").expect("present");
         assert_eq!(format.as_ref(), FORMAT_VERSION.to_be_bytes());
     }

@@ -297,8 +297,8 @@ impl SubjectStore for EmbeddedStore {
         self.write("writing the subject directory", rows).await
     }
 
-    /// The lines of the directory (a user's conversions, and events indexed before format 5)
-    /// with those the event index itself holds (`event_index`: a user's week of every
+    /// The lines of the directory (a user's conversions; an older folder's lines of indexed
+    /// events are deleted when it is opened at format 6) with those the event index itself holds (`event_index`: a user's week of every
     /// advertiser is one range there).
     async fn read_subject_weeks(&self, user: UserId) -> Result<Vec<SubjectWeek>, StoreError> {
         const CONTEXT: &str = "reading the subject directory";
