@@ -151,20 +151,25 @@ impl Erasures {
             // Done elsewhere after it was listed here.
             return Ok(true);
         }
-        if indexed_through < self.known_everywhere(record.requested_at).max(repaired_at) {
-            return Ok(false);
-        }
+        // Until every process knows the erasure, one may still store an old event of the
+        // subject; it is indexed once that process is past this.
+        let settled =
+            indexed_through >= self.known_everywhere(record.requested_at).max(repaired_at);
         let counts = match &record.subject {
             Some(Subject::User(user)) => {
                 let user = *user;
+                // The impressions found are guarded from the first run on, so that the two
+                // waits run together; no find while the guard's wait runs.
+                if let Some(since) = self.guarded_since(record.id)
+                    && indexed_through < self.known_everywhere(since)
+                {
+                    return Ok(false);
+                }
                 let found = self
                     .finder
                     .find(user, record.scope, Some(record.requested_at))
                     .await?;
-                if !self
-                    .impressions_guarded(record.id, &found, indexed_through)
-                    .await?
-                {
+                if !self.impressions_guarded(record.id, &found).await? || !settled {
                     return Ok(false);
                 }
                 let counts = self
@@ -180,6 +185,9 @@ impl Erasures {
                 counts
             }
             Some(Subject::Visitor { site, guid }) => {
+                if !settled {
+                    return Ok(false);
+                }
                 let mut found = self.finder.find_visitor(site, guid).await?;
                 // Beacons timed after the request are the visitor's later ones: they stay.
                 for (_, rows) in &mut found.visits {
@@ -237,16 +245,21 @@ impl Erasures {
         }
     }
 
-    /// Whether every process drops the clicks and view reports of the impressions `found`:
+    /// When this process last recorded impressions of erasure `id` as erased, if it did.
+    fn guarded_since(&self, id: ErasureId) -> Option<DateTime<Utc>> {
+        self.guards().get(&id).map(|guarded| guarded.since)
+    }
+
+    /// Whether the impressions `found` were recorded as erased already, so that every process
+    /// drops their clicks and view reports once [`Self::known_everywhere`] of the recording:
     /// they name no user, so one stored after the job could never be found to be erased.
-    /// Records the impressions' keyed hashes first (saying no), then says yes once every
-    /// process has read them and indexed what it stored before; the job, run again, finds
-    /// what came in meanwhile. Recording again after a restart only repeats writes.
+    /// Otherwise records their keyed hashes and says no: the job, run again once every process
+    /// has read them and indexed what it stored before, finds what came in meanwhile.
+    /// Recording again after a restart only repeats writes.
     async fn impressions_guarded(
         &self,
         id: ErasureId,
         found: &SubjectEvents,
-        indexed_through: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let key = self.erased.key().await?;
         let hashes: BTreeSet<SubjectHash> = found
@@ -259,13 +272,12 @@ impl Erasures {
         if hashes.is_empty() {
             return Ok(true);
         }
-        let since = self
+        if self
             .guards()
             .get(&id)
-            .filter(|guarded| hashes.is_subset(&guarded.hashes))
-            .map(|guarded| guarded.since);
-        if let Some(since) = since {
-            return Ok(indexed_through >= self.known_everywhere(since));
+            .is_some_and(|guarded| hashes.is_subset(&guarded.hashes))
+        {
+            return Ok(true);
         }
         let recorded: Vec<SubjectHash> = hashes.iter().copied().collect();
         self.store.record_erased_impressions(id, &recorded).await?;
