@@ -9,7 +9,7 @@ use crate::domain::ids::{AdvertiserId, ImpressionId, UserId};
 use crate::domain::privacy::{ErasedSubject, ErasureId, PrivacyKey, Subject, SubjectHash};
 use crate::store::{StoreError, SubjectStore};
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -24,8 +24,14 @@ struct Known {
     /// The keyed hash of every impression an erasure found (32 bytes each, for as long as the
     /// erasure's record is kept).
     impressions: HashSet<SubjectHash>,
-    /// Erasures whose impressions were read after they were done: their set no longer grows.
+    /// Erasures whose impressions were read once after they were done, and again a refresh
+    /// later: their set no longer grows. (The second read is for a store whose replicas
+    /// answer the pending list's delete before the last hashes.)
+    done_once: HashSet<ErasureId>,
     impressions_final: HashSet<ErasureId>,
+    /// Whether a refresh has succeeded since the process started: until then a re-sent event
+    /// could slip through, so the process is not ready.
+    loaded: bool,
 }
 
 /// Erasures' impressions read at once.
@@ -74,11 +80,11 @@ impl ErasedSubjects {
                 .collect()
         };
         let store = &self.store;
-        let read: Vec<(ErasureId, Vec<SubjectHash>)> = stream::iter(unread)
-            .map(|id| async move { Ok::<_, StoreError>((id, store.erased_impressions(id).await?)) })
+        let read: Vec<(ErasureId, Result<Vec<SubjectHash>, StoreError>)> = stream::iter(unread)
+            .map(|id| async move { (id, store.erased_impressions(id).await) })
             .buffer_unordered(READS_AT_ONCE)
-            .try_collect()
-            .await?;
+            .collect()
+            .await;
         let mut erased: HashMap<SubjectHash, Vec<ErasedSubject>> = HashMap::new();
         for subject in subjects {
             erased
@@ -88,13 +94,51 @@ impl ErasedSubjects {
         }
         let mut known = self.write();
         known.erased = erased;
+        let mut failed = None;
         for (id, hashes) in read {
+            // One erasure's set that cannot be read stays unread; the subjects are known.
+            let hashes = match hashes {
+                Ok(hashes) => hashes,
+                Err(error) => {
+                    failed = Some(error);
+                    continue;
+                }
+            };
             known.impressions.extend(hashes);
-            if !pending.contains(&id) {
+            if !pending.contains(&id) && !known.done_once.insert(id) {
+                known.done_once.remove(&id);
                 known.impressions_final.insert(id);
             }
         }
-        Ok(())
+        match failed {
+            Some(error) => Err(error),
+            None => {
+                known.loaded = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether every erasure was read once since the process started.
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.read().loaded
+    }
+
+    /// Reads every erasure again every [`REFRESH`], on its own timer: a job waits that long
+    /// (and a margin) for every process to know what it recorded, so no other work may hold
+    /// a refresh back.
+    pub(crate) fn spawn_refresh(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut ticks = crate::periodic::ticks(REFRESH);
+            let mut failures = crate::periodic::OutageLog::new(
+                "cannot read the erased subjects; re-sent events of erasures made since may be stored",
+                Some("erased subjects read again"),
+            );
+            loop {
+                ticks.tick().await;
+                failures.record(&self.refresh().await);
+            }
+        })
     }
 
     /// Knows an erasure's impressions at once on the process that recorded them.

@@ -1,7 +1,9 @@
 //! Whether this process can serve (`/readyz`): its store answers with a current schema, the
-//! keys are loaded, and no start-up repair of a gone process's counts is running.
+//! keys and the erasures are loaded, and no start-up repair of a gone process's counts is
+//! running.
 
 use crate::access::Access;
+use crate::erased::ErasedSubjects;
 use crate::store::{Store, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,15 +22,22 @@ pub(crate) enum NotReady {
 pub(crate) struct Readiness {
     store: Arc<dyn Store>,
     access: Arc<Access>,
+    /// Until erasures are read, a re-sent old event of an erased subject would be stored.
+    erased: Arc<ErasedSubjects>,
     /// Set while a start-up repair runs.
     repairing: AtomicBool,
 }
 
 impl Readiness {
-    pub(crate) fn new(store: Arc<dyn Store>, access: Arc<Access>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        access: Arc<Access>,
+        erased: Arc<ErasedSubjects>,
+    ) -> Self {
         Self {
             store,
             access,
+            erased,
             repairing: AtomicBool::new(false),
         }
     }
@@ -44,8 +53,8 @@ impl Readiness {
         self.repairing.store(repairing, Ordering::Release);
     }
 
-    /// Whether no repair runs, the store answers, its schema is current and the keys are
-    /// loaded.
+    /// Whether no repair runs, the store answers, its schema is current and the keys and
+    /// erasures are loaded.
     pub(crate) async fn check(&self) -> Result<(), NotReady> {
         if self.is_repairing() {
             return Err(NotReady::Repairing);
@@ -54,6 +63,9 @@ impl Readiness {
         if !self.access.is_ready() {
             // The first read may have met a store that was not ready yet: try it now.
             self.access.refresh().await?;
+        }
+        if !self.erased.is_loaded() {
+            self.erased.refresh().await?;
         }
         Ok(())
     }

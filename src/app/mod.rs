@@ -61,6 +61,8 @@ pub struct App {
     indexer: Arc<EventIndexer>,
     decider: Arc<Decider>,
     erasures: Arc<Erasures>,
+    /// What every erasure keeps, which ingestion drops re-sent events by.
+    erased: Arc<ErasedSubjects>,
     /// The keys of the hashes of Global Privacy Control beacons, one a day.
     day_keys: Arc<DayKeys>,
     options: Arc<ServiceOptions>,
@@ -111,7 +113,14 @@ impl App {
                 ..service.access.clone()
             },
         ));
-        let readiness = Arc::new(Readiness::new(Arc::clone(&store), Arc::clone(&access)));
+        let erased = Arc::new(ErasedSubjects::new(
+            Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>
+        ));
+        let readiness = Arc::new(Readiness::new(
+            Arc::clone(&store),
+            Arc::clone(&access),
+            Arc::clone(&erased),
+        ));
         let seal_progress = SharedProgress::default();
         let sealer = Sealer::new(
             Arc::clone(&store),
@@ -123,9 +132,6 @@ impl App {
             Arc::clone(&store) as Arc<dyn crate::store::EventIndexStore>,
             Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>,
             Arc::clone(&registry),
-        ));
-        let erased = Arc::new(ErasedSubjects::new(
-            Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>
         ));
         let ingestor = Arc::new(
             Ingestor::new(
@@ -186,7 +192,7 @@ impl App {
                     Arc::clone(&store) as Arc<dyn crate::store::ConversionStore>,
                     attribution_delay,
                 )
-                .with_erased(erased),
+                .with_erased(Arc::clone(&erased)),
             ),
             beacons,
             queries: Arc::new(Queries::new(
@@ -227,6 +233,7 @@ impl App {
             indexer,
             decider,
             erasures,
+            erased,
             day_keys,
             options: Arc::new(service),
         }
@@ -333,6 +340,12 @@ impl App {
         let indexer = self.indexer.start();
         let decider = self.decider.start();
         let erasures = self.erasures.start();
+        // Erasures read now (a process that cannot is not ready until it can), then on their
+        // own timer.
+        if let Err(error) = self.erased.refresh().await {
+            tracing::warn!(error = %error.chain(), "cannot read the erased subjects yet; retrying");
+        }
+        let erased_refresh = Arc::clone(&self.erased).spawn_refresh();
         // Nothing to sweep while everything is kept.
         let retention = self.options.retention;
         let sweeper = (retention.raw != Retention::Forever
@@ -349,6 +362,7 @@ impl App {
             Some(indexer),
             Some(decider),
             Some(erasures),
+            Some(erased_refresh),
             sweeper,
             Some(day_keys),
         ])

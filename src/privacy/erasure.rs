@@ -116,6 +116,8 @@ impl Erasures {
     pub(crate) async fn run_pending(&self) -> Result<usize, StoreError> {
         let pending = self.store.pending_erasures().await?;
         metrics::gauge!("adevents_erasures_pending").set(pending.len() as f64);
+        // A job done elsewhere needs its guard here no more.
+        self.guards().retain(|id, _| pending.contains(id));
         if pending.is_empty() {
             return Ok(0);
         }
@@ -474,26 +476,18 @@ impl Erasures {
         self.ingestor.events_removed(&open).await
     }
 
-    /// Runs pending erasures every [`PERIOD`], or at once when this process records one, and
-    /// reads every process's erasures again every [`REFRESH`].
+    /// Runs pending erasures every [`PERIOD`], or at once when this process records one.
+    /// (Every process's erasures are read again on their own timer:
+    /// [`ErasedSubjects::spawn_refresh`].)
     pub(crate) fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let erasures = Arc::clone(self);
         let wake = Arc::clone(&self.wake);
         tokio::spawn(async move {
-            let mut refreshed: Option<std::time::Instant> = None;
             let mut failures = crate::periodic::OutageLog::new(
                 "cannot run erasures yet; retrying",
                 Some("erasures run again"),
             );
             loop {
-                if refreshed.is_none_or(|at| at.elapsed() >= REFRESH) {
-                    match erasures.erased.refresh().await {
-                        Ok(()) => refreshed = Some(std::time::Instant::now()),
-                        Err(error) => {
-                            tracing::debug!(error = %error.chain(), "cannot read erased subjects");
-                        }
-                    }
-                }
                 let outcome = erasures.run_pending().await;
                 failures.record(&outcome);
                 let _woken = tokio::time::timeout(PERIOD, wake.notified()).await;

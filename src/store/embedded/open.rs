@@ -263,12 +263,15 @@ fn rekey_event_index(tables: &Tables) -> Result<(), StoreError> {
 /// line twice changes nothing, so an upgrade cut off anywhere starts again.
 fn drop_event_lines(tables: &Tables) -> Result<(), StoreError> {
     let fail = |error: fjall::Error| engine_error("upgrading the subject directory", error);
+    tracing::info!("dropping the directory lines of indexed events (format 6)");
     let mut batch = tables.db.batch();
     let mut dropped = 0;
     for guard in tables.subject_week.iter() {
         let key = guard.key().map_err(fail)?;
+        // A damaged line is left where it is: it fails only its own user's reads.
         let Some(line) = subject_keys::decode_subject_week(&key) else {
-            return Err(corrupt("upgrading the subject directory"));
+            tracing::warn!(key = ?key, "a directory line that does not decode is kept");
+            continue;
         };
         let prefix =
             subject_keys::subject_conversion_prefix(line.advertiser_id, line.week, line.user_id);
