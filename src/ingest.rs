@@ -191,6 +191,13 @@ impl Ingestor {
             .is_some_and(|erased| erased.drops(user, advertiser, at))
     }
 
+    /// Holds the index's `indexed_through` back until the call ends: what it checks against
+    /// the erasures now, it stores later, and an erasure (or a decision) waiting for the index
+    /// must find it.
+    fn begin_storing(&self) -> Option<crate::event_index::Storing> {
+        self.indexer.as_ref().map(EventIndexer::begin_storing)
+    }
+
     /// Drops the clicks or view reports (`of`: the advertiser and impression each names) of
     /// impressions an erasure found: they name no user, and nothing could find one stored
     /// now to erase it.
@@ -215,6 +222,7 @@ impl Ingestor {
 
     pub async fn impressions(&self, mut events: Vec<Impression>) -> Result<(), StoreError> {
         self.check_index_room()?;
+        let _storing = self.begin_storing();
         if let Some(erased) = &self.erased {
             let before = events.len();
             events.retain(|event| {
@@ -299,6 +307,8 @@ impl Ingestor {
         &self,
         mut reports: Vec<ViewReportEvent>,
     ) -> Result<(), StoreError> {
+        // Not indexed, but found through their impressions: an erasure waits for them too.
+        let _storing = self.begin_storing();
         self.drop_of_erased_impressions(&mut reports, |report| {
             (report.campaign.advertiser_id, report.impression_id)
         });
@@ -408,6 +418,7 @@ impl Ingestor {
 
     pub async fn clicks(&self, mut events: Vec<Click>) -> Result<(), StoreError> {
         self.check_index_room()?;
+        let _storing = self.begin_storing();
         self.drop_of_erased_impressions(&mut events, |click| {
             (click.campaign.advertiser_id, click.impression_id)
         });

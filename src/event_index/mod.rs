@@ -4,9 +4,10 @@
 //! impressions this process indexed lately, else from the index itself; a click whose
 //! impression is not stored yet waits a while and is tried again.
 //!
-//! What attribution may rely on: every event this process stored before
+//! What attribution and erasures may rely on: every event this process stored before
 //! [`EventIndexer::indexed_through`] is in the index (except a click still waiting for its
-//! impression). The process reports it, and deciders wait for every running process to pass
+//! impression), and so is every event of an ingest call that began before it (a call under
+//! way holds the moment back: what it checked then, it may store later). The process reports it, and deciders wait for every running process to pass
 //! a conversion's moment before they decide it (`decider`). A process that vanishes leaves
 //! its campaign-days marked, as for delivery, and the next to start indexes them again from
 //! the raw events (`app::repair`).
@@ -19,7 +20,7 @@ use crate::domain::privacy::SubjectWeek;
 use crate::processes::ProcessRegistry;
 use crate::store::{EventIndexStore, ProcessStore, StoreError, SubjectStore};
 use chrono::{DateTime, TimeDelta, Utc};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -63,8 +64,29 @@ pub(crate) struct EventIndexer {
     waiting: Mutex<Vec<WaitingClick>>,
     users: Mutex<HashMap<(AdvertiserId, ImpressionId), UserId>>,
     indexed_through: Mutex<DateTime<Utc>>,
+    /// Ingest calls under way, counted by the instant each began: what they store is not
+    /// queued yet, so the index is whole only up to the oldest of them.
+    in_flight: Mutex<BTreeMap<DateTime<Utc>, usize>>,
     /// One flush at a time.
     flushing: tokio::sync::Mutex<()>,
+}
+
+/// An ingest call under way ([`EventIndexer::begin_storing`]); it ends when dropped.
+pub(crate) struct Storing {
+    indexer: Arc<EventIndexer>,
+    began: DateTime<Utc>,
+}
+
+impl Drop for Storing {
+    fn drop(&mut self) {
+        let mut in_flight = lock(&self.indexer.in_flight);
+        if let Some(count) = in_flight.get_mut(&self.began) {
+            *count -= 1;
+            if *count == 0 {
+                in_flight.remove(&self.began);
+            }
+        }
+    }
 }
 
 impl EventIndexer {
@@ -83,8 +105,27 @@ impl EventIndexer {
             waiting: Mutex::new(Vec::new()),
             users: Mutex::new(HashMap::new()),
             indexed_through: Mutex::new(Utc::now()),
+            in_flight: Mutex::new(BTreeMap::new()),
             flushing: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Marks an ingest call under way until the guard is dropped: the index is not said to be
+    /// whole past its beginning before it has queued what it stores. The instant is taken with
+    /// the marks held, so a flush that finds none older cannot have missed one.
+    pub(crate) fn begin_storing(self: &Arc<Self>) -> Storing {
+        let mut in_flight = lock(&self.in_flight);
+        let began = Utc::now();
+        *in_flight.entry(began).or_default() += 1;
+        Storing {
+            indexer: Arc::clone(self),
+            began,
+        }
+    }
+
+    /// When the oldest ingest call under way began, if one is.
+    fn oldest_in_flight(&self) -> Option<DateTime<Utc>> {
+        lock(&self.in_flight).keys().next().copied()
     }
 
     /// Whether ingestion may store more events: the queue is below its capacity.
@@ -191,16 +232,21 @@ impl EventIndexer {
         }
         lock(&self.waiting).extend(still_waiting);
         metrics::counter!("adevents_event_index_entries_total").increment(entries.len() as u64);
+        // Read after the write: a call that began before `started_at` and is still under way
+        // has not queued its entries.
+        let oldest = self.oldest_in_flight();
+        let held = |at: DateTime<Utc>| oldest.map_or(at, |oldest| oldest.min(at));
         match next_arrival {
             // Everything that arrived before the first entry still queued is written.
             Some(arrival) => {
                 let mut through = lock(&self.indexed_through);
-                *through = (*through).max(arrival);
+                *through = (*through).max(held(arrival));
                 Ok(false)
             }
             None => {
-                *lock(&self.indexed_through) = started_at;
-                self.registry.index_saved_through(started, started_at);
+                let through = held(started_at);
+                *lock(&self.indexed_through) = through;
+                self.registry.index_saved_through(started, through);
                 Ok(true)
             }
         }
@@ -358,4 +404,33 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::embedded::{EmbeddedStore, Fsync};
+
+    #[tokio::test]
+    async fn an_ingest_call_under_way_holds_the_index_back_until_it_ends() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
+        let registry = Arc::new(ProcessRegistry::new(
+            Arc::clone(&store) as Arc<dyn ProcessStore>
+        ));
+        let indexer = Arc::new(EventIndexer::new(
+            Arc::clone(&store) as Arc<dyn EventIndexStore>,
+            Arc::clone(&store) as Arc<dyn SubjectStore>,
+            registry,
+        ));
+        let (first, second) = (indexer.begin_storing(), indexer.begin_storing());
+        let began = first.began.min(second.began);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        indexer.flush().await.expect("flushed");
+        assert_eq!(indexer.indexed_through(), began, "held at the oldest call");
+        drop(first);
+        drop(second);
+        indexer.flush().await.expect("flushed");
+        assert!(indexer.indexed_through() > began, "free once both ended");
+    }
 }
