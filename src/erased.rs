@@ -153,17 +153,14 @@ impl ErasedSubjects {
         advertiser: AdvertiserId,
         impression: ImpressionId,
     ) -> bool {
-        let known = self.read();
-        // No hash is computed while no impression was ever erased.
-        if known.impressions.is_empty() {
-            return false;
-        }
-        let Some(key) = &known.key else {
-            return false;
-        };
-        known
-            .impressions
-            .contains(&key.hash_impression(advertiser, impression))
+        self.matches(
+            |known| known.impressions.is_empty(),
+            |known, key| {
+                known
+                    .impressions
+                    .contains(&key.hash_impression(advertiser, impression))
+            },
+        )
     }
 
     /// Knows an erasure at once on the process that recorded it.
@@ -178,37 +175,48 @@ impl ErasedSubjects {
     /// Whether an event of `user`, of `advertiser`, timed `at`, belongs to an erasure: stored
     /// before it was requested, it would have been erased.
     pub(crate) fn drops(&self, user: UserId, advertiser: AdvertiserId, at: DateTime<Utc>) -> bool {
-        let known = self.read();
-        // No hash is computed while nothing was ever erased.
-        if known.erased.is_empty() {
-            return false;
-        }
-        let Some(key) = &known.key else {
-            return false;
-        };
-        known
-            .erased
-            .get(&key.hash(&Subject::User(user)))
-            .is_some_and(|erasures| erasures.iter().any(|erased| erased.covers(advertiser, at)))
+        self.matches(
+            |known| known.erased.is_empty(),
+            |known, key| {
+                known
+                    .erased
+                    .get(&key.hash(&Subject::User(user)))
+                    .is_some_and(|erasures| {
+                        erasures.iter().any(|erased| erased.covers(advertiser, at))
+                    })
+            },
+        )
     }
 
     /// Whether a beacon of the visitor `guid` of `site`, timed `at`, belongs to an erasure.
     pub(crate) fn drops_beacon(&self, site: &SiteId, guid: &Guid, at: DateTime<Utc>) -> bool {
+        self.matches(
+            |known| known.erased.is_empty(),
+            |known, key| {
+                let visitor = Subject::Visitor {
+                    site: site.clone(),
+                    guid: guid.clone(),
+                };
+                known
+                    .erased
+                    .get(&key.hash(&visitor))
+                    .is_some_and(|erasures| erasures.iter().any(|erased| erased.covers_beacon(at)))
+            },
+        )
+    }
+
+    /// `found` of what is known, under the store's key; false without computing a hash while
+    /// `none` says nothing of the kind was ever erased.
+    fn matches(
+        &self,
+        none: impl Fn(&Known) -> bool,
+        found: impl Fn(&Known, &PrivacyKey) -> bool,
+    ) -> bool {
         let known = self.read();
-        if known.erased.is_empty() {
+        if none(&known) {
             return false;
         }
-        let Some(key) = &known.key else {
-            return false;
-        };
-        let visitor = Subject::Visitor {
-            site: site.clone(),
-            guid: guid.clone(),
-        };
-        known
-            .erased
-            .get(&key.hash(&visitor))
-            .is_some_and(|erasures| erasures.iter().any(|erased| erased.covers_beacon(at)))
+        known.key.as_ref().is_some_and(|key| found(&known, key))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Known> {
