@@ -44,6 +44,8 @@ const SUBJECT: u8 = b'S';
 const COUNTS: u8 = b'C';
 /// An impression an erasure found: the kind, the erasure's id, then the impression's hash.
 const IMPRESSION: u8 = b'I';
+/// Impression hashes recorded per commit.
+const HASHES_PER_COMMIT: usize = 10_000;
 
 /// The privacy key's row in `meta`.
 const PRIVACY_KEY: &str = "privacy_key";
@@ -559,15 +561,21 @@ impl SubjectStore for EmbeddedStore {
         id: ErasureId,
         hashes: &[SubjectHash],
     ) -> Result<(), StoreError> {
-        let rows = hashes
-            .iter()
-            .map(|hash| {
-                let mut key = erasure_key(IMPRESSION, id);
-                key.extend_from_slice(hash.as_bytes());
-                (Table::Erasure, key, Vec::new())
-            })
-            .collect();
-        self.write("recording an erasure's impressions", rows).await
+        // A commit at a time of bounded size: a subject may have millions of impressions, and
+        // writing a row again changes nothing, so a cut-off recording is simply done again.
+        for chunk in hashes.chunks(HASHES_PER_COMMIT) {
+            let rows = chunk
+                .iter()
+                .map(|hash| {
+                    let mut key = erasure_key(IMPRESSION, id);
+                    key.extend_from_slice(hash.as_bytes());
+                    (Table::Erasure, key, Vec::new())
+                })
+                .collect();
+            self.write("recording an erasure's impressions", rows)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn erased_impressions(&self, id: ErasureId) -> Result<Vec<SubjectHash>, StoreError> {
@@ -1060,6 +1068,39 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(index.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_erasures_impressions_are_recorded_over_several_commits_and_read_back_apart() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = open(&folder);
+        let (one, other) = (ErasureId::new(id(1)), ErasureId::new(id(2)));
+        let hash = |n: u32| {
+            let mut bytes = [0; 32];
+            bytes[..4].copy_from_slice(&n.to_be_bytes());
+            SubjectHash::new(bytes)
+        };
+        let many: Vec<SubjectHash> = (0..25_000).map(hash).collect();
+        store
+            .record_erased_impressions(one, &many)
+            .await
+            .expect("recorded");
+        // Recorded again after a restart: the same rows.
+        store
+            .record_erased_impressions(one, &many[..10])
+            .await
+            .expect("again");
+        store
+            .record_erased_impressions(other, &[hash(7)])
+            .await
+            .expect("recorded");
+        let mut read = store.erased_impressions(one).await.expect("read");
+        read.sort();
+        assert_eq!(read, many);
+        assert_eq!(
+            store.erased_impressions(other).await.expect("read"),
+            vec![hash(7)]
+        );
     }
 
     #[tokio::test]
