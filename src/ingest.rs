@@ -191,6 +191,18 @@ impl Ingestor {
             .is_some_and(|erased| erased.drops(user, advertiser, at))
     }
 
+    /// Whether a click or view report of `impression` of `advertiser` names an impression an
+    /// erasure removed (ingestion drops it).
+    pub(crate) fn is_of_erased_impression(
+        &self,
+        advertiser: AdvertiserId,
+        impression: ImpressionId,
+    ) -> bool {
+        self.erased
+            .as_ref()
+            .is_some_and(|erased| erased.drops_of_impression(advertiser, impression))
+    }
+
     /// Holds the index's `indexed_through` back until the call ends: what it checks against
     /// the erasures now, it stores later, and an erasure (or a decision) waiting for the index
     /// must find it.

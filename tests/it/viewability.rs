@@ -669,6 +669,24 @@ async fn a_report_of_an_erased_impression_is_dropped(backend: Backend) {
     let record = crate::privacy::erase(&server, json!({"user_id": user})).await;
     assert_eq!(record["erased"]["impressions"], 1, "{record}");
     assert_eq!(record["erased"]["view_reports"], 1, "{record}");
+    // The page rendered again: its pixel is the erased user's, timed before the erasure.
+    render(&server, &seen, VIEWER, BROWSER).await;
+    let metrics = crate::common::http()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("adevents_tags_total")
+                && line.contains("tag=\"pixel\"")
+                && line.contains("outcome=\"erased\"")),
+        "{metrics}"
+    );
     accepted(
         &server,
         &seen,

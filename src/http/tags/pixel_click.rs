@@ -114,6 +114,14 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
         pixel_arrival: Some(now),
         ..impression
     };
+    // Ingestion drops it: a re-sent pixel of an erased subject.
+    if state.ingestor.is_erased(
+        impression.user_id,
+        impression.campaign.advertiser_id,
+        impression.timestamp.instant(),
+    ) {
+        return "erased";
+    }
     let Some(_slot) = state.limiters.try_write_slot() else {
         return "overloaded";
     };
@@ -248,6 +256,13 @@ async fn record_click(state: &AppState, parts: &Parts, click: Click) -> &'static
         user_agent: viewer.user_agent,
         ..click
     };
+    // Ingestion drops it: a click of an impression an erasure removed.
+    if state
+        .ingestor
+        .is_of_erased_impression(click.campaign.advertiser_id, click.impression_id)
+    {
+        return "erased";
+    }
     let Some(_slot) = state.limiters.try_write_slot() else {
         return "overloaded";
     };
