@@ -118,14 +118,7 @@ async fn metrics_count_requests_by_route_and_events_accepted(backend: Backend) {
     let events = [campaign.impression(Uuid::new_v4(), Uuid::new_v4(), at("2026-10-25T10:00:00Z"))];
     post_all(&server, "/v1/impressions", &events, 1).await;
 
-    let text = http()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .expect("text");
+    let text = crate::common::metrics_text(&server).await;
 
     assert!(
         text.lines()

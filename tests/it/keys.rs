@@ -631,14 +631,7 @@ async fn beacons_count_only_for_registered_sites_from_allowed_origins(backend: B
     let no_page = send(strict.clone(), None, "f").await.expect("answered");
     assert_eq!(no_page.status(), StatusCode::FORBIDDEN);
     assert_eq!(visits(strict).await, 3);
-    let metrics = http()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::metrics_text(&server).await;
     for reason in ["unregistered_site", "origin_not_allowed", "origin_required"] {
         assert!(
             metrics.contains(&format!(

@@ -486,16 +486,7 @@ async fn past_the_connection_cap_a_new_connection_is_answered_503_and_closed() {
 #[tokio::test]
 async fn unknown_methods_do_not_grow_the_metrics() {
     let server = Backend::Embedded.server().await;
-    let metrics = || async {
-        http()
-            .get(server.url("/metrics"))
-            .send()
-            .await
-            .expect("answered")
-            .text()
-            .await
-            .expect("text")
-    };
+    let metrics = || crate::common::metrics_text(&server);
     let client = reqwest::Client::new();
     // Warm up every series the requests below may touch: an unknown method on an unknown
     // path, and `/metrics` itself.

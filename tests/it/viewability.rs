@@ -671,14 +671,7 @@ async fn a_report_of_an_erased_impression_is_dropped(backend: Backend) {
     assert_eq!(record["erased"]["view_reports"], 1, "{record}");
     // The page rendered again: its pixel is the erased user's, timed before the erasure.
     render(&server, &seen, VIEWER, BROWSER).await;
-    let metrics = crate::common::http()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::metrics_text(&server).await;
     assert!(
         metrics
             .lines()

@@ -367,6 +367,18 @@ pub async fn create_key(server: &TestServer, body: serde_json::Value) -> (String
 }
 
 /// A client that sends no key: a browser, or an attacker.
+/// The server's `/metrics` text, read with the administrator's key.
+pub async fn metrics_text(server: &TestServer) -> String {
+    http()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("text")
+}
+
 pub fn anonymous_http() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
