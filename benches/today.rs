@@ -312,6 +312,11 @@ impl Timing {
         support::median(self.totals.clone())
     }
 
+    /// The first call after the phase's load: nothing of the open stretch kept yet.
+    fn first(&self) -> f64 {
+        self.totals.first().copied().unwrap_or_default()
+    }
+
     fn part(&self, of: impl Fn(&OpenDayMetrics) -> f64) -> f64 {
         support::median(self.parts.iter().map(of).collect())
     }
@@ -426,7 +431,7 @@ async fn phases(
         );
     }
     println!(
-        "\n| {name}: today | group_by | summary (ms) | × smallest | from slice aggregates (ms) | × smallest | read raw: events | ms | µs per event |\n|---|---|---|---|---|---|---|---|---|"
+        "\n| {name}: today | group_by | summary (ms) | × smallest | first call (ms) | from slice aggregates (ms) | × smallest | read raw: events | ms | µs per event |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (index, (_, label)) in GROUPINGS.iter().enumerate() {
         let first = &rows[0].4[index];
@@ -440,9 +445,10 @@ async fn phases(
                 timing.raw_rows(),
             );
             println!(
-                "| {size} | {label} | {:.1} | {:.2} | {:.1} | {:.2} | {events:.0} | {:.1} | {:.2} |",
+                "| {size} | {label} | {:.1} | {:.2} | {:.1} | {:.1} | {:.2} | {events:.0} | {:.1} | {:.2} |",
                 total * 1000.0,
                 total / base_total,
+                timing.first() * 1000.0,
                 aggregates * 1000.0,
                 aggregates / base_aggregates,
                 raw * 1000.0,

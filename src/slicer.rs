@@ -13,7 +13,7 @@ use crate::domain::ids::CampaignKey;
 use crate::domain::owner::{Owner, OwnerKind};
 use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day, touched_slices};
+use crate::domain::slices::{Grain, Slice, SliceRule, Span, slices_of_day, touched_slices};
 use crate::domain::time::Day;
 use crate::domain::view::ViewWindow;
 use crate::query::FanOut;
@@ -250,7 +250,7 @@ impl SliceAggregator {
                 &partitions,
                 &[Span::of_slices(first, last)],
                 (&duplicates, Some(&counts)),
-                (options.window, options.view_window),
+                (options.window, options.view_window, Grain::Slice),
                 options.fan_out.concurrency,
             )
             .await?;

@@ -21,6 +21,40 @@ pub(crate) fn slice_start(slice: Slice) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// A 10-second piece of a slice, numbered since the epoch: the grain at which a summary keeps
+/// what it read raw of an open stretch (`query::stretch_cache`).
+pub(crate) type Piece = i64;
+
+/// How long a piece lasts; a slice holds a whole number of them.
+pub(crate) const PIECE_MILLIS: i64 = 10_000;
+
+/// The piece holding `at`.
+pub(crate) fn piece_of(at: DateTime<Utc>) -> Piece {
+    at.timestamp_millis().div_euclid(PIECE_MILLIS)
+}
+
+/// The slice a piece lies in.
+pub(crate) fn slice_of_piece(piece: Piece) -> Slice {
+    piece.div_euclid(SLICE_MILLIS / PIECE_MILLIS)
+}
+
+/// How finely a stretch's counts are kept apart: by slice (what is stored), or by piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grain {
+    Slice,
+    Piece,
+}
+
+impl Grain {
+    /// The slice or piece holding `at`.
+    pub(crate) fn of(self, at: DateTime<Utc>) -> i64 {
+        match self {
+            Self::Slice => slice_of(at),
+            Self::Piece => piece_of(at),
+        }
+    }
+}
+
 /// When a slice closes for late events, and so which slices may answer from their aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SliceRule {
@@ -103,6 +137,18 @@ pub struct Span {
 }
 
 impl Span {
+    /// Piece `piece` whole.
+    pub(crate) fn of_piece(piece: Piece) -> Self {
+        let start = |piece: Piece| {
+            DateTime::from_timestamp_millis(piece.saturating_mul(PIECE_MILLIS))
+                .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        };
+        Self {
+            from: start(piece),
+            to: start(piece + 1),
+        }
+    }
+
     /// Slices `first` to `last`, both included.
     pub(crate) fn of_slices(first: Slice, last: Slice) -> Self {
         Self {
@@ -155,6 +201,19 @@ mod tests {
             rule.late_slices(at("2026-11-28T11:55:00Z"), window, now)
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn pieces_divide_slices() {
+        let at = at("2026-11-28T10:14:59.999Z");
+        let piece = piece_of(at);
+        assert_eq!(slice_of_piece(piece), slice_of(at));
+        assert_eq!(slice_of_piece(piece + 1), slice_of(at) + 1);
+        let span = Span::of_piece(piece);
+        assert!(span.contains(at));
+        assert_eq!((span.to - span.from).num_milliseconds(), PIECE_MILLIS);
+        assert_eq!(Grain::Slice.of(at), slice_of(at));
+        assert_eq!(Grain::Piece.of(at), piece);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub(crate) mod recent;
 pub(crate) mod report;
 pub(crate) mod site_day;
 pub(crate) mod span;
+pub(crate) mod stretch_cache;
 pub mod summary;
 pub(crate) mod uniques;
 pub(crate) mod views;
@@ -55,6 +56,9 @@ pub(crate) struct Reader {
     pub(crate) open_days: Option<SliceRule>,
     /// How long after an impression its view reports count.
     pub(crate) view_window: ViewWindow,
+    /// What summaries read raw of open days, kept by piece, over a store no other process
+    /// writes.
+    pub(crate) kept_stretches: Option<Arc<stretch_cache::StretchCache>>,
 }
 
 /// The query side's tunables.
@@ -98,8 +102,12 @@ pub struct Queries {
 
 impl Queries {
     pub fn new(store: Arc<dyn Store>, settings: Arc<SettingsCache>, options: QueryOptions) -> Self {
+        let kept_stretches = store
+            .changes()
+            .map(|changes| Arc::new(stretch_cache::StretchCache::new(changes)));
         Self {
             reader: Reader {
+                kept_stretches,
                 store,
                 settings,
                 fan_out: options.fan_out,

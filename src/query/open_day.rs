@@ -6,12 +6,13 @@
 
 use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
 use super::span::{Duplicates, SpanAggregate, aggregate_spans};
+use super::stretch_cache::{ReadWith, StretchCache};
 use crate::domain::bucket::BucketCount;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::slices::{Slice, SliceRule, Span, slices_of_day};
+use crate::domain::slices::{Grain, Slice, SliceRule, Span, slices_of_day};
 use crate::domain::time::Day;
 use crate::domain::view::ViewWindow;
 use crate::store::{OpenDayParts, ReachLevel, Store, StoreError};
@@ -55,14 +56,14 @@ fn per_ad(levels: &[ReachLevel]) -> bool {
 }
 
 impl BySlice {
-    fn add_span(&mut self, span: SpanAggregate, per_ad: bool) {
-        for (key, counts) in span.counts {
-            self.counts.entry(key).or_default().add(&counts);
+    fn add_span(&mut self, span: &SpanAggregate, per_ad: bool) {
+        for (key, counts) in &span.counts {
+            self.counts.entry(*key).or_default().add(counts);
         }
-        for ((slice, ad), users) in span.users {
-            self.users.entry(slice).or_default().merge(&users);
+        for ((slice, ad), users) in &span.users {
+            self.users.entry(*slice).or_default().merge(users);
             if per_ad {
-                self.ad_users.entry((slice, ad)).or_default().merge(&users);
+                self.ad_users.entry((*slice, *ad)).or_default().merge(users);
             }
         }
     }
@@ -95,13 +96,19 @@ impl BySlice {
 }
 
 /// Reads an open day: its slice states, duplicates and aggregates in one small read, then each
-/// stretch of slices no aggregate answers for. Returns the day and how many slices its
-/// aggregates answered.
+/// stretch of slices no aggregate answers for, less the pieces of it `kept` holds (a summary
+/// over a store no other process writes). Returns the day and how many slices its aggregates
+/// answered.
 pub(crate) async fn read_open_day(
     store: &dyn Store,
     read: &OpenDayRead,
+    kept: Option<&StretchCache>,
 ) -> Result<(DayAggregate, usize), StoreError> {
     let started = Instant::now();
+    // Kept pieces were read without looking their ids up: a seal looks every id up.
+    let kept = kept.filter(|_| read.find_duplicates.is_none());
+    // Before anything is read: a write after it may have changed what this read counts.
+    let sequence = kept.map(StretchCache::sequence);
     let per_ad = per_ad(&read.levels);
     let parts = if per_ad {
         OpenDayParts::AggregatesWithAdUsers
@@ -157,18 +164,41 @@ pub(crate) async fn read_open_day(
         .record(started.elapsed().as_secs_f64());
 
     let raw_started = Instant::now();
-    let duplicates = Duplicates::new(rows.duplicates);
+    let mut duplicates = Duplicates::new(rows.duplicates);
     let stretches = raw_stretches(read.day, |slice| {
         answering.contains(&slice) && !undecodable.contains(&slice)
     });
+    let read_with = ReadWith {
+        partitions: read.partitions.clone(),
+        window: read.window,
+        view_window: read.view_window,
+    };
+    let plan = kept.zip(sequence).map(|(kept, sequence)| {
+        kept.plan(
+            (read.campaign, read.day, sequence),
+            &read_with,
+            &stretches,
+            read.now,
+        )
+    });
+    let (raw, grain) = match &plan {
+        Some(plan) => {
+            duplicates.add(&plan.copies);
+            day.add_span(&plan.kept, per_ad);
+            metrics::counter!("adevents_open_day_pieces_total", "from" => "kept")
+                .increment(plan.kept_pieces as u64);
+            (plan.raw.clone(), Grain::Piece)
+        }
+        None => (stretches, Grain::Slice),
+    };
     let mut rows_read = 0;
-    if !stretches.is_empty() {
+    if !raw.is_empty() {
         // Read together, so that two copies of an id in different stretches count once.
         let aggregate = aggregate_spans(
             store,
             read.campaign,
             &read.partitions,
-            &stretches,
+            &raw,
             // A day read raw whole holds every copy of its ids itself: lookups only help where
             // aggregates answer for part of it.
             (
@@ -177,12 +207,19 @@ pub(crate) async fn read_open_day(
                     .as_deref()
                     .filter(|_| from_aggregates > 0),
             ),
-            (read.window, read.view_window),
+            (read.window, read.view_window, grain),
             read.concurrency,
         )
         .await?;
         rows_read = aggregate.rows_read;
-        day.add_span(aggregate, per_ad);
+        let aggregate = match kept.zip(plan) {
+            Some((kept, plan)) => {
+                kept.keep((read.campaign, read.day), &read_with, plan, &aggregate);
+                aggregate.into_slices()
+            }
+            None => aggregate,
+        };
+        day.add_span(&aggregate, per_ad);
     }
     metrics::histogram!("adevents_open_day_read_seconds", "part" => "raw")
         .record(raw_started.elapsed().as_secs_f64());

@@ -16,7 +16,7 @@ use crate::domain::bucket::BucketCount;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
-use crate::domain::slices::{Slice, Span, slice_of};
+use crate::domain::slices::{Grain, Slice, Span, slice_of_piece};
 use crate::domain::time::EventTime;
 use crate::domain::traffic::{InvalidReason, any_valid};
 use crate::domain::view::ViewWindow;
@@ -37,7 +37,7 @@ impl Duplicates {
         duplicates
     }
 
-    fn add(&mut self, rows: &[CopyRow]) {
+    pub(crate) fn add(&mut self, rows: &[CopyRow]) {
         for row in rows {
             self.0.entry(row.impression_id).or_default().push(*row);
         }
@@ -58,7 +58,7 @@ impl Duplicates {
     }
 }
 
-/// Stretches' counts and users reached, by slice and ad.
+/// Stretches' counts and users reached, by slice (or piece, as asked) and ad.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SpanAggregate {
     pub(crate) counts: BTreeMap<(Slice, AdId), SliceCounts>,
@@ -68,23 +68,46 @@ pub(crate) struct SpanAggregate {
     /// Every copy of each id read here that the copies index holds with more than one
     /// timestamp (when asked to look).
     pub(crate) found_duplicates: Vec<CopyRow>,
+    /// Every copy of each id that the rows read here hold with more than one timestamp.
+    pub(crate) read_duplicates: Vec<CopyRow>,
 }
 
 impl SpanAggregate {
     fn counts(&mut self, slice: Slice, ad: AdId) -> &mut SliceCounts {
         self.counts.entry((slice, ad)).or_default()
     }
+
+    /// An aggregate kept by piece, kept by slice instead.
+    pub(crate) fn into_slices(self) -> SpanAggregate {
+        let mut slices = SpanAggregate {
+            rows_read: self.rows_read,
+            found_duplicates: self.found_duplicates,
+            read_duplicates: self.read_duplicates,
+            ..SpanAggregate::default()
+        };
+        for ((piece, ad), counts) in self.counts {
+            slices.counts(slice_of_piece(piece), ad).add(&counts);
+        }
+        for ((piece, ad), users) in self.users {
+            slices
+                .users
+                .entry((slice_of_piece(piece), ad))
+                .or_default()
+                .merge(&users);
+        }
+        slices
+    }
 }
 
 /// Reads `spans` of one UTC day (its `partitions`), oldest first and apart, and aggregates
-/// them together.
+/// them together, kept apart by `grain`.
 pub(crate) async fn aggregate_spans(
     store: &dyn Store,
     campaign: CampaignKey,
     partitions: &[EventPartition],
     spans: &[Span],
     (duplicates, find_duplicates): (&Duplicates, Option<&[BucketCount]>),
-    (window, view_window): (BillableWindow, ViewWindow),
+    (window, view_window, grain): (BillableWindow, ViewWindow, Grain),
     concurrency: usize,
 ) -> Result<SpanAggregate, StoreError> {
     let concurrency = concurrency.max(1);
@@ -99,7 +122,7 @@ pub(crate) async fn aggregate_spans(
     let in_spans = |at: EventTime| spans.iter().any(|span| span.contains(at.instant()));
     let mut views =
         ViewJoin::read(store, partitions, Some(spans), view_window, concurrency).await?;
-    let (earliest, impressions_read, found) = earliest_copies(
+    let (earliest, impressions_read, (found, read_duplicates)) = earliest_copies(
         store,
         partitions,
         &reads,
@@ -110,6 +133,7 @@ pub(crate) async fn aggregate_spans(
     let mut aggregate = SpanAggregate {
         rows_read: impressions_read,
         found_duplicates: found,
+        read_duplicates,
         ..SpanAggregate::default()
     };
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
@@ -119,13 +143,13 @@ pub(crate) async fn aggregate_spans(
         if row.invalid.is_some() {
             if in_span {
                 aggregate
-                    .counts(slice_of(at.instant()), row.ad_id)
+                    .counts(grain.of(at.instant()), row.ad_id)
                     .invalid_impressions += 1;
             }
             continue;
         }
         if in_span {
-            let slice = slice_of(at.instant());
+            let slice = grain.of(at.instant());
             let counts = aggregate.counts(slice, row.ad_id);
             counts.impressions += 1;
             counts.views.count(&views.views_of(row.impression_id));
@@ -143,7 +167,7 @@ pub(crate) async fn aggregate_spans(
     for (at, ad) in windows.into_values() {
         if in_spans(at) {
             aggregate
-                .counts(slice_of(at.instant()), ad)
+                .counts(grain.of(at.instant()), ad)
                 .billable_impressions += 1;
         }
     }
@@ -151,7 +175,7 @@ pub(crate) async fn aggregate_spans(
         first_clicks_in(store, campaign, partitions, spans, concurrency).await?;
     aggregate.rows_read += clicks_read;
     for click in clicks {
-        let counts = aggregate.counts(slice_of(click.timestamp.instant()), click.ad_id);
+        let counts = aggregate.counts(grain.of(click.timestamp.instant()), click.ad_id);
         match click.invalid {
             None => counts.clicks += 1,
             Some(_) => counts.invalid_clicks += 1,
@@ -169,7 +193,7 @@ pub(crate) async fn aggregate_spans(
                 .filter(|_| in_spans(EventTime::from_stored(at)))
             {
                 aggregate
-                    .counts(slice_of(at), ad)
+                    .counts(grain.of(at), ad)
                     .conversions
                     .count(decided);
             }
@@ -193,8 +217,8 @@ const MAX_COPIES_RECORDED: usize = 64;
 /// earliest copy lies outside `reads` are left out. With `find` (the bucket counts in force that
 /// day), every id read is looked up in the copies index of each partition a copy of it can lie
 /// in (one per count: a copy is written under the count in force at its own time), and the ids
-/// found with more than one timestamp are returned (and counted) as duplicates too. Returns the earliest copies, how many rows were
-/// read, and the duplicates found.
+/// found with more than one timestamp are returned (and counted) as duplicates too. Returns
+/// the earliest copies, how many rows were read, and the duplicates found and those read.
 async fn earliest_copies(
     store: &dyn Store,
     partitions: &[EventPartition],
@@ -205,11 +229,12 @@ async fn earliest_copies(
     (
         HashMap<ImpressionId, ImpressionSummaryRow>,
         usize,
-        Vec<CopyRow>,
+        (Vec<CopyRow>, Vec<CopyRow>),
     ),
     StoreError,
 > {
     let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
+    let mut read_copies: HashMap<ImpressionId, Vec<CopyRow>> = HashMap::new();
     let mut rows_read = 0;
     let mut read_ids: Vec<(EventPartition, Vec<ImpressionId>)> = Vec::new();
     let mut reads = stream::iter(partition_spans(partitions, reads))
@@ -231,6 +256,14 @@ async fn earliest_copies(
         }
         for row in rows {
             views.see(&row);
+            if let Some(held) = earliest.get(&row.impression_id)
+                && held.timestamp != row.timestamp
+            {
+                read_copies
+                    .entry(row.impression_id)
+                    .or_insert_with(|| vec![copy_of(held)])
+                    .push(copy_of(&row));
+            }
             keep_earliest(&mut earliest, row);
         }
     }
@@ -250,7 +283,19 @@ async fn earliest_copies(
             first >= row.timestamp
         }
     });
-    Ok((earliest, rows_read, found))
+    Ok((
+        earliest,
+        rows_read,
+        (found, read_copies.into_values().flatten().collect()),
+    ))
+}
+
+fn copy_of(row: &ImpressionSummaryRow) -> CopyRow {
+    CopyRow {
+        impression_id: row.impression_id,
+        timestamp: row.timestamp,
+        invalid: row.invalid,
+    }
 }
 
 /// The partitions to look each read id up in: under every bucket count in force that day

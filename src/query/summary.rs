@@ -347,6 +347,7 @@ pub(crate) async fn campaign_summary(
         .zip(states)
         .partition(|(_, state)| state.is_current());
     let per_day = (fan_out.concurrency / RAW_DAYS_IN_FLIGHT).max(1);
+    let kept = reader.kept_stretches.as_deref();
     let aggregate_raw = move |day: Day,
                               partitions: Vec<EventPartition>,
                               levels: Vec<ReachLevel>,
@@ -366,7 +367,7 @@ pub(crate) async fn campaign_summary(
                 concurrency: per_day,
                 find_duplicates: None,
             };
-            let (open, aggregated) = read_open_day(store, &read).await?;
+            let (open, aggregated) = read_open_day(store, &read, kept).await?;
             return Ok::<_, StoreError>((day, open, Source::Slices(aggregated)));
         }
         let read = DayRead {

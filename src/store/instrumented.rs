@@ -513,6 +513,10 @@ impl SliceStore for Instrumented {
         timed("write_slice_aggregate", call).await
     }
 
+    fn changes(&self) -> Option<std::sync::Arc<super::ChangeLog>> {
+        self.inner.changes()
+    }
+
     async fn delete_open_day(
         &self,
         campaign: CampaignKey,

@@ -18,12 +18,14 @@
 //! [`Store`] is their sum.
 
 pub mod cassandra;
+mod changes;
 pub mod embedded;
 mod error;
 pub(crate) mod instrumented;
 mod rows;
 
 pub(crate) use crate::domain::sealing::SealState;
+pub use changes::ChangeLog;
 pub(crate) use error::StoreError;
 pub(crate) use rows::{
     ClickRow, CopyRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow,
@@ -446,6 +448,14 @@ pub trait SliceStore: Send + Sync {
         aggregate: &SliceAggregate,
         read_started: DateTime<Utc>,
     ) -> Result<(), StoreError>;
+
+    /// What this process wrote to the campaigns' counted rows since a read began, when no
+    /// other process writes the store (the embedded store): a summary then keeps what it read
+    /// raw of an open day and reads again only what a write could have changed. `None` where
+    /// other processes write unseen (Cassandra).
+    fn changes(&self) -> Option<std::sync::Arc<ChangeLog>> {
+        None
+    }
 
     /// Drops a sealed day's slice rows and copies index: the rollup answers for it now.
     async fn delete_open_day(

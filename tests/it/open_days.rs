@@ -4,7 +4,9 @@
 //! taking half the events, and fresh server instances at once, and under an id stored again
 //! with another timestamp (at once on the embedded store, once the aggregator has found it on
 //! Cassandra, and across a bucket-count change made that day); and a background aggregator
-//! makes a marked slice answer from its aggregate again within seconds.
+//! makes a marked slice answer from its aggregate again within seconds; and a summary that
+//! reads the open stretch again (the embedded store keeps what it read, by piece) counts what
+//! was written since, whatever its time, as the raw read does.
 
 use crate::common::events::{Campaign, configure_buckets, get, post_all, summary};
 use crate::common::{Backend, TestServer, eventually, test_options};
@@ -20,6 +22,7 @@ conformance!(
     an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_duplicates,
     a_marked_slice_answers_from_its_aggregate_again_within_the_interval,
     a_duplicate_across_a_bucket_change_made_that_day_is_found,
+    the_open_stretch_read_again_counts_what_was_written_since,
 );
 
 /// Options whose slices are aggregated only when the test says so (or never, for the raw
@@ -453,4 +456,94 @@ async fn a_duplicate_across_a_bucket_change_made_that_day_is_found(backend: Back
         slice(3) + Duration::minutes(5),
     );
     assert_eq!(totals["totals"]["impressions"], 40 + twice_counts);
+}
+
+async fn the_open_stretch_read_again_counts_what_was_written_since(backend: Backend) {
+    let campaign = Campaign::fresh();
+    configure_buckets(backend, &campaign, 4, "always").await;
+    let server = backend.server_with(options(true)).await;
+    let raw = backend.server_with(options(false)).await;
+    // The last 12 minutes, never aggregated here: the open stretch, read raw.
+    let start = Utc::now() - Duration::minutes(12);
+    let ads: Vec<Uuid> = (0..2).map(|_| Uuid::new_v4()).collect();
+    let users: Vec<Uuid> = (0..6).map(|_| Uuid::new_v4()).collect();
+    let at = |i: i64| start + Duration::seconds(i * 10 + 1);
+    let ids: Vec<Uuid> = (0..66).map(|_| Uuid::new_v4()).collect();
+    let impressions: Vec<Value> = (0..66)
+        .map(|i| {
+            let index = i as usize;
+            impression(
+                &campaign,
+                ids[index],
+                ads[index % 2],
+                users[index % 6],
+                at(i),
+            )
+        })
+        .collect();
+    let clicks: Vec<Value> = (0..66)
+        .step_by(5)
+        .map(|i| {
+            campaign.click(
+                ids[i as usize],
+                ads[i as usize % 2],
+                at(i) + Duration::seconds(15),
+            )
+        })
+        .collect();
+    post_all(&server, "/v1/impressions", &impressions, 100).await;
+    post_all(&server, "/v1/clicks", &clicks, 100).await;
+    assert_same_as_raw(&[&server], &raw, &campaign, start, "first read").await;
+    assert_same_as_raw(&[&server], &raw, &campaign, start, "read again").await;
+
+    let since = vec![
+        // A later copy of an id read before, and an earlier copy of another: each counts once,
+        // at its earliest.
+        impression(
+            &campaign,
+            ids[10],
+            ads[0],
+            users[4],
+            at(10) + Duration::minutes(3),
+        ),
+        impression(
+            &campaign,
+            ids[40],
+            ads[0],
+            users[4],
+            at(40) - Duration::minutes(4),
+        ),
+        // A new user's impression in the middle of what was read.
+        impression(
+            &campaign,
+            Uuid::new_v4(),
+            ads[1],
+            Uuid::new_v4(),
+            at(20) + Duration::seconds(2),
+        ),
+        // User 0's impression opening the window of a later one read before (at(30), user 0).
+        impression(
+            &campaign,
+            Uuid::new_v4(),
+            ads[1],
+            users[0],
+            at(30) - Duration::seconds(1),
+        ),
+    ];
+    // An earlier click of a clicked impression (its first click moves back), and a first click
+    // of one read before unclicked, both at times read before.
+    let clicks_since = vec![
+        campaign.click(ids[5], ads[1], at(5) + Duration::seconds(5)),
+        campaign.click(ids[1], ads[1], at(1) + Duration::seconds(5)),
+    ];
+    post_all(&server, "/v1/impressions", &since, 100).await;
+    post_all(&server, "/v1/clicks", &clicks_since, 100).await;
+    assert_same_as_raw(&[&server], &raw, &campaign, start, "written since").await;
+    assert_same_as_raw(&[&server], &raw, &campaign, start, "read again since").await;
+
+    let totals = summary(&server, &campaign, &queries(start)[3]).await;
+    let copies = copies_counted(at(10), at(10) + Duration::minutes(3))
+        + copies_counted(at(40) - Duration::minutes(4), at(40));
+    assert_eq!(totals["totals"]["impressions"], 66 - 2 + copies + 2);
+    assert_eq!(totals["totals"]["clicks"], 15);
 }

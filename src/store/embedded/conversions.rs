@@ -178,6 +178,19 @@ fn decided_suffix(key: &mut Vec<u8>, conversion: &Conversion) {
 
 /// Every row of a conversion as `record` found it: its copies, its decision, its decided rows
 /// and its subject-index entries (the directory lines may lead to other events: they stay).
+/// The campaign a decided conversion is counted for, and when: what writing or erasing it
+/// changes.
+pub(super) fn credited_at(decided: &DecidedConversion) -> Option<(CampaignKey, DateTime<Utc>)> {
+    let inner = &decided.conversion;
+    decided.campaign_id().map(|campaign_id| {
+        let campaign = CampaignKey {
+            advertiser_id: inner.advertiser_id,
+            campaign_id,
+        };
+        (campaign, inner.timestamp.instant())
+    })
+}
+
 pub(super) fn conversion_removals(record: &ConversionRecord) -> Removals {
     let mut removals = Removals::new();
     let mut conversions: Vec<&Conversion> = Vec::new();
@@ -418,7 +431,9 @@ impl ConversionStore for EmbeddedStore {
                 rows.push((Table::CampaignConversion, key, value));
             }
         }
-        self.write("writing decided conversions", rows).await
+        self.write("writing decided conversions", rows).await?;
+        self.changed(decided.iter().filter_map(credited_at));
+        Ok(())
     }
 
     async fn read_advertiser_conversions(

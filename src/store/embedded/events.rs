@@ -210,7 +210,7 @@ impl EventStore for EmbeddedStore {
             .await?;
         // Only an id stored with more than one timestamp (a client bug) has several entries:
         // the usual single entry is passed over without decoding.
-        Ok(copies
+        let copies: Vec<EventTime> = copies
             .iter()
             .filter(|row| row.len() > rows::COPY_ENTRY_LEN)
             .filter_map(|row| rows::decode_copy_entries(row))
@@ -218,7 +218,16 @@ impl EventStore for EmbeddedStore {
             .flatten()
             .filter_map(|(millis, _)| DateTime::from_timestamp_millis(millis))
             .map(EventTime::from_stored)
-            .collect())
+            .collect();
+        // A copy changes which of an id's copies counts: from the earliest of them on.
+        self.changed(
+            impressions
+                .iter()
+                .map(|event| event.timestamp)
+                .chain(copies.iter().copied())
+                .map(|at| (partition.campaign, at.instant())),
+        );
+        Ok(copies)
     }
 
     async fn write_clicks(
@@ -253,7 +262,14 @@ impl EventStore for EmbeddedStore {
         }
         self.committer
             .commit_guarded("writing clicks", rows, guarded)
-            .await
+            .await?;
+        // A click moves its impression's first click only to an earlier time.
+        self.changed(
+            clicks
+                .iter()
+                .map(|click| (partition.campaign, click.timestamp.instant())),
+        );
+        Ok(())
     }
 
     async fn read_impression_summaries(

@@ -99,6 +99,9 @@ pub struct EmbeddedStore {
     engine_slots: Arc<tokio::sync::Semaphore>,
     /// Held while an owner's listed days are read and widened.
     listing_writes: Arc<tokio::sync::Mutex<()>>,
+    /// What this process wrote to counted rows, by campaign and event time: it is the only
+    /// writer, so a summary may keep what it read raw (`SliceStore::changes`).
+    changes: Arc<crate::store::ChangeLog>,
 }
 
 #[cfg(test)]
@@ -115,6 +118,20 @@ impl EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// Records that a write, now visible, changed each campaign's counted rows from the paired
+    /// time on.
+    fn changed(
+        &self,
+        changes: impl IntoIterator<
+            Item = (
+                crate::domain::ids::CampaignKey,
+                chrono::DateTime<chrono::Utc>,
+            ),
+        >,
+    ) {
+        self.changes.record(changes);
+    }
+
     /// Opens (or creates) the store in `config.data_dir`, refusing a folder another process holds.
     pub fn open(config: &EmbeddedConfig) -> Result<Self, StoreError> {
         let tables = Arc::new(open::open_tables(config)?);
@@ -124,6 +141,7 @@ impl EmbeddedStore {
             committer,
             engine_slots: Arc::new(tokio::sync::Semaphore::new(ENGINE_CALLS_IN_FLIGHT)),
             listing_writes: Arc::new(tokio::sync::Mutex::new(())),
+            changes: Arc::new(crate::store::ChangeLog::new()),
         })
     }
 }

@@ -236,6 +236,7 @@ impl EmbeddedStore {
                 .drop_key_range(table, start.clone(), end.clone())
                 .await?;
         }
+        self.changed([(campaign, first.start_utc())]);
         // The advertiser's conversions of those days, and its index entries (events', and
         // conversions' by user) of weeks wholly
         // expired (a week that reaches past `last` may hold days still kept).

@@ -129,6 +129,10 @@ fn decode_open_day(rows: &[(fjall::Slice, fjall::Slice)]) -> Option<OpenDayRows>
 
 #[async_trait]
 impl SliceStore for EmbeddedStore {
+    fn changes(&self) -> Option<std::sync::Arc<crate::store::ChangeLog>> {
+        Some(std::sync::Arc::clone(&self.changes))
+    }
+
     async fn read_impression_summaries_between(
         &self,
         partition: &EventPartition,
@@ -264,7 +268,13 @@ impl SliceStore for EmbeddedStore {
                 (Table::OpenDay, key, value)
             })
             .collect();
-        self.write("recording duplicate impressions", rows).await
+        self.write("recording duplicate impressions", rows).await?;
+        self.changed(
+            copies
+                .iter()
+                .map(|copy| (campaign, copy.timestamp.instant())),
+        );
+        Ok(())
     }
 
     async fn read_open_day(

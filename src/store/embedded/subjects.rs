@@ -357,7 +357,14 @@ impl SubjectStore for EmbeddedStore {
                 super::conversions::conversion_removals(record),
                 Vec::new(),
             )
-            .await
+            .await?;
+        self.changed(
+            record
+                .decision
+                .as_ref()
+                .and_then(super::conversions::credited_at),
+        );
+        Ok(())
     }
 
     async fn delete_index_entries(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
@@ -432,14 +439,18 @@ impl SubjectStore for EmbeddedStore {
         };
         self.committer
             .commit_removing(CONTEXT, removals, vec![copy])
-            .await
+            .await?;
+        self.changed([(at.partition.campaign, at.timestamp.instant())]);
+        Ok(())
     }
 
     async fn erase_click(&self, at: &EventAt) -> Result<(), StoreError> {
         let key = keys::event_key(&at.partition, at.timestamp.instant(), at.impression_id);
         self.committer
             .commit_replacing("erasing a click", vec![(Table::Click, key)], Vec::new())
-            .await
+            .await?;
+        self.changed([(at.partition.campaign, at.timestamp.instant())]);
+        Ok(())
     }
 
     async fn erase_clicks_of(
@@ -452,7 +463,10 @@ impl SubjectStore for EmbeddedStore {
             keys::click_index_prefix(campaign, impression_id),
             "erasing an impression's clicks from the click index",
         )
-        .await
+        .await?;
+        // The index says which click is an impression's first, whenever the clicks were.
+        self.changed([(campaign, DateTime::<Utc>::MIN_UTC)]);
+        Ok(())
     }
 
     async fn create_erasure(&self, record: &ErasureRecord) -> Result<(), StoreError> {

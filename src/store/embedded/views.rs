@@ -84,7 +84,13 @@ impl ViewStore for EmbeddedStore {
                 )
             })
             .collect();
-        self.committer.commit("writing view reports", rows).await
+        self.committer.commit("writing view reports", rows).await?;
+        self.changed(
+            reports
+                .iter()
+                .map(|report| (partition.campaign, report.impression_time.instant())),
+        );
+        Ok(())
     }
 
     async fn read_view_reports(
