@@ -355,6 +355,15 @@ async fn phases(
         Arc::clone(&settings),
         QueryOptions::default(),
     );
+    // The same summaries with nothing of the open stretch kept: read raw every time.
+    let unkept = Queries::new(
+        Arc::clone(&store),
+        Arc::clone(&settings),
+        QueryOptions {
+            keep_open_stretches: false,
+            ..QueryOptions::default()
+        },
+    );
     let app = App::new(Arc::clone(&store), Options::default());
     let campaign = fresh_campaign();
     configure(&store, campaign).await;
@@ -401,15 +410,26 @@ async fn phases(
             Arc::clone(&written),
         );
         let mut timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
+        let mut unkept_timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
         let mut answered = (0, 0);
-        for _ in 0..rounds {
+        for round in 0..rounds {
             for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
-                let before = OpenDayMetrics::now(metrics);
-                let (seconds, impressions, aggregated) =
-                    summary(&queries, campaign, *grouping).await;
-                let parts = OpenDayMetrics::now(metrics).since(&before);
-                timings[index].add(seconds, parts);
-                answered = (impressions, aggregated);
+                // Side by side, the order alternating; the kept one first in the first round.
+                for kept in [round % 2 == 0, round % 2 == 1] {
+                    let before = OpenDayMetrics::now(metrics);
+                    let (seconds, impressions, aggregated) = if kept {
+                        summary(&queries, campaign, *grouping).await
+                    } else {
+                        summary(&unkept, campaign, *grouping).await
+                    };
+                    let parts = OpenDayMetrics::now(metrics).since(&before);
+                    if kept {
+                        timings[index].add(seconds, parts);
+                        answered = (impressions, aggregated);
+                    } else {
+                        unkept_timings[index].add(seconds, parts);
+                    }
+                }
             }
         }
         stop.store(true, Ordering::Relaxed);
@@ -422,6 +442,7 @@ async fn phases(
             aggregate_seconds,
             timings,
             open_events,
+            unkept_timings,
         ));
         println!(
             "  phase {}: {size} impressions loaded in {load_seconds:.0} s, {slices} slices aggregated in {aggregate_seconds:.1} s, open stretch {open_events} events, answer {} impressions from {} aggregated slices",
@@ -436,7 +457,7 @@ async fn phases(
     for (index, (_, label)) in GROUPINGS.iter().enumerate() {
         let first = &rows[0].4[index];
         let (base_total, base_aggregates) = (first.total(), first.aggregates());
-        for (size, _, _, _, timings, _) in &rows {
+        for (size, _, _, _, timings, _, _) in &rows {
             let timing = &timings[index];
             let (total, aggregates, raw, events) = (
                 timing.total(),
@@ -457,9 +478,24 @@ async fn phases(
         }
     }
     println!(
+        "\n| {name}: today | group_by | read raw every time (ms) | × smallest | kept ÷ read raw every time |\n|---|---|---|---|---|"
+    );
+    for (index, (_, label)) in GROUPINGS.iter().enumerate() {
+        let base = rows[0].6[index].total();
+        for (size, _, _, _, timings, _, unkept) in &rows {
+            let total = unkept[index].total();
+            println!(
+                "| {size} | {label} | {:.1} | {:.2} | {:.2} |",
+                total * 1000.0,
+                total / base,
+                timings[index].total() / total,
+            );
+        }
+    }
+    println!(
         "\n| {name}: phase | loaded (s) | slices aggregated | catch-up (s) | open stretch events |\n|---|---|---|---|---|"
     );
-    for (size, load_seconds, slices, aggregate_seconds, _, open_events) in &rows {
+    for (size, load_seconds, slices, aggregate_seconds, _, open_events, _) in &rows {
         println!(
             "| {size} | {load_seconds:.0} | {slices} | {aggregate_seconds:.1} | {open_events} |"
         );

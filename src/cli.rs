@@ -349,6 +349,7 @@ impl ServeArgs {
                 open_days: (!self.slice_interval.is_zero())
                     .then(|| SliceRule::new(self.slice_grace)),
                 view_window: ViewWindow::new(self.view_window),
+                keep_open_stretches: true,
             },
             sealer: SealerOptions {
                 // The composition root lengthens it by --tag-ttl and --view-window.

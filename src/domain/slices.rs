@@ -21,12 +21,12 @@ pub(crate) fn slice_start(slice: Slice) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-/// A 10-second piece of a slice, numbered since the epoch: the grain at which a summary keeps
+/// A 2-second piece of a slice, numbered since the epoch: the grain at which a summary keeps
 /// what it read raw of an open stretch (`query::stretch_cache`).
 pub(crate) type Piece = i64;
 
 /// How long a piece lasts; a slice holds a whole number of them.
-pub(crate) const PIECE_MILLIS: i64 = 10_000;
+pub(crate) const PIECE_MILLIS: i64 = 2_000;
 
 /// The piece holding `at`.
 pub(crate) fn piece_of(at: DateTime<Utc>) -> Piece {

@@ -78,6 +78,9 @@ pub struct QueryOptions {
     pub open_days: Option<SliceRule>,
     /// How long after an impression its view reports count.
     pub view_window: ViewWindow,
+    /// Whether summaries keep what they read raw of open days, where the store allows it
+    /// (`false`: read raw every time; benchmarks compare the two).
+    pub keep_open_stretches: bool,
 }
 
 impl Default for QueryOptions {
@@ -90,6 +93,7 @@ impl Default for QueryOptions {
             click_lookback_days: 30,
             open_days: Some(SliceRule::default()),
             view_window: ViewWindow::default(),
+            keep_open_stretches: true,
         }
     }
 }
@@ -104,6 +108,7 @@ impl Queries {
     pub fn new(store: Arc<dyn Store>, settings: Arc<SettingsCache>, options: QueryOptions) -> Self {
         let kept_stretches = store
             .changes()
+            .filter(|_| options.keep_open_stretches)
             .map(|changes| Arc::new(stretch_cache::StretchCache::new(changes)));
         Self {
             reader: Reader {

@@ -164,7 +164,7 @@ pub(crate) async fn read_open_day(
         .record(started.elapsed().as_secs_f64());
 
     let raw_started = Instant::now();
-    let mut duplicates = Duplicates::new(rows.duplicates);
+    let duplicates = Duplicates::new(rows.duplicates);
     let stretches = raw_stretches(read.day, |slice| {
         answering.contains(&slice) && !undecodable.contains(&slice)
     });
@@ -173,53 +173,62 @@ pub(crate) async fn read_open_day(
         window: read.window,
         view_window: read.view_window,
     };
-    let plan = kept.zip(sequence).map(|(kept, sequence)| {
-        kept.plan(
-            (read.campaign, read.day, sequence),
-            &read_with,
-            &stretches,
-            read.now,
-        )
-    });
-    let (raw, grain) = match &plan {
-        Some(plan) => {
-            duplicates.add(&plan.copies);
-            day.add_span(&plan.kept, per_ad);
+    let lookups = read
+        .find_duplicates
+        .as_deref()
+        .filter(|_| from_aggregates > 0);
+    let mut rows_read = 0;
+    // Kept pieces answer with the rest read raw only if no write reached back to them while
+    // it was read; after two such reads the stretch is read raw whole.
+    for attempt in 0..3 {
+        let plan = kept
+            .zip(sequence)
+            .filter(|_| attempt < 2)
+            .map(|(kept, sequence)| {
+                kept.plan(
+                    (read.campaign, read.day, sequence),
+                    &read_with,
+                    &stretches,
+                    read.now,
+                )
+            });
+        let mut duplicates = duplicates.clone();
+        let (raw, grain) = match &plan {
+            Some(plan) => {
+                duplicates.add(&plan.copies);
+                (plan.raw.clone(), Grain::Piece)
+            }
+            None => (stretches.clone(), Grain::Slice),
+        };
+        let mut aggregate = SpanAggregate::default();
+        if !raw.is_empty() {
+            // Read together, so that two copies of an id in different stretches count once.
+            // A day read raw whole holds every copy of its ids itself: lookups only help
+            // where aggregates answer for part of it.
+            aggregate = aggregate_spans(
+                store,
+                read.campaign,
+                &read.partitions,
+                &raw,
+                (&duplicates, lookups),
+                (read.window, read.view_window, grain),
+                read.concurrency,
+            )
+            .await?;
+            rows_read += aggregate.rows_read;
+        }
+        if let Some((kept, plan)) = kept.zip(plan) {
+            if !kept.still_right(read.campaign, &plan) {
+                continue;
+            }
             metrics::counter!("adevents_open_day_pieces_total", "from" => "kept")
                 .increment(plan.kept_pieces as u64);
-            (plan.raw.clone(), Grain::Piece)
+            day.add_span(&plan.kept, per_ad);
+            kept.keep((read.campaign, read.day), &read_with, plan, &aggregate);
+            aggregate = aggregate.into_slices();
         }
-        None => (stretches, Grain::Slice),
-    };
-    let mut rows_read = 0;
-    if !raw.is_empty() {
-        // Read together, so that two copies of an id in different stretches count once.
-        let aggregate = aggregate_spans(
-            store,
-            read.campaign,
-            &read.partitions,
-            &raw,
-            // A day read raw whole holds every copy of its ids itself: lookups only help where
-            // aggregates answer for part of it.
-            (
-                &duplicates,
-                read.find_duplicates
-                    .as_deref()
-                    .filter(|_| from_aggregates > 0),
-            ),
-            (read.window, read.view_window, grain),
-            read.concurrency,
-        )
-        .await?;
-        rows_read = aggregate.rows_read;
-        let aggregate = match kept.zip(plan) {
-            Some((kept, plan)) => {
-                kept.keep((read.campaign, read.day), &read_with, plan, &aggregate);
-                aggregate.into_slices()
-            }
-            None => aggregate,
-        };
         day.add_span(&aggregate, per_ad);
+        break;
     }
     metrics::histogram!("adevents_open_day_read_seconds", "part" => "raw")
         .record(raw_started.elapsed().as_secs_f64());

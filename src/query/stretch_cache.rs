@@ -1,4 +1,4 @@
-//! What summaries read raw of open days, kept by 10-second piece (docs/DESIGN.md, "Open days
+//! What summaries read raw of open days, kept by 2-second piece (docs/DESIGN.md, "Open days
 //! from closed slices"): the next summary of the day reads raw only the pieces a write may
 //! have changed since, and the seconds that were not over yet, so its cost follows what
 //! changed since the last summary rather than the minutes of the open stretch. Only over a
@@ -22,22 +22,23 @@ use crate::domain::time::Day;
 use crate::domain::view::ViewWindow;
 use crate::store::{ChangeLog, CopyRow};
 use chrono::{DateTime, TimeDelta, Utc};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// A piece is kept once it ended this long ago: the events stamped "now" that reach it late
 /// would only throw it away.
-const SETTLE: TimeDelta = TimeDelta::seconds(2);
+const SETTLE: TimeDelta = TimeDelta::seconds(1);
 /// Campaign-days kept; past this, the one read least recently goes.
 const DAYS_KEPT: usize = 1_024;
 /// The memory all kept pieces may take (their counts and sketches, estimated); past it, the
 /// days read least recently go.
 const KEPT_BYTES: usize = 64 * 1024 * 1024;
-/// (piece, ad) entries kept of one campaign-day: two hours of pieces of 30 ads. A stretch
-/// longer than that (the aggregator far behind) or wider is read raw beyond it.
-const ENTRIES_PER_DAY: usize = 720 * 30;
-/// Copies of ids with several timestamps kept of one campaign-day; a day with more (a client
-/// re-sending ids at other times) keeps no pieces and is read raw whole.
+/// (piece, ad) entries kept of one campaign-day: half an hour of pieces of 24 ads, or two
+/// hours of 6. A stretch longer than that (the aggregator far behind) or wider is read raw
+/// beyond it.
+const ENTRIES_PER_DAY: usize = 900 * 24;
+/// Copies of ids with several timestamps kept of one campaign-day (within [`KEPT_BYTES`]); a
+/// day with more (a client re-sending ids at other times) keeps nothing and is read raw whole.
 const COPIES_PER_DAY: usize = 100_000;
 
 /// What kept pieces were read with: read otherwise, they would not count the same.
@@ -68,13 +69,32 @@ struct KeptDay {
     pieces: BTreeMap<Piece, KeptPiece>,
     entries: usize,
     bytes: usize,
-    /// Every copy of the ids that reads of the day met with more than one timestamp.
-    copies: HashMap<ImpressionId, Vec<CopyRow>>,
+    /// Every copy of the ids that reads of the day met with more than one timestamp, with
+    /// the sequence number of the read that met it.
+    copies: HashMap<ImpressionId, Vec<(CopyRow, u64)>>,
     copy_count: usize,
     last_read: u64,
+    /// Bumped whenever a kept piece goes or is replaced: what was merged of them is stale.
+    generation: u64,
+    /// The kept pieces a plan last answered with, merged by slice, so the next plan merges
+    /// only the pieces kept since.
+    merged: Option<Merged>,
+}
+
+struct Merged {
+    generation: u64,
+    first: Piece,
+    last: Piece,
+    aggregate: SpanAggregate,
+    bytes: usize,
 }
 
 impl KeptDay {
+    /// What the day holds in memory: its pieces and copies, and what was merged of them.
+    fn held_bytes(&self) -> usize {
+        self.bytes + self.merged.as_ref().map_or(0, |merged| merged.bytes)
+    }
+
     fn new(read_with: ReadWith) -> Self {
         Self {
             read_with,
@@ -84,6 +104,8 @@ impl KeptDay {
             copies: HashMap::new(),
             copy_count: 0,
             last_read: 0,
+            generation: 0,
+            merged: None,
         }
     }
 }
@@ -108,10 +130,15 @@ fn bytes_of(aggregate: &SpanAggregate) -> usize {
             .sum::<usize>()
 }
 
+/// What one kept copy is taken to cost in memory.
+const COPY_BYTES: usize = 64;
+
 /// How one summary reads a campaign-day's raw stretches with what is kept.
 #[derive(Debug, Default)]
 pub(crate) struct StretchPlan {
     sequence: u64,
+    /// A write since `sequence` at an earlier time than this reaches what the plan kept.
+    until: DateTime<Utc>,
     /// The kept pieces' counts and users, by slice and ad.
     pub(crate) kept: SpanAggregate,
     pub(crate) kept_pieces: usize,
@@ -138,7 +165,9 @@ impl StretchCache {
     }
 
     /// Which pieces of `stretches` (the day's runs of slices no aggregate answers for) are
-    /// kept and still right, and what is left to read raw.
+    /// kept and still right, and what is left to read raw: the kept pieces answer from the
+    /// first over piece up to the first that is not kept, and everything after is read raw
+    /// in one pass, so every copy and report an id of it needs is read with it.
     pub(crate) fn plan(
         &self,
         (campaign, day, sequence): (CampaignKey, Day, u64),
@@ -150,63 +179,162 @@ impl StretchCache {
         let days = &mut *days;
         days.reads += 1;
         let reads = days.reads;
+        let mut plan = StretchPlan {
+            sequence,
+            raw: stretches.to_vec(),
+            to_keep: over_pieces(stretches, now),
+            until: DateTime::<Utc>::MIN_UTC,
+            ..StretchPlan::default()
+        };
         let Some(kept) = days.by_day.get_mut(&(campaign, day)) else {
-            return StretchPlan {
-                sequence,
-                raw: stretches.to_vec(),
-                to_keep: over_pieces(stretches, now),
-                ..StretchPlan::default()
-            };
+            return plan;
         };
         if kept.read_with != *read_with {
-            days.bytes -= kept.bytes.min(days.bytes);
+            days.bytes -= kept.held_bytes().min(days.bytes);
             *kept = KeptDay::new(read_with.clone());
         }
         kept.last_read = reads;
+        let changes = &self.changes;
+        let changed_before = |sequence: u64, until: DateTime<Utc>| {
+            changes
+                .changed_since(campaign, sequence)
+                .is_some_and(|at| at < until)
+        };
+        // A piece holding an id's earliest copy counts what the id's later copies bring (their
+        // view reports, their validity): it lasts until the latest copy. A copy a write has
+        // reached back to since it was read (erased, say) is forgotten with its id, and the id's
+        // earliest piece and every piece after it are read raw again.
+        let mut reach: HashMap<Piece, DateTime<Utc>> = HashMap::new();
+        let mut wrong_from: Option<Piece> = None;
+        let mut forgotten = 0;
+        kept.copies.retain(|_, copies| {
+            let times = copies.iter().map(|(copy, _)| copy.timestamp.instant());
+            let (Some(earliest), Some(latest)) = (times.clone().min(), times.max()) else {
+                return false;
+            };
+            let stale = copies.iter().any(|(copy, read_at)| {
+                changed_before(
+                    *read_at,
+                    copy.timestamp.instant() + TimeDelta::milliseconds(1),
+                )
+            });
+            if stale {
+                let piece = piece_of(earliest);
+                wrong_from = Some(wrong_from.map_or(piece, |wrong| wrong.min(piece)));
+                forgotten += copies.len();
+            } else {
+                let until = latest + TimeDelta::milliseconds(1);
+                let held = reach.entry(piece_of(earliest)).or_insert(until);
+                *held = (*held).max(until);
+            }
+            !stale
+        });
+        kept.copy_count -= forgotten.min(kept.copy_count);
+        let until_of = |piece: Piece| {
+            let end = Span::of_piece(piece).to;
+            reach.get(&piece).map_or(end, |until| end.max(*until))
+        };
         let in_stretches = |piece: Piece| {
             let span = Span::of_piece(piece);
             stretches
                 .iter()
                 .any(|stretch| stretch.from <= span.from && span.to <= stretch.to)
         };
-        let changes = &self.changes;
         let (mut entries, mut bytes) = (0, 0);
         kept.pieces.retain(|piece, held| {
             let right = in_stretches(*piece)
-                && changes
-                    .changed_since(campaign, held.sequence)
-                    .is_none_or(|at| at >= Span::of_piece(*piece).to);
+                && wrong_from.is_none_or(|wrong| *piece < wrong)
+                && !changed_before(held.sequence, until_of(*piece));
             if !right {
                 entries += held.aggregate.counts.len();
                 bytes += held.bytes;
             }
             right
         });
+        if entries > 0 || bytes > 0 {
+            kept.generation += 1;
+        }
         kept.entries -= entries.min(kept.entries);
         kept.bytes -= bytes.min(kept.bytes);
         days.bytes -= bytes.min(days.bytes);
-        let mut plan = StretchPlan {
-            sequence,
-            copies: kept.copies.values().flatten().copied().collect(),
-            ..StretchPlan::default()
-        };
-        let mut used = BTreeSet::new();
+        plan.copies = kept
+            .copies
+            .values()
+            .flatten()
+            .map(|(copy, _)| *copy)
+            .collect();
+        plan.to_keep.clear();
+        let mut used = Vec::new();
         for piece in over_pieces(stretches, now) {
-            match kept.pieces.get(&piece) {
-                Some(held) => {
-                    add_by_slice(&mut plan.kept, &held.aggregate);
-                    used.insert(piece);
-                }
-                None => plan.to_keep.push(piece),
+            if plan.to_keep.is_empty() && kept.pieces.contains_key(&piece) {
+                plan.until = plan.until.max(until_of(piece));
+                used.push(piece);
+            } else {
+                plan.to_keep.push(piece);
             }
         }
+        // What the last plan merged, if the pieces it merged still lead these, and the rest.
+        let (mut merged, from) = match kept.merged.take() {
+            Some(held)
+                if held.generation == kept.generation
+                    && used.first() == Some(&held.first)
+                    && used.binary_search(&held.last).is_ok() =>
+            {
+                days.bytes -= held.bytes.min(days.bytes);
+                (
+                    held.aggregate,
+                    used.partition_point(|piece| *piece <= held.last),
+                )
+            }
+            held => {
+                days.bytes -= held.map_or(0, |held| held.bytes).min(days.bytes);
+                (SpanAggregate::default(), 0)
+            }
+        };
+        for piece in &used[from..] {
+            if let Some(held) = kept.pieces.get(piece) {
+                add_by_slice(&mut merged, &held.aggregate);
+            }
+        }
+        if let (Some(first), Some(last)) = (used.first(), used.last()) {
+            let bytes = bytes_of(&merged);
+            days.bytes += bytes;
+            kept.merged = Some(Merged {
+                generation: kept.generation,
+                first: *first,
+                last: *last,
+                aggregate: merged.clone(),
+                bytes,
+            });
+        }
+        plan.kept = merged;
         plan.kept_pieces = used.len();
-        plan.raw = without_pieces(stretches, used);
+        plan.raw = without_pieces(stretches, used.into_iter().collect());
+        // The copies passed on are right only while no write reaches back to them either.
+        if let Some(latest) = plan
+            .copies
+            .iter()
+            .map(|copy| copy.timestamp.instant())
+            .max()
+        {
+            plan.until = plan.until.max(latest + TimeDelta::milliseconds(1));
+        }
         plan
     }
 
+    /// Whether the kept pieces and copies `plan` answered with are still right once the rest
+    /// was read raw: a write during that read, reaching back to them, makes the two disagree.
+    pub(crate) fn still_right(&self, campaign: CampaignKey, plan: &StretchPlan) -> bool {
+        plan.kept_pieces == 0 && plan.copies.is_empty()
+            || self
+                .changes
+                .changed_since(campaign, plan.sequence)
+                .is_none_or(|at| at >= plan.until)
+    }
+
     /// Keeps the pieces `plan` read raw that no write has changed since, from `read` (the
-    /// raw stretches' counts by piece), and the copies it met.
+    /// raw stretches' counts by piece), oldest first until the first that does not fit, and
+    /// the copies it met.
     pub(crate) fn keep(
         &self,
         (campaign, day): (CampaignKey, Day),
@@ -216,15 +344,12 @@ impl StretchCache {
     ) {
         let changed = self.changes.changed_since(campaign, plan.sequence);
         let still_right = |piece: Piece| changed.is_none_or(|at| at >= Span::of_piece(piece).to);
-        let wanted: HashSet<Piece> = plan
+        let mut by_piece: BTreeMap<Piece, SpanAggregate> = plan
             .to_keep
             .iter()
             .copied()
-            .filter(|piece| still_right(*piece))
-            .collect();
-        let mut by_piece: HashMap<Piece, SpanAggregate> = wanted
-            .iter()
-            .map(|piece| (*piece, SpanAggregate::default()))
+            .take_while(|piece| still_right(*piece))
+            .map(|piece| (piece, SpanAggregate::default()))
             .collect();
         for (key, counts) in &read.counts {
             if let Some(aggregate) = by_piece.get_mut(&key.0) {
@@ -251,32 +376,37 @@ impl StretchCache {
             .entry((campaign, day))
             .or_insert_with(|| KeptDay::new(read_with.clone()));
         if kept.read_with != *read_with {
-            days.bytes -= kept.bytes.min(days.bytes);
+            days.bytes -= kept.held_bytes().min(days.bytes);
             *kept = KeptDay::new(read_with.clone());
         }
         kept.last_read = reads;
+        let mut added = 0;
         for copy in &read.read_duplicates {
             let copies = kept.copies.entry(copy.impression_id).or_default();
-            if !copies.iter().any(|held| held.timestamp == copy.timestamp) {
-                copies.push(*copy);
+            if !copies
+                .iter()
+                .any(|(held, _)| held.timestamp == copy.timestamp)
+            {
+                copies.push((*copy, plan.sequence));
                 kept.copy_count += 1;
+                kept.bytes += COPY_BYTES;
+                added += COPY_BYTES;
             }
         }
         if kept.copy_count > COPIES_PER_DAY {
-            days.bytes -= kept.bytes.min(days.bytes);
+            days.bytes -= (kept.held_bytes() - added).min(days.bytes);
             days.by_day.remove(&(campaign, day));
             return;
         }
-        let mut added = 0;
         for (piece, aggregate, bytes) in pieces {
             let entries = aggregate.counts.len();
             if kept.entries + entries > ENTRIES_PER_DAY || days.bytes + added + bytes > KEPT_BYTES {
-                continue;
+                break;
             }
             kept.entries += entries;
             kept.bytes += bytes;
             added += bytes;
-            kept.pieces.insert(
+            let replaced = kept.pieces.insert(
                 piece,
                 KeptPiece {
                     sequence: plan.sequence,
@@ -284,6 +414,12 @@ impl StretchCache {
                     bytes,
                 },
             );
+            if let Some(replaced) = replaced {
+                kept.generation += 1;
+                kept.entries -= replaced.aggregate.counts.len().min(kept.entries);
+                kept.bytes -= replaced.bytes.min(kept.bytes);
+                added -= replaced.bytes.min(added);
+            }
         }
         days.bytes += added;
         // Room for the next: the days read least recently go first.
@@ -298,7 +434,7 @@ impl StretchCache {
                 break;
             };
             if let Some(gone) = days.by_day.remove(&oldest) {
-                days.bytes -= gone.bytes.min(days.bytes);
+                days.bytes -= gone.held_bytes().min(days.bytes);
             }
         }
     }
@@ -366,12 +502,18 @@ fn add_by_slice(into: &mut SpanAggregate, piece: &SpanAggregate) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ids::{AdId, AdvertiserId, CampaignId};
+    use crate::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId};
+    use crate::domain::slices::PIECE_MILLIS;
     use crate::domain::time::EventTime;
     use uuid::Uuid;
 
     fn at(text: &str) -> DateTime<Utc> {
         text.parse().expect("time")
+    }
+
+    /// The whole pieces from `from` to `to`.
+    fn pieces(from: &str, to: &str) -> i64 {
+        (at(to) - at(from)).num_milliseconds() / PIECE_MILLIS
     }
 
     fn copy(id: u128, stored_at: &str) -> CopyRow {
@@ -413,166 +555,193 @@ mod tests {
         read
     }
 
+    /// A quarter of an hour from 10:00, read at 10:05: its pieces over by then.
+    struct Quarter {
+        changes: Arc<ChangeLog>,
+        cache: StretchCache,
+        day: Day,
+        stretch: [Span; 1],
+        now: DateTime<Utc>,
+        first: Piece,
+        over: i64,
+    }
+
+    impl Quarter {
+        fn new() -> Self {
+            let changes = Arc::new(ChangeLog::new());
+            let from = at("2026-11-29T10:00:00Z");
+            Self {
+                cache: StretchCache::new(Arc::clone(&changes)),
+                changes,
+                day: Day::new("2026-11-29".parse().expect("date")),
+                stretch: [Span {
+                    from,
+                    to: at("2026-11-29T10:15:00Z"),
+                }],
+                now: at("2026-11-29T10:05:00Z"),
+                first: piece_of(from),
+                over: pieces("2026-11-29T10:00:00Z", "2026-11-29T10:04:59Z"),
+            }
+        }
+
+        fn plan(&self) -> StretchPlan {
+            let key = (campaign(), self.day, self.cache.sequence());
+            self.cache.plan(key, &read_with(), &self.stretch, self.now)
+        }
+
+        fn keep(&self, plan: StretchPlan, read: &SpanAggregate) {
+            self.cache
+                .keep((campaign(), self.day), &read_with(), plan, read);
+        }
+
+        fn write_at(&self, time: &str) {
+            self.changes.record([(campaign(), at(time))]);
+        }
+    }
+
     #[test]
     fn kept_pieces_answer_until_a_write_reaches_back_to_them() {
-        let changes = Arc::new(ChangeLog::new());
-        let cache = StretchCache::new(Arc::clone(&changes));
-        let day = Day::new("2026-11-29".parse().expect("date"));
-        let stretch = [Span {
-            from: at("2026-11-29T10:00:00Z"),
-            to: at("2026-11-29T11:00:00Z"),
-        }];
-        let now = at("2026-11-29T10:01:05Z");
-        let first = piece_of(at("2026-11-29T10:00:00Z"));
+        let quarter = Quarter::new();
+        let (first, over) = (quarter.first, quarter.over);
+        let plan = quarter.plan();
+        assert_eq!(plan.raw, quarter.stretch);
+        // The pieces over a second before 10:05; not the one under way.
+        assert_eq!(plan.to_keep, (first..first + over).collect::<Vec<_>>());
+        quarter.keep(plan, &read_of(first..first + over + 1));
 
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
-        );
-        assert_eq!(plan.raw, stretch);
-        // Six pieces are over two seconds before 10:01:05; the seventh is not.
-        assert_eq!(plan.to_keep, (first..first + 6).collect::<Vec<_>>());
-        cache.keep(
-            (campaign(), day),
-            &read_with(),
-            plan,
-            &read_of(first..first + 7),
-        );
+        let plan = quarter.plan();
+        assert_eq!(plan.kept_pieces as i64, over);
+        let impressions: u64 = plan.kept.counts.values().map(|c| c.impressions).sum();
+        assert_eq!(impressions as i64, over);
+        assert_eq!(plan.raw[0].from, Span::of_piece(first + over).from);
+        assert_eq!(plan.raw[0].to, quarter.stretch[0].to);
 
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
-        );
-        assert_eq!(plan.kept_pieces, 6);
+        // A write at 10:00:35 leaves the pieces that ended by then and no other.
+        quarter.write_at("2026-11-29T10:00:35Z");
+        let plan = quarter.plan();
+        let before = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:00:35Z");
+        assert_eq!(plan.kept_pieces as i64, before);
+        assert_eq!(plan.raw[0].from, Span::of_piece(first + before).from);
         assert_eq!(
-            plan.kept
-                .counts
-                .values()
-                .map(|c| c.impressions)
-                .sum::<u64>(),
-            6
+            plan.to_keep,
+            (first + before..first + over).collect::<Vec<_>>()
         );
-        assert_eq!(
-            plan.raw,
-            [Span {
-                from: at("2026-11-29T10:01:00Z"),
-                to: at("2026-11-29T11:00:00Z"),
-            }]
-        );
-
-        // A write at 10:00:35 leaves the first three pieces and no other.
-        changes.record([(campaign(), at("2026-11-29T10:00:35Z"))]);
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
-        );
-        assert_eq!(plan.kept_pieces, 3);
-        assert_eq!(plan.raw[0].from, at("2026-11-29T10:00:30Z"));
-        assert_eq!(plan.to_keep, (first + 3..first + 6).collect::<Vec<_>>());
     }
 
     #[test]
     fn a_write_during_the_read_keeps_the_pieces_before_it_only() {
-        let changes = Arc::new(ChangeLog::new());
-        let cache = StretchCache::new(Arc::clone(&changes));
-        let day = Day::new("2026-11-29".parse().expect("date"));
-        let stretch = [Span {
-            from: at("2026-11-29T10:00:00Z"),
-            to: at("2026-11-29T10:15:00Z"),
-        }];
-        let now = at("2026-11-29T10:05:00Z");
-        let first = piece_of(at("2026-11-29T10:00:00Z"));
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
+        let quarter = Quarter::new();
+        let plan = quarter.plan();
+        quarter.write_at("2026-11-29T10:02:00Z");
+        quarter.keep(plan, &read_of(quarter.first..quarter.first + quarter.over));
+        assert_eq!(
+            quarter.plan().kept_pieces as i64,
+            pieces("2026-11-29T10:00:00Z", "2026-11-29T10:02:00Z")
         );
-        changes.record([(campaign(), at("2026-11-29T10:02:00Z"))]);
-        cache.keep(
-            (campaign(), day),
-            &read_with(),
-            plan,
-            &read_of(first..first + 30),
-        );
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
-        );
-        assert_eq!(plan.kept_pieces, 12);
     }
 
     #[test]
     fn copies_met_are_kept_and_settings_changed_start_over() {
-        let cache = StretchCache::new(Arc::new(ChangeLog::new()));
-        let day = Day::new("2026-11-29".parse().expect("date"));
-        let stretch = [Span {
-            from: at("2026-11-29T10:00:00Z"),
-            to: at("2026-11-29T10:15:00Z"),
-        }];
-        let now = at("2026-11-29T10:05:00Z");
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
-        );
+        let quarter = Quarter::new();
+        let plan = quarter.plan();
         let mut read = read_of([]);
         read.read_duplicates = vec![
             copy(9, "2026-11-29T10:00:01Z"),
             copy(9, "2026-11-29T10:03:01Z"),
         ];
-        cache.keep((campaign(), day), &read_with(), plan, &read);
-        let plan = cache.plan(
-            (campaign(), day, cache.sequence()),
-            &read_with(),
-            &stretch,
-            now,
-        );
+        quarter.keep(plan, &read);
+        let plan = quarter.plan();
         assert_eq!(plan.copies.len(), 2);
-        assert_eq!(plan.kept_pieces, 29);
+        assert_eq!(plan.kept_pieces as i64, quarter.over);
         let other = ReadWith {
             window: BillableWindow::new(std::time::Duration::from_secs(60)).expect("a window"),
             ..read_with()
         };
-        let plan = cache.plan((campaign(), day, cache.sequence()), &other, &stretch, now);
+        let key = (campaign(), quarter.day, quarter.cache.sequence());
+        let plan = quarter
+            .cache
+            .plan(key, &other, &quarter.stretch, quarter.now);
         assert_eq!((plan.kept_pieces, plan.copies.len()), (0, 0));
-        assert_eq!(plan.raw, stretch);
+        assert_eq!(plan.raw, quarter.stretch);
+    }
+
+    #[test]
+    fn a_piece_holding_an_earliest_copy_lasts_until_the_latest_copy() {
+        let quarter = Quarter::new();
+        let read_copies = || {
+            let plan = quarter.plan();
+            let mut read = read_of(quarter.first..quarter.first + quarter.over);
+            read.read_duplicates = vec![
+                copy(9, "2026-11-29T10:00:01Z"),
+                copy(9, "2026-11-29T10:03:01Z"),
+            ];
+            quarter.keep(plan, &read);
+        };
+        read_copies();
+        // After the latest copy: the earliest copy's piece still answers.
+        quarter.write_at("2026-11-29T10:04:00Z");
+        let plan = quarter.plan();
+        let before = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:04:00Z");
+        assert_eq!((plan.kept_pieces as i64, plan.copies.len()), (before, 2));
+        // Between the copies (a report of the later one, say): from the earliest copy's piece
+        // on, everything is read again, and the copies are met again there.
+        quarter.write_at("2026-11-29T10:02:00Z");
+        let plan = quarter.plan();
+        assert_eq!((plan.kept_pieces, plan.copies.len()), (0, 0));
+        assert_eq!(plan.raw, quarter.stretch);
+        read_copies();
+        let plan = quarter.plan();
+        assert_eq!(
+            (plan.kept_pieces as i64, plan.copies.len()),
+            (quarter.over, 2)
+        );
+        assert!(quarter.cache.still_right(campaign(), &plan));
+        // A write while the rest is read, reaching back to a kept copy: read again.
+        quarter.write_at("2026-11-29T10:03:00Z");
+        assert!(!quarter.cache.still_right(campaign(), &plan));
+    }
+
+    #[test]
+    fn what_was_merged_is_merged_again_only_past_its_end() {
+        let quarter = Quarter::new();
+        let (first, over) = (quarter.first, quarter.over);
+        let total = |plan: &StretchPlan| -> (i64, u64) {
+            let impressions = plan.kept.counts.values().map(|c| c.impressions).sum();
+            (plan.kept_pieces as i64, impressions)
+        };
+        let plan = quarter.plan();
+        quarter.keep(plan, &read_of(first..first + 10));
+        assert_eq!(total(&quarter.plan()), (over, 10));
+        assert_eq!(total(&quarter.plan()), (over, 10));
+        // Pieces gone: merged again from those left, then from the ones kept after them.
+        quarter.write_at(&Span::of_piece(first + 8).from.to_rfc3339());
+        let plan = quarter.plan();
+        assert_eq!(total(&plan), (8, 8));
+        quarter.keep(plan, &read_of(first + 8..first + 20));
+        assert_eq!(total(&quarter.plan()), (over, 20));
+        assert_eq!(total(&quarter.plan()), (over, 20));
     }
 
     #[test]
     fn the_days_read_least_recently_go_first() {
-        let cache = StretchCache::new(Arc::new(ChangeLog::new()));
-        let day = Day::new("2026-11-29".parse().expect("date"));
-        let stretch = [Span {
-            from: at("2026-11-29T10:00:00Z"),
-            to: at("2026-11-29T10:15:00Z"),
-        }];
-        let now = at("2026-11-29T10:05:00Z");
+        let quarter = Quarter::new();
+        let cache = &quarter.cache;
         let campaign_n = |n: u128| CampaignKey {
             advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
             campaign_id: CampaignId::new(Uuid::from_u128(100 + n)),
         };
-        let first = piece_of(stretch[0].from);
+        let (first, over) = (quarter.first, quarter.over);
         let read = |n: u128| {
-            let key = (campaign_n(n), day, cache.sequence());
-            let plan = cache.plan(key, &read_with(), &stretch, now);
+            let key = (campaign_n(n), quarter.day, cache.sequence());
+            let plan = cache.plan(key, &read_with(), &quarter.stretch, quarter.now);
             let kept = plan.kept_pieces;
             cache.keep(
-                (campaign_n(n), day),
+                (campaign_n(n), quarter.day),
                 &read_with(),
                 plan,
-                &read_of(first..first + 29),
+                &read_of(first..first + over),
             );
-            kept
+            kept as i64
         };
         assert_eq!(read(0), 0);
         for n in 1..=DAYS_KEPT as u128 {
@@ -580,7 +749,7 @@ mod tests {
         }
         // The first campaign went to make room; the last is kept.
         assert_eq!(read(0), 0);
-        assert_eq!(read(DAYS_KEPT as u128), 29);
+        assert_eq!(read(DAYS_KEPT as u128), over);
         assert!(cache.lock().bytes <= KEPT_BYTES);
     }
 
@@ -599,12 +768,9 @@ mod tests {
         assert_eq!(
             raw,
             [
+                Span::of_piece(first + 2),
                 Span {
-                    from: at("2026-11-29T10:00:20Z"),
-                    to: at("2026-11-29T10:00:30Z"),
-                },
-                Span {
-                    from: at("2026-11-29T10:00:40Z"),
+                    from: Span::of_piece(first + 4).from,
                     to: at("2026-11-29T10:15:00Z"),
                 },
             ]

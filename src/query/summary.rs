@@ -325,6 +325,19 @@ pub(crate) async fn campaign_summary(
         .into_iter()
         .map(|(day, partitions)| (day, partitions, rows.reach_levels(day).to_vec()))
         .collect();
+    // What is read raw of a day is kept only under one bucket count: copies of an id under two
+    // lie in two partitions, where a write does not learn of the other.
+    let one_count: Vec<Day> = days
+        .iter()
+        .map(|(day, ..)| *day)
+        .filter(|day| {
+            history
+                .counts_in_force(*day, settings.read_staleness())
+                .len()
+                == 1
+        })
+        .collect();
+    let one_count = &one_count;
     // Which days have a current rollup: one small read each, all at once.
     let utc_days: Vec<Day> = days.iter().map(|(day, ..)| *day).collect();
     let owner = &owner;
@@ -367,6 +380,7 @@ pub(crate) async fn campaign_summary(
                 concurrency: per_day,
                 find_duplicates: None,
             };
+            let kept = kept.filter(|_| one_count.contains(&day));
             let (open, aggregated) = read_open_day(store, &read, kept).await?;
             return Ok::<_, StoreError>((day, open, Source::Slices(aggregated)));
         }

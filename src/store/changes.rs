@@ -14,6 +14,8 @@ use std::sync::Mutex;
 const CHANGES_PER_CAMPAIGN: usize = 4_096;
 /// Campaigns remembered; past this the log starts over, every older read taken as changed.
 const CAMPAIGNS: usize = 100_000;
+/// Steps remembered of every campaign together (16 bytes each); past this too.
+const STEPS: usize = 1_000_000;
 /// Two changes within one second of event time, the later written last, are kept as one: the
 /// earlier instant with the later sequence number (a reader whose pieces are whole seconds
 /// learns the same from it).
@@ -32,6 +34,8 @@ struct State {
     /// Reads at or before this sequence number are taken as changed throughout.
     forgotten_through: u64,
     campaigns: HashMap<CampaignKey, Campaign>,
+    /// Steps held by every campaign together.
+    steps: usize,
 }
 
 /// One campaign's changes as a staircase: sequence numbers and event times both increasing,
@@ -71,16 +75,17 @@ impl ChangeLog {
         let mut state = self.lock();
         state.sequence += 1;
         let sequence = state.sequence;
-        if state.campaigns.len() + earliest.len() > CAMPAIGNS {
+        if state.campaigns.len() + earliest.len() > CAMPAIGNS || state.steps >= STEPS {
             state.campaigns.clear();
+            state.steps = 0;
             state.forgotten_through = sequence;
         }
         for (campaign, millis) in earliest {
-            state
-                .campaigns
-                .entry(campaign)
-                .or_default()
-                .step(sequence, millis);
+            let steps = state.campaigns.entry(campaign).or_default();
+            let before = steps.steps.len();
+            steps.step(sequence, millis);
+            let after = steps.steps.len();
+            state.steps = (state.steps + after).saturating_sub(before);
         }
     }
 

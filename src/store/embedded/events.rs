@@ -263,12 +263,26 @@ impl EventStore for EmbeddedStore {
         self.committer
             .commit_guarded("writing clicks", rows, guarded)
             .await?;
-        // A click moves its impression's first click only to an earlier time.
-        self.changed(
-            clicks
-                .iter()
-                .map(|click| (partition.campaign, click.timestamp.instant())),
-        );
+        // A click moves its impression's first click only to an earlier time, and a valid one
+        // can make an earlier invalid first click count as valid: from that click's time on.
+        let mut changed = Vec::with_capacity(clicks.len());
+        for click in clicks {
+            let mut at = click.timestamp.instant();
+            if click.invalid.is_none() {
+                match self.first_click(click.campaign, click.impression_id).await {
+                    Ok(first) => {
+                        at = first.map_or(at, |first| at.min(first.timestamp.instant()));
+                    }
+                    Err(error) => {
+                        // Stored all the same: whatever was kept of the campaign is read again.
+                        self.changed([(partition.campaign, DateTime::<Utc>::MIN_UTC)]);
+                        return Err(error);
+                    }
+                }
+            }
+            changed.push((partition.campaign, at));
+        }
+        self.changed(changed);
         Ok(())
     }
 
