@@ -176,7 +176,7 @@ impl Sealer {
                     concurrency,
                     find_duplicates: Some(history.counts_in_force(day, settings.read_staleness())),
                 };
-                read_open_day(store, &open, None).await?.0
+                read_open_day(store, &open, None, None).await?.0
             }
             None => aggregate_day(store, &read, self.options.window, concurrency).await?,
         };

@@ -168,6 +168,30 @@ impl Reach {
         }
     }
 
+    /// Unions `other`'s users into these, level by level (the levels both were read with).
+    fn merge(&mut self, other: Reach) {
+        match (&mut self.day, other.day) {
+            (Some(mine), Some(theirs)) => mine.merge(&theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+        if let (Some(mine), Some(theirs)) = (&mut self.ads, other.ads) {
+            for (ad, users) in theirs {
+                mine.entry(ad).or_default().merge(&users);
+            }
+        }
+        if let (Some(mine), Some(theirs)) = (&mut self.hours, other.hours) {
+            for (hour, users) in theirs {
+                mine.entry(hour).or_default().merge(&users);
+            }
+        }
+        if let (Some(mine), Some(theirs)) = (&mut self.ad_hours, other.ad_hours) {
+            for (key, users) in theirs {
+                mine.entry(key).or_default().merge(&users);
+            }
+        }
+    }
+
     fn insert(&mut self, hour: i64, ad: AdId, user: MemberHash) {
         if let Some(day) = &mut self.day {
             day.insert(user);
@@ -193,6 +217,15 @@ pub(crate) struct DayAggregate {
 }
 
 impl DayAggregate {
+    /// Adds `other`, the same day at the same levels: its counts (of other slices, or more of
+    /// the same) and its users, unioned at each level.
+    pub(crate) fn merge(&mut self, other: DayAggregate) {
+        for (key, counts) in other.slices {
+            self.slices.entry(key).or_default().add(&counts);
+        }
+        self.reach.merge(other.reach);
+    }
+
     /// The day's billable impressions per 15-minute slice, every ad together: what delivery
     /// against caps keeps of a sealed or rebuilt day.
     pub(crate) fn billable_slices(&self, day: Day) -> DaySlices {

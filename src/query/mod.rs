@@ -17,6 +17,7 @@ pub mod range;
 pub(crate) mod recent;
 pub(crate) mod report;
 pub(crate) mod site_day;
+pub(crate) mod slice_memo;
 pub(crate) mod span;
 pub(crate) mod stretch_cache;
 pub mod summary;
@@ -59,6 +60,8 @@ pub(crate) struct Reader {
     /// What summaries read raw of open days, kept by piece, over a store no other process
     /// writes.
     pub(crate) kept_stretches: Option<Arc<stretch_cache::StretchCache>>,
+    /// What summaries decoded of open days' slice aggregates.
+    pub(crate) slice_memo: Arc<slice_memo::SliceMemo>,
 }
 
 /// The query side's tunables.
@@ -113,6 +116,7 @@ impl Queries {
         Self {
             reader: Reader {
                 kept_stretches,
+                slice_memo: Arc::new(slice_memo::SliceMemo::new()),
                 store,
                 settings,
                 fan_out: options.fan_out,

@@ -5,6 +5,7 @@
 //! its cost differs, bounded by the raw stretches' events rather than by the day's.
 
 use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
+use super::slice_memo::{Decoded, MemoKey, Signature, SliceMemo};
 use super::span::{Duplicates, SpanAggregate, aggregate_spans};
 use super::stretch_cache::{ReadWith, StretchCache};
 use crate::domain::bucket::BucketCount;
@@ -15,7 +16,7 @@ use crate::domain::sketch::UniqueSketch;
 use crate::domain::slices::{Grain, Slice, SliceRule, Span, slices_of_day};
 use crate::domain::time::Day;
 use crate::domain::view::ViewWindow;
-use crate::store::{OpenDayParts, ReachLevel, Store, StoreError};
+use crate::store::{CopyRow, OpenDayParts, ReachLevel, Store, StoreError};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
@@ -95,14 +96,15 @@ impl BySlice {
     }
 }
 
-/// Reads an open day: its slice states, duplicates and aggregates in one small read, then each
-/// stretch of slices no aggregate answers for, less the pieces of it `kept` holds (a summary
-/// over a store no other process writes). Returns the day and how many slices its aggregates
-/// answered.
+/// Reads an open day: its slice states, duplicates and aggregates in one small read (or its
+/// states alone, when `memo` holds what the same aggregates decoded to), then each stretch of
+/// slices no aggregate answers for, less the pieces of it `kept` holds (a summary over a store
+/// no other process writes). Returns the day and how many slices its aggregates answered.
 pub(crate) async fn read_open_day(
     store: &dyn Store,
     read: &OpenDayRead,
     kept: Option<&StretchCache>,
+    memo: Option<&SliceMemo>,
 ) -> Result<(DayAggregate, usize), StoreError> {
     let started = Instant::now();
     // Kept pieces were read without looking their ids up: a seal looks every id up.
@@ -110,64 +112,15 @@ pub(crate) async fn read_open_day(
     // Before anything is read: a write after it may have changed what this read counts.
     let sequence = kept.map(StretchCache::sequence);
     let per_ad = per_ad(&read.levels);
-    let parts = if per_ad {
-        OpenDayParts::AggregatesWithAdUsers
-    } else {
-        OpenDayParts::Aggregates
-    };
-    let rows = store.read_open_day(read.campaign, read.day, parts).await?;
-    let states: HashMap<Slice, SealState> = rows.states.into_iter().collect();
-    let answering: HashSet<Slice> = slices_of_day(read.day)
-        .filter(|slice| {
-            read.rule.is_late(*slice, read.now)
-                && states.get(slice).is_some_and(SealState::is_current)
-        })
-        .collect();
-    let mut day = BySlice::default();
-    // A slice with a sketch that does not decode (or missing) is read raw, every ad of it.
-    let mut undecodable: HashSet<Slice> = answering.clone();
-    for (slice, users) in rows.users {
-        if !answering.contains(&slice) {
-            continue;
-        }
-        if let Ok(users) = UniqueSketch::from_bytes(&users) {
-            day.users.insert(slice, users);
-            undecodable.remove(&slice);
-        }
-    }
-    for row in rows.aggregates {
-        let slice = row.counts.slice;
-        if !answering.contains(&slice) {
-            continue;
-        }
-        if per_ad {
-            match UniqueSketch::from_bytes(&row.users) {
-                Ok(users) => {
-                    day.ad_users.insert((slice, row.counts.ad_id), users);
-                }
-                Err(_) => {
-                    undecodable.insert(slice);
-                }
-            }
-        }
-        let counts = &row.counts;
-        day.counts
-            .insert((slice, counts.ad_id), SliceCounts::of_row(counts));
-    }
-    day.counts
-        .retain(|(slice, _), _| !undecodable.contains(slice));
-    day.users.retain(|slice, _| !undecodable.contains(slice));
-    day.ad_users
-        .retain(|(slice, _), _| !undecodable.contains(slice));
-    let from_aggregates = answering.len() - undecodable.len();
+    let aggregates = from_aggregates(store, read, memo).await?;
+    let from_aggregates = aggregates.answered.len();
     metrics::histogram!("adevents_open_day_read_seconds", "part" => "aggregates")
         .record(started.elapsed().as_secs_f64());
 
     let raw_started = Instant::now();
-    let duplicates = Duplicates::new(rows.duplicates);
-    let stretches = raw_stretches(read.day, |slice| {
-        answering.contains(&slice) && !undecodable.contains(&slice)
-    });
+    let mut day = BySlice::default();
+    let duplicates = Duplicates::new(aggregates.duplicates);
+    let stretches = raw_stretches(read.day, |slice| aggregates.answered.contains(&slice));
     let read_with = ReadWith {
         partitions: read.partitions.clone(),
         window: read.window,
@@ -237,7 +190,119 @@ pub(crate) async fn read_open_day(
         .increment(from_aggregates as u64);
     metrics::counter!("adevents_open_day_slices_total", "from" => "raw")
         .increment((96 - from_aggregates) as u64);
-    Ok((day.into_day(&read.levels), from_aggregates))
+    let mut answer = aggregates.day;
+    answer.merge(day.into_day(&read.levels));
+    Ok((answer, from_aggregates))
+}
+
+/// What an open day's slice aggregates answer for, and the day's recorded duplicates.
+struct FromAggregates {
+    day: DayAggregate,
+    /// The slices whose aggregates answered (closed, current, and decoded).
+    answered: HashSet<Slice>,
+    duplicates: Vec<CopyRow>,
+}
+
+/// The slices whose aggregates may answer `now`, and each one's aggregate's read start.
+fn answering(read: &OpenDayRead, states: Vec<(Slice, SealState)>) -> (HashSet<Slice>, Signature) {
+    let states: HashMap<Slice, SealState> = states.into_iter().collect();
+    let signature: Signature = slices_of_day(read.day)
+        .filter_map(|slice| {
+            let state = states.get(&slice)?;
+            (read.rule.is_late(slice, read.now) && state.is_current())
+                .then_some((slice, state.sealed_from))
+        })
+        .collect();
+    let answering = signature.iter().map(|(slice, _)| *slice).collect();
+    (answering, signature)
+}
+
+/// Reads and decodes the day's slice aggregates, or only its states when `memo` holds what
+/// the same aggregates decoded to.
+async fn from_aggregates(
+    store: &dyn Store,
+    read: &OpenDayRead,
+    memo: Option<&SliceMemo>,
+) -> Result<FromAggregates, StoreError> {
+    let key: MemoKey = (read.campaign, read.day, read.levels.clone());
+    // The states first, on their own: aggregates read after them are at least as new as the
+    // states say (each is written before its state), so they may be kept under them.
+    let mut kept_under = None;
+    if let Some(memo) = memo {
+        let rows = store
+            .read_open_day(read.campaign, read.day, OpenDayParts::States)
+            .await?;
+        let (_, signature) = answering(read, rows.states);
+        if let Some(decoded) = memo.get(&key, &signature) {
+            return Ok(FromAggregates {
+                day: decoded.aggregate,
+                answered: decoded.answered,
+                duplicates: rows.duplicates,
+            });
+        }
+        kept_under = Some((memo, signature));
+    }
+    let per_ad = per_ad(&read.levels);
+    let parts = if per_ad {
+        OpenDayParts::AggregatesWithAdUsers
+    } else {
+        OpenDayParts::Aggregates
+    };
+    let rows = store.read_open_day(read.campaign, read.day, parts).await?;
+    let (answering, signature) = answering(read, rows.states);
+    let mut day = BySlice::default();
+    // A slice with a sketch that does not decode (or missing) is read raw, every ad of it.
+    let mut undecodable: HashSet<Slice> = answering.clone();
+    for (slice, users) in rows.users {
+        if !answering.contains(&slice) {
+            continue;
+        }
+        if let Ok(users) = UniqueSketch::from_bytes(&users) {
+            day.users.insert(slice, users);
+            undecodable.remove(&slice);
+        }
+    }
+    for row in rows.aggregates {
+        let slice = row.counts.slice;
+        if !answering.contains(&slice) {
+            continue;
+        }
+        if per_ad {
+            match UniqueSketch::from_bytes(&row.users) {
+                Ok(users) => {
+                    day.ad_users.insert((slice, row.counts.ad_id), users);
+                }
+                Err(_) => {
+                    undecodable.insert(slice);
+                }
+            }
+        }
+        let counts = &row.counts;
+        day.counts
+            .insert((slice, counts.ad_id), SliceCounts::of_row(counts));
+    }
+    day.counts
+        .retain(|(slice, _), _| !undecodable.contains(slice));
+    day.users.retain(|slice, _| !undecodable.contains(slice));
+    day.ad_users
+        .retain(|(slice, _), _| !undecodable.contains(slice));
+    let decoded = Decoded {
+        aggregate: day.into_day(&read.levels),
+        answered: answering
+            .into_iter()
+            .filter(|slice| !undecodable.contains(slice))
+            .collect(),
+    };
+    if let Some((memo, states_first)) = kept_under
+        && states_first == signature
+    {
+        memo.put(key, signature, &decoded);
+    }
+    Ok(FromAggregates {
+        day: decoded.aggregate,
+        answered: decoded.answered,
+        duplicates: rows.duplicates,
+    })
 }
 
 /// The day's maximal runs of slices that `answered` does not answer for, oldest first.

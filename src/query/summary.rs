@@ -361,6 +361,7 @@ pub(crate) async fn campaign_summary(
         .partition(|(_, state)| state.is_current());
     let per_day = (fan_out.concurrency / RAW_DAYS_IN_FLIGHT).max(1);
     let kept = reader.kept_stretches.as_deref();
+    let memo = reader.slice_memo.as_ref();
     let aggregate_raw = move |day: Day,
                               partitions: Vec<EventPartition>,
                               levels: Vec<ReachLevel>,
@@ -381,7 +382,7 @@ pub(crate) async fn campaign_summary(
                 find_duplicates: None,
             };
             let kept = kept.filter(|_| one_count.contains(&day));
-            let (open, aggregated) = read_open_day(store, &read, kept).await?;
+            let (open, aggregated) = read_open_day(store, &read, kept, Some(memo)).await?;
             return Ok::<_, StoreError>((day, open, Source::Slices(aggregated)));
         }
         let read = DayRead {
