@@ -249,7 +249,7 @@ impl SliceAggregator {
                 campaign,
                 &partitions,
                 &[Span::of_slices(first, last)],
-                (&duplicates, Some(&counts)),
+                (&duplicates, Some(&counts), None),
                 (options.window, options.view_window, Grain::Slice),
                 options.fan_out.concurrency,
             )

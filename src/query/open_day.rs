@@ -163,7 +163,11 @@ pub(crate) async fn read_open_day(
                 read.campaign,
                 &read.partitions,
                 &raw,
-                (&duplicates, lookups),
+                (
+                    &duplicates,
+                    lookups,
+                    plan.as_ref().and_then(|plan| plan.opened.as_ref()),
+                ),
                 (read.window, read.view_window, grain),
                 read.concurrency,
             )

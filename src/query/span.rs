@@ -70,6 +70,26 @@ pub(crate) struct SpanAggregate {
     pub(crate) found_duplicates: Vec<CopyRow>,
     /// Every copy of each id that the rows read here hold with more than one timestamp.
     pub(crate) read_duplicates: Vec<CopyRow>,
+    /// Read by piece: each piece's billable windows, at the earliest impression of each
+    /// there (what a later read can take instead of reading back to its window's start).
+    pub(crate) openers: BTreeMap<Slice, Vec<Opener>>,
+}
+
+/// A user's earliest valid impression in a billable window, within some stretch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Opener {
+    pub(crate) user: UserId,
+    pub(crate) window: i64,
+    pub(crate) at: EventTime,
+    pub(crate) ad: AdId,
+}
+
+/// The windows opened before `before`, within the window holding it: the first span read
+/// need not read back to its window's start for them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Opened {
+    pub(crate) before: chrono::DateTime<chrono::Utc>,
+    pub(crate) openers: Vec<Opener>,
 }
 
 impl SpanAggregate {
@@ -106,16 +126,21 @@ pub(crate) async fn aggregate_spans(
     campaign: CampaignKey,
     partitions: &[EventPartition],
     spans: &[Span],
-    (duplicates, find_duplicates): (&Duplicates, Option<&[BucketCount]>),
+    (duplicates, find_duplicates, opened): (&Duplicates, Option<&[BucketCount]>, Option<&Opened>),
     (window, view_window, grain): (BillableWindow, ViewWindow, Grain),
     concurrency: usize,
 ) -> Result<SpanAggregate, StoreError> {
     let concurrency = concurrency.max(1);
     // Windows divide the day and are aligned at the epoch: the reach-back stays in the day.
+    // A span whose windows opened before it are known is read from its own start.
     let reads: Vec<Span> = spans
         .iter()
         .map(|span| Span {
-            from: window.start_of(window.of(EventTime::from_stored(span.from))),
+            from: if opened.is_some_and(|opened| opened.before == span.from) {
+                span.from
+            } else {
+                window.start_of(window.of(EventTime::from_stored(span.from)))
+            },
             to: span.to,
         })
         .collect();
@@ -137,6 +162,14 @@ pub(crate) async fn aggregate_spans(
         ..SpanAggregate::default()
     };
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
+    for opener in opened.iter().flat_map(|opened| &opened.openers) {
+        windows
+            .entry((opener.user, opener.window))
+            .and_modify(|first| *first = (*first).min((opener.at, opener.ad)))
+            .or_insert((opener.at, opener.ad));
+    }
+    // Read by piece: each piece's windows at their earliest impression there.
+    let mut piece_openers: HashMap<(i64, UserId, i64), (EventTime, AdId)> = HashMap::new();
     for row in earliest.into_values() {
         let at = row.timestamp;
         let in_span = in_spans(at);
@@ -159,6 +192,12 @@ pub(crate) async fn aggregate_spans(
                 .or_default()
                 .insert(MemberHash::of(row.user_id.as_uuid().as_bytes()));
         }
+        if in_span && grain == Grain::Piece {
+            piece_openers
+                .entry((grain.of(at.instant()), row.user_id, window.of(at)))
+                .and_modify(|first| *first = (*first).min((at, row.ad_id)))
+                .or_insert((at, row.ad_id));
+        }
         windows
             .entry((row.user_id, window.of(at)))
             .and_modify(|first| *first = (*first).min((at, row.ad_id)))
@@ -170,6 +209,14 @@ pub(crate) async fn aggregate_spans(
                 .counts(grain.of(at.instant()), ad)
                 .billable_impressions += 1;
         }
+    }
+    for ((piece, user, number), (at, ad)) in piece_openers {
+        aggregate.openers.entry(piece).or_default().push(Opener {
+            user,
+            window: number,
+            at,
+            ad,
+        });
     }
     let (clicks, clicks_read) =
         first_clicks_in(store, campaign, partitions, spans, concurrency).await?;

@@ -13,12 +13,12 @@
 
 use super::aggregate::BillableWindow;
 use super::aggregate::SliceCounts;
-use super::span::SpanAggregate;
+use super::span::{Opened, Opener, SpanAggregate};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::slices::{Piece, Span, piece_of, slice_of_piece};
-use crate::domain::time::Day;
+use crate::domain::time::{Day, EventTime};
 use crate::domain::view::ViewWindow;
 use crate::store::{ChangeLog, CopyRow};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -115,6 +115,8 @@ struct KeptPiece {
     sequence: u64,
     /// Its counts and users, by piece and ad.
     aggregate: SpanAggregate,
+    /// Its billable windows at their earliest impression in it.
+    openers: Vec<Opener>,
     bytes: usize,
 }
 
@@ -148,6 +150,9 @@ pub(crate) struct StretchPlan {
     to_keep: Vec<Piece>,
     /// Every copy of the ids earlier reads met with more than one timestamp.
     pub(crate) copies: Vec<CopyRow>,
+    /// The windows the kept pieces opened before the raw read's start, within its window:
+    /// it need not read back for them.
+    pub(crate) opened: Option<Opened>,
 }
 
 impl StretchCache {
@@ -309,6 +314,7 @@ impl StretchCache {
         }
         plan.kept = merged;
         plan.kept_pieces = used.len();
+        plan.opened = opened_before(&kept.pieces, &used, stretches, read_with.window);
         plan.raw = without_pieces(stretches, used.into_iter().collect());
         // The copies passed on are right only while no write reaches back to them either.
         if let Some(latest) = plan
@@ -344,28 +350,33 @@ impl StretchCache {
     ) {
         let changed = self.changes.changed_since(campaign, plan.sequence);
         let still_right = |piece: Piece| changed.is_none_or(|at| at >= Span::of_piece(piece).to);
-        let mut by_piece: BTreeMap<Piece, SpanAggregate> = plan
+        let mut by_piece: BTreeMap<Piece, (SpanAggregate, Vec<Opener>)> = plan
             .to_keep
             .iter()
             .copied()
             .take_while(|piece| still_right(*piece))
-            .map(|piece| (piece, SpanAggregate::default()))
+            .map(|piece| (piece, Default::default()))
             .collect();
+        for (piece, openers) in &read.openers {
+            if let Some((_, kept)) = by_piece.get_mut(piece) {
+                kept.clone_from(openers);
+            }
+        }
         for (key, counts) in &read.counts {
-            if let Some(aggregate) = by_piece.get_mut(&key.0) {
+            if let Some((aggregate, _)) = by_piece.get_mut(&key.0) {
                 aggregate.counts.insert(*key, counts.clone());
             }
         }
         for (key, users) in &read.users {
-            if let Some(aggregate) = by_piece.get_mut(&key.0) {
+            if let Some((aggregate, _)) = by_piece.get_mut(&key.0) {
                 aggregate.users.insert(*key, users.clone());
             }
         }
-        let pieces: Vec<(Piece, SpanAggregate, usize)> = by_piece
+        let pieces: Vec<(Piece, SpanAggregate, Vec<Opener>, usize)> = by_piece
             .into_iter()
-            .map(|(piece, aggregate)| {
-                let bytes = bytes_of(&aggregate);
-                (piece, aggregate, bytes)
+            .map(|(piece, (aggregate, openers))| {
+                let bytes = bytes_of(&aggregate) + openers.len() * std::mem::size_of::<Opener>();
+                (piece, aggregate, openers, bytes)
             })
             .collect();
         let mut days = self.lock();
@@ -398,7 +409,7 @@ impl StretchCache {
             days.by_day.remove(&(campaign, day));
             return;
         }
-        for (piece, aggregate, bytes) in pieces {
+        for (piece, aggregate, openers, bytes) in pieces {
             let entries = aggregate.counts.len();
             if kept.entries + entries > ENTRIES_PER_DAY || days.bytes + added + bytes > KEPT_BYTES {
                 break;
@@ -411,6 +422,7 @@ impl StretchCache {
                 KeptPiece {
                     sequence: plan.sequence,
                     aggregate,
+                    openers,
                     bytes,
                 },
             );
@@ -453,6 +465,35 @@ fn over_pieces(stretches: &[Span], now: DateTime<Utc>) -> Vec<Piece> {
         .iter()
         .flat_map(|stretch| piece_of(stretch.from)..piece_of(stretch.to.min(settled)))
         .collect()
+}
+
+/// The windows that the `used` pieces (a prefix of the over pieces, oldest first) opened
+/// before the first piece after them, within that piece's window, if they cover the window's
+/// start up to it: what the read of the rest would otherwise read back for.
+fn opened_before(
+    pieces: &BTreeMap<Piece, KeptPiece>,
+    used: &[Piece],
+    stretches: &[Span],
+    window: BillableWindow,
+) -> Option<Opened> {
+    let last = *used.last()?;
+    let before = Span::of_piece(last + 1).from;
+    // The rest must start right after the pieces, in the same stretch.
+    if !stretches
+        .iter()
+        .any(|stretch| stretch.from < before && before < stretch.to)
+    {
+        return None;
+    }
+    let number = window.of(EventTime::from_stored(before));
+    let back_to = piece_of(window.start_of(number));
+    let mut openers = Vec::new();
+    for piece in back_to..=last {
+        used.binary_search(&piece).ok()?;
+        let held = pieces.get(&piece)?;
+        openers.extend(held.openers.iter().filter(|opener| opener.window == number));
+    }
+    Some(Opened { before, openers })
 }
 
 /// `stretches` less the time of `pieces`, oldest first and apart.
@@ -504,7 +545,6 @@ mod tests {
     use super::*;
     use crate::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId};
     use crate::domain::slices::PIECE_MILLIS;
-    use crate::domain::time::EventTime;
     use uuid::Uuid;
 
     fn at(text: &str) -> DateTime<Utc> {
@@ -720,6 +760,42 @@ mod tests {
         quarter.keep(plan, &read_of(first + 8..first + 20));
         assert_eq!(total(&quarter.plan()), (over, 20));
         assert_eq!(total(&quarter.plan()), (over, 20));
+    }
+
+    #[test]
+    fn the_windows_kept_pieces_opened_spare_the_rest_its_read_back() {
+        let quarter = Quarter::new();
+        let (first, over) = (quarter.first, quarter.over);
+        let window = BillableWindow::DEFAULT;
+        let before = Span::of_piece(first + over).from;
+        let number = window.of(EventTime::from_stored(before));
+        let opener = |at: DateTime<Utc>| Opener {
+            user: crate::domain::ids::UserId::new(Uuid::from_u128(5)),
+            window: window.of(EventTime::from_stored(at)),
+            at: EventTime::from_stored(at),
+            ad: AdId::new(Uuid::from_u128(3)),
+        };
+        // One in the window the rest starts in, one in the window before it.
+        let inside = window.start_of(number) + TimeDelta::seconds(1);
+        let earlier = window.start_of(number) - TimeDelta::seconds(1);
+        let plan = quarter.plan();
+        let mut read = read_of(first..first + over);
+        for at in [inside, earlier] {
+            read.openers
+                .entry(piece_of(at))
+                .or_default()
+                .push(opener(at));
+        }
+        quarter.keep(plan, &read);
+        let plan = quarter.plan();
+        let opened = plan.opened.expect("the window's start is kept");
+        assert_eq!(opened.before, before);
+        assert_eq!(plan.raw[0].from, before);
+        assert_eq!(opened.openers, [opener(inside)]);
+        // A piece of that window gone: the rest reads back for itself.
+        quarter.write_at(&(inside + TimeDelta::seconds(2)).to_rfc3339());
+        let plan = quarter.plan();
+        assert!(plan.opened.is_none_or(|opened| opened.before != before));
     }
 
     #[test]
