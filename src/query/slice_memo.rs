@@ -126,25 +126,14 @@ impl SliceMemo {
 fn bytes_of(aggregate: &DayAggregate) -> usize {
     const ENTRY: usize = 256;
     let reach = &aggregate.reach;
-    let sketches = reach.day.iter().map(sketch_bytes).sum::<usize>()
-        + reach
-            .ads
-            .iter()
-            .flatten()
-            .map(|(_, s)| sketch_bytes(s))
-            .sum::<usize>()
-        + reach
-            .hours
-            .iter()
-            .flatten()
-            .map(|(_, s)| sketch_bytes(s))
-            .sum::<usize>()
-        + reach
-            .ad_hours
-            .iter()
-            .flatten()
-            .map(|(_, s)| sketch_bytes(s))
-            .sum::<usize>();
+    let sketches = reach
+        .day
+        .iter()
+        .chain(reach.ads.iter().flat_map(|ads| ads.values()))
+        .chain(reach.hours.iter().flat_map(|hours| hours.values()))
+        .chain(reach.ad_hours.iter().flat_map(|ad_hours| ad_hours.values()))
+        .map(sketch_bytes)
+        .sum::<usize>();
     aggregate.slices.len() * ENTRY + sketches
 }
 

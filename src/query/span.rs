@@ -99,23 +99,27 @@ impl SpanAggregate {
 
     /// An aggregate kept by piece, kept by slice instead.
     pub(crate) fn into_slices(self) -> SpanAggregate {
-        let mut slices = SpanAggregate {
+        let mut slices = SpanAggregate::default();
+        slices.add_pieces(&self);
+        SpanAggregate {
             rows_read: self.rows_read,
             found_duplicates: self.found_duplicates,
             read_duplicates: self.read_duplicates,
-            ..SpanAggregate::default()
-        };
-        for ((piece, ad), counts) in self.counts {
-            slices.counts(slice_of_piece(piece), ad).add(&counts);
+            ..slices
         }
-        for ((piece, ad), users) in self.users {
-            slices
-                .users
-                .entry((slice_of_piece(piece), ad))
+    }
+
+    /// Adds the counts and users of `pieces`, an aggregate kept by piece, to these, by slice.
+    pub(crate) fn add_pieces(&mut self, pieces: &SpanAggregate) {
+        for ((piece, ad), counts) in &pieces.counts {
+            self.counts(slice_of_piece(*piece), *ad).add(counts);
+        }
+        for ((piece, ad), users) in &pieces.users {
+            self.users
+                .entry((slice_of_piece(*piece), *ad))
                 .or_default()
-                .merge(&users);
+                .merge(users);
         }
-        slices
     }
 }
 

@@ -17,7 +17,7 @@ use super::span::{Opened, Opener, SpanAggregate};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::slices::{Piece, Span, piece_of, slice_of_piece};
+use crate::domain::slices::{Piece, Span, piece_of};
 use crate::domain::time::{Day, EventTime};
 use crate::domain::view::ViewWindow;
 use crate::store::{ChangeLog, CopyRow};
@@ -298,7 +298,7 @@ impl StretchCache {
         };
         for piece in &used[from..] {
             if let Some(held) = kept.pieces.get(piece) {
-                add_by_slice(&mut merged, &held.aggregate);
+                merged.add_pieces(&held.aggregate);
             }
         }
         if let (Some(first), Some(last)) = (used.first(), used.last()) {
@@ -522,22 +522,6 @@ fn without_pieces(stretches: &[Span], pieces: BTreeSet<Piece>) -> Vec<Span> {
         }
     }
     raw
-}
-
-/// Adds a piece's counts and users to `into`, by slice.
-fn add_by_slice(into: &mut SpanAggregate, piece: &SpanAggregate) {
-    for ((piece, ad), counts) in &piece.counts {
-        into.counts
-            .entry((slice_of_piece(*piece), *ad))
-            .or_default()
-            .add(counts);
-    }
-    for ((piece, ad), users) in &piece.users {
-        into.users
-            .entry((slice_of_piece(*piece), *ad))
-            .or_default()
-            .merge(users);
-    }
 }
 
 #[cfg(test)]
