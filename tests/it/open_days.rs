@@ -131,6 +131,12 @@ fn closed_slices(first: DateTime<Utc>, last: DateTime<Utc>, now: DateTime<Utc>) 
     ((due - day_start).num_seconds() / 900) as u64
 }
 
+/// How many slices of the days from `first`'s to today are past their grace and margin now.
+fn due_now(first: DateTime<Utc>) -> u64 {
+    let now = Utc::now();
+    closed_slices(first, now, now)
+}
+
 /// Aggregates the due slices of `campaign`'s days from `first` to today as a server's
 /// background aggregator does; returns how many it aggregated.
 async fn aggregate(app: &App, campaign: &Campaign, first: DateTime<Utc>) -> usize {
@@ -269,11 +275,9 @@ async fn an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_d
     post_all(&first_server, "/v1/impressions", &later_copy, 100).await;
     post_all(&second_server, "/v1/impressions", &earlier_copy, 100).await;
     let apart = assert_same_as_raw(&servers, &raw, &campaign, start, "stored twice").await;
-    // (Not `aggregated - 2` exactly: another test's aggregator may meanwhile aggregate a slice
-    // that has just closed.)
     assert!(
-        apart < aggregated,
-        "the two marked slices are read raw: {apart} of {aggregated}"
+        apart + 2 <= due_now(start),
+        "the two marked slices are read raw: {apart} answered from aggregates"
     );
 
     // Late events for aggregated slices: a new impression, the earlier click, the window's
@@ -299,8 +303,8 @@ async fn an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_d
     post_all(&first_server, "/v1/clicks", &earlier_click, 100).await;
     let marked = assert_same_as_raw(&servers, &raw, &campaign, start, "late events").await;
     assert!(
-        marked <= aggregated,
-        "marked slices are read raw: {marked} of {aggregated}"
+        marked < due_now(start),
+        "marked slices are read raw: {marked} answered from aggregates"
     );
 
     // Once the marks settle, the late slices are aggregated again.
@@ -324,21 +328,30 @@ async fn an_open_day_from_its_slices_equals_the_raw_read_under_late_events_and_d
     if backend == Backend::Embedded {
         assert_same_as_raw(&servers, &raw, &campaign, start, "duplicate written").await;
     }
-    tokio::time::sleep(StdDuration::from_secs(6)).await;
+    tokio::time::sleep(StdDuration::from_secs(6).saturating_sub(marked_at.elapsed())).await;
     aggregate(&aggregator, &campaign, start).await;
+    let found_at = std::time::Instant::now();
     assert_same_as_raw(&servers, &raw, &campaign, start, "duplicate found").await;
 
-    // The slice the duplicate's later copy was counted in is marked by the finding; once its
-    // mark settles it is aggregated again, and every slice answers from its aggregate.
-    tokio::time::sleep(StdDuration::from_secs(12).saturating_sub(marked_at.elapsed())).await;
+    // The slice the duplicate's later copy was counted in is marked by the finding (before
+    // `found_at`); once its mark settles it is aggregated again, and every slice answers from
+    // its aggregate. Slices keep closing while the test runs (one every 15 minutes): a second
+    // aggregator finds nothing to do but those.
+    tokio::time::sleep(StdDuration::from_secs(6).saturating_sub(found_at.elapsed())).await;
+    let due_before = due_now(start);
     aggregate(&aggregator, &campaign, start).await;
-    assert_eq!(
-        aggregate(&other_aggregator, &campaign, start).await,
-        0,
-        "every slice is current"
+    let left = aggregate(&other_aggregator, &campaign, start).await as u64;
+    let due_after = due_now(start);
+    assert!(
+        left <= due_after - due_before,
+        "every slice is current: {left} aggregated again, {due_before} to {due_after} due"
     );
     let again = assert_same_as_raw(&servers, &raw, &campaign, start, "re-aggregated").await;
-    assert_eq!(again, aggregated);
+    let due_after = due_now(start);
+    assert!(
+        (due_before..=due_after).contains(&again) && again >= aggregated,
+        "every closed slice answers from its aggregate: {again}, {due_before} to {due_after} due"
+    );
 
     // Fresh server instances know nothing but what the store holds.
     let restarted = backend.server_with(options(true)).await;
