@@ -22,7 +22,7 @@ use crate::processes::ProcessRegistry;
 use crate::query::aggregate::BillableWindow;
 use crate::remembered::Remembered;
 use crate::settings::SettingsCache;
-use crate::store::{Store, StoreError};
+use crate::store::{ClickRow, Store, StoreError};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -464,13 +464,15 @@ impl Ingestor {
             .try_filter_map(|found| async move { Ok(found) })
             .try_collect()
             .await?;
-        let late = self.index_days(&partitions, &previous_first_clicks).await?;
-        let clicked: Vec<(CampaignKey, ImpressionId, DateTime<Utc>)> = partitions
+        let mut late = self.index_days(&partitions, &previous_first_clicks).await?;
+        let clicked: Vec<ClickWritten> = partitions
             .iter()
             .flat_map(|(partition, clicks)| {
-                clicks.iter().map(|click| {
-                    let at = click.timestamp.instant();
-                    (partition.campaign, click.impression_id, at)
+                clicks.iter().map(|click| ClickWritten {
+                    campaign: partition.campaign,
+                    impression_id: click.impression_id,
+                    at: click.timestamp.instant(),
+                    valid: click.invalid.is_none(),
                 })
             })
             .collect();
@@ -486,37 +488,46 @@ impl Ingestor {
         }
         let now = Utc::now();
         let mut marks = SliceMarks::new();
-        let mut late_in_slice = Vec::new();
-        for (campaign, impression_id, at) in clicked {
-            let slice = slice_of(at);
-            if self.slices.is_late(slice, now) {
-                add_marks(&mut marks, campaign, vec![slice]);
-                late_in_slice.push((campaign, impression_id, at));
+        // By impression: a batch of many clicks of one impression reads its clicks once.
+        let mut looked_up: BTreeMap<(CampaignKey, ImpressionId), Vec<(ClickWritten, bool)>> =
+            BTreeMap::new();
+        for click in clicked {
+            let late_slice = self.slices.is_late(click.slice(), now);
+            if late_slice {
+                add_marks(&mut marks, click.campaign, vec![click.slice()]);
+            }
+            // A valid click may make its impression's invalid first click count as valid,
+            // wherever that click lies: only the stored clicks tell.
+            if late_slice || click.valid {
+                looked_up
+                    .entry((click.campaign, click.impression_id))
+                    .or_default()
+                    .push((click, late_slice));
             }
         }
-        // A late click that is now its impression's first moves that impression's click out of
-        // the slice of the click that was first: read after the write, so of two clicks
-        // written at once the later read sees both.
+        // Read after the write, so of two clicks written at once the later read sees both.
         let store = &self.store;
-        let displaced: Vec<Vec<(CampaignKey, Slice)>> = stream::iter(late_in_slice)
-            .map(|(campaign, impression_id, at)| async move {
+        let moved: Vec<Vec<(CampaignKey, DateTime<Utc>)>> = stream::iter(looked_up)
+            .map(|((campaign, impression_id), written)| async move {
                 let clicks = store.clicks_of(campaign, impression_id).await?;
-                let first = clicks.first().map(|first| first.timestamp.instant());
-                Ok::<_, StoreError>(if first == Some(at) {
-                    clicks
+                Ok::<_, StoreError>(
+                    written
                         .iter()
-                        .filter(|click| click.timestamp.instant() != at)
-                        .map(|click| (campaign, slice_of(click.timestamp.instant())))
-                        .collect()
-                } else {
-                    Vec::new()
-                })
+                        .flat_map(|(click, late_slice)| click.moved_counts(&clicks, *late_slice))
+                        .collect(),
+                )
             })
             .buffer_unordered(self.write_concurrency)
             .try_collect()
             .await?;
-        for (campaign, slice) in displaced.into_iter().flatten() {
-            add_marks(&mut marks, campaign, vec![slice]);
+        for (campaign, at) in moved.into_iter().flatten() {
+            if self.slices.is_late(slice_of(at), now) {
+                add_marks(&mut marks, campaign, vec![slice_of(at)]);
+            }
+            let day = Day::new(at.date_naive());
+            if self.sealing.is_late(day, now) {
+                late.insert((campaign, day));
+            }
         }
         self.mark_slices(marks).await?;
         self.mark_late(late).await
@@ -638,5 +649,123 @@ impl Ingestor {
             .buffer_unordered(self.write_concurrency)
             .try_collect()
             .await
+    }
+}
+
+/// A click just written, as far as the marks it calls for go.
+struct ClickWritten {
+    campaign: CampaignKey,
+    impression_id: ImpressionId,
+    at: DateTime<Utc>,
+    valid: bool,
+}
+
+impl ClickWritten {
+    fn slice(&self) -> Slice {
+        slice_of(self.at)
+    }
+
+    /// The times of the stored clicks (`clicks`, the impression's, oldest first) whose counts
+    /// this click changed: each that it displaced as first click (when its slice is closed:
+    /// before, the day's seal looked the first click up already), and the first click when
+    /// that one is invalid and this one valid, as the click then counts as valid. Taken
+    /// whenever it may have changed (another valid click written at once may make the
+    /// mark needless, never wrong).
+    fn moved_counts(
+        &self,
+        clicks: &[ClickRow],
+        late_slice: bool,
+    ) -> Vec<(CampaignKey, DateTime<Utc>)> {
+        let Some(first) = clicks.first() else {
+            return Vec::new();
+        };
+        let first_at = first.timestamp.instant();
+        if first_at == self.at {
+            if !late_slice {
+                return Vec::new();
+            }
+            return clicks
+                .iter()
+                .map(|click| click.timestamp.instant())
+                .filter(|at| *at != self.at)
+                .map(|at| (self.campaign, at))
+                .collect();
+        }
+        if self.valid && first.invalid.is_some() {
+            return vec![(self.campaign, first_at)];
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::{AdId, AdvertiserId, CampaignId};
+    use crate::domain::time::EventTime;
+    use crate::domain::traffic::InvalidReason;
+    use uuid::Uuid;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        text.parse().expect("an instant")
+    }
+
+    fn campaign() -> CampaignKey {
+        CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            campaign_id: CampaignId::new(Uuid::from_u128(2)),
+        }
+    }
+
+    fn stored(time: &str, invalid: bool) -> ClickRow {
+        ClickRow {
+            impression_id: ImpressionId::new(Uuid::from_u128(3)),
+            ad_id: AdId::new(Uuid::from_u128(4)),
+            timestamp: EventTime::from_stored(at(time)),
+            invalid: invalid.then_some(InvalidReason::BotUserAgent),
+        }
+    }
+
+    fn written(time: &str, valid: bool) -> ClickWritten {
+        ClickWritten {
+            campaign: campaign(),
+            impression_id: ImpressionId::new(Uuid::from_u128(3)),
+            at: at(time),
+            valid,
+        }
+    }
+
+    #[test]
+    fn a_valid_click_moves_an_invalid_first_clicks_count_and_nothing_else() {
+        let first_invalid = [
+            stored("2026-11-27T10:00:00Z", true),
+            stored("2026-11-29T10:00:00Z", false),
+        ];
+        let click = written("2026-11-29T10:00:00Z", true);
+        assert_eq!(
+            click.moved_counts(&first_invalid, false),
+            [(campaign(), at("2026-11-27T10:00:00Z"))]
+        );
+        let first_valid = [
+            stored("2026-11-27T10:00:00Z", false),
+            stored("2026-11-29T10:00:00Z", false),
+        ];
+        assert!(click.moved_counts(&first_valid, false).is_empty());
+        let invalid_click = written("2026-11-29T10:00:00Z", false);
+        assert!(invalid_click.moved_counts(&first_invalid, true).is_empty());
+    }
+
+    #[test]
+    fn a_late_first_click_moves_the_clicks_it_displaced_only_from_a_closed_slice() {
+        let clicks = [
+            stored("2026-11-29T09:00:00Z", false),
+            stored("2026-11-29T10:00:00Z", false),
+        ];
+        let click = written("2026-11-29T09:00:00Z", true);
+        assert_eq!(
+            click.moved_counts(&clicks, true),
+            [(campaign(), at("2026-11-29T10:00:00Z"))]
+        );
+        assert!(click.moved_counts(&clicks, false).is_empty());
     }
 }

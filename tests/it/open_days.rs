@@ -6,7 +6,8 @@
 //! Cassandra, and across a bucket-count change made that day); and a background aggregator
 //! makes a marked slice answer from its aggregate again within seconds; and a summary that
 //! reads the open stretch again (the embedded store keeps what it read, by piece) counts what
-//! was written since, whatever its time, as the raw read does.
+//! was written since, whatever its time, as the raw read does; and a valid click now makes
+//! the invalid first click of a closed slice count as valid at once.
 
 use crate::common::events::{Campaign, configure_buckets, get, post_all, summary};
 use crate::common::{Backend, TestServer, eventually, test_options};
@@ -23,6 +24,7 @@ conformance!(
     a_marked_slice_answers_from_its_aggregate_again_within_the_interval,
     a_duplicate_across_a_bucket_change_made_that_day_is_found,
     the_open_stretch_read_again_counts_what_was_written_since,
+    a_valid_click_now_makes_the_invalid_first_click_of_a_closed_slice_count,
 );
 
 /// Options whose slices are aggregated only when the test says so (or never, for the raw
@@ -559,4 +561,42 @@ async fn the_open_stretch_read_again_counts_what_was_written_since(backend: Back
         + copies_counted(at(40) - Duration::minutes(4), at(40));
     assert_eq!(totals["totals"]["impressions"], 66 - 2 + copies + 2);
     assert_eq!(totals["totals"]["clicks"], 15);
+}
+
+/// A click counts once, at its impression's first click, and as valid if any of its clicks
+/// is: a valid click in the open stretch changes the count of the closed slice that holds the
+/// invalid first click, which is read raw again until it is aggregated again.
+async fn a_valid_click_now_makes_the_invalid_first_click_of_a_closed_slice_count(backend: Backend) {
+    let campaign = Campaign::fresh();
+    let server = backend.server_with(options(true)).await;
+    let raw = backend.server_with(options(false)).await;
+    let aggregator = App::new(backend.store().await, options(true));
+    let start = (Utc::now() - Duration::minutes(40))
+        .duration_trunc(Duration::minutes(15))
+        .expect("truncated");
+    let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut events = spread(&campaign, ad, 5, start, Duration::minutes(2));
+    events.push(impression(
+        &campaign,
+        id,
+        ad,
+        Uuid::new_v4(),
+        start + Duration::minutes(1),
+    ));
+    post_all(&server, "/v1/impressions", &events, 100).await;
+    let mut crawler_click = campaign.click(id, ad, start + Duration::minutes(2));
+    crawler_click["user_agent"] =
+        Value::from("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)");
+    post_all(&server, "/v1/clicks", &[crawler_click], 1).await;
+    tokio::time::sleep(StdDuration::from_secs(6)).await;
+    aggregate(&aggregator, &campaign, start).await;
+    let aggregated = assert_same_as_raw(&[&server], &raw, &campaign, start, "aggregated").await;
+    assert!(aggregated >= 1, "the first click's slice is aggregated");
+
+    let person_click = campaign.click(id, ad, Utc::now() - Duration::seconds(10));
+    post_all(&server, "/v1/clicks", &[person_click], 1).await;
+    assert_same_as_raw(&[&server], &raw, &campaign, start, "a valid click now").await;
+    let totals = summary(&server, &campaign, &queries(start)[3]).await;
+    assert_eq!(totals["totals"]["clicks"], 1, "{totals}");
+    assert_eq!(totals["totals"]["invalid_clicks"], 0, "{totals}");
 }

@@ -1,6 +1,8 @@
 //! Rollups of closed days: a summary gives the same answer from raw events, from sealed
 //! rollups, and after a late event for a sealed day (read raw until the day is sealed again),
-//! and `adevents rollup` seals days from the command line.
+//! and `adevents rollup` seals days from the command line. A click that changes what a sealed
+//! day counts (an earlier first click, a valid click of an invalid first one) has it read raw
+//! until it is sealed again.
 
 use crate::common::events::{Campaign, at, post_all, summary};
 use crate::common::process::{ServerProcess, adevents, embedded_server, run_to_end};
@@ -17,9 +19,12 @@ use uuid::Uuid;
 
 conformance!(
     a_click_moved_by_a_late_earlier_first_click_leaves_its_old_day_on_reseal,
+    a_valid_click_today_makes_the_invalid_first_click_of_a_sealed_day_count,
     the_same_events_give_the_same_summary_raw_sealed_and_after_a_late_event,
     the_same_beacons_give_the_same_uniques_raw_sealed_and_after_a_late_beacon,
 );
+
+const CRAWLER: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 
 /// Between them, these read every level of users sketches a rollup keeps: whole UTC days
 /// (UTC rows, and the inner days of a Kolkata range) and hours (the days New York and
@@ -232,6 +237,54 @@ async fn a_click_moved_by_a_late_earlier_first_click_leaves_its_old_day_on_resea
     assert_eq!(clicks(&after), [1, 0], "{after}");
     assert_eq!(after["totals"]["clicks"], 1, "{after}");
     assert_eq!(after["sealed_days"], 2, "{after}");
+}
+
+/// A click counts once, at its impression's first click, and as valid if any of its clicks
+/// is: a valid click of today changes the count of the day its invalid first click was
+/// sealed in, which is read raw again until it is sealed again.
+async fn a_valid_click_today_makes_the_invalid_first_click_of_a_sealed_day_count(backend: Backend) {
+    let store = backend.store().await;
+    let server = crate::common::TestServer::start(Arc::clone(&store)).await;
+    let campaign = Campaign::fresh();
+    let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
+    let served = Utc::now() - Duration::days(2);
+    let day = Day::new(served.date_naive());
+    post_all(
+        &server,
+        "/v1/impressions",
+        &[campaign.impression(id, ad, served)],
+        1,
+    )
+    .await;
+    let mut crawler_click = campaign.click(id, ad, served + Duration::minutes(1));
+    crawler_click["user_agent"] = Value::from(CRAWLER);
+    post_all(&server, "/v1/clicks", &[crawler_click], 1).await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    sealer(&store)
+        .seal_campaign_day(campaign.key(), day)
+        .await
+        .expect("sealed");
+    let query = format!("from={}&to={}", served.date_naive(), served.date_naive());
+    let sealed = summary(&server, &campaign, &query).await;
+    assert_eq!(sealed["sealed_days"], 1, "{sealed}");
+    assert_eq!(sealed["totals"]["clicks"], 0, "{sealed}");
+    assert_eq!(sealed["totals"]["invalid_clicks"], 1, "{sealed}");
+
+    let person_click = campaign.click(id, ad, Utc::now() - Duration::seconds(10));
+    post_all(&server, "/v1/clicks", &[person_click], 1).await;
+    let raw = summary(&server, &campaign, &query).await;
+    assert_eq!(raw["sealed_days"], 0, "read raw again: {raw}");
+    assert_eq!(raw["totals"]["clicks"], 1, "{raw}");
+    assert_eq!(raw["totals"]["invalid_clicks"], 0, "{raw}");
+
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    sealer(&store)
+        .seal_campaign_day(campaign.key(), day)
+        .await
+        .expect("sealed");
+    let resealed = summary(&server, &campaign, &query).await;
+    assert_eq!(resealed["sealed_days"], 1, "{resealed}");
+    assert_eq!(counts(&[resealed]), counts(&[raw]));
 }
 
 fn uniques_queries() -> Vec<Vec<(String, String)>> {
