@@ -443,28 +443,7 @@ impl Ingestor {
             None => Vec::new(),
         };
         let partitions = self.partition(events).await?;
-        // A late click may become its impression's first click and move that click's count
-        // from the day of the previous first click, which must then be re-aggregated too.
-        let now = Utc::now();
-        let late: Vec<(CampaignKey, ImpressionId)> = partitions
-            .iter()
-            .filter(|(partition, _)| self.sealing.is_late(partition.day, now))
-            .flat_map(|(partition, clicks)| {
-                clicks
-                    .iter()
-                    .map(move |click| (partition.campaign, click.impression_id))
-            })
-            .collect();
-        let previous_first_clicks: Vec<(CampaignKey, Day)> = stream::iter(late)
-            .map(|(campaign, impression_id)| async move {
-                let first = self.store.first_click(campaign, impression_id).await?;
-                Ok::<_, StoreError>(first.map(|first| (campaign, first.timestamp.utc_day())))
-            })
-            .buffer_unordered(self.write_concurrency)
-            .try_filter_map(|found| async move { Ok(found) })
-            .try_collect()
-            .await?;
-        let mut late = self.index_days(&partitions, &previous_first_clicks).await?;
+        let mut late = self.index_days(&partitions, &[]).await?;
         let clicked: Vec<ClickWritten> = partitions
             .iter()
             .flat_map(|(partition, clicks)| {
@@ -496,13 +475,15 @@ impl Ingestor {
             if late_slice {
                 add_marks(&mut marks, click.campaign, vec![click.slice()]);
             }
-            // A valid click may make its impression's invalid first click count as valid,
-            // wherever that click lies: only the stored clicks tell.
-            if late_slice || click.valid {
+            // A late click may have become its impression's first (whatever the two graces,
+            // its slice or its day is closed); a valid click may make an invalid first click
+            // count as valid, wherever that click lies: only the stored clicks tell.
+            let late = late_slice || self.sealing.is_late(click.day(), now);
+            if late || click.valid {
                 looked_up
                     .entry((click.campaign, click.impression_id))
                     .or_default()
-                    .push((click, late_slice));
+                    .push((click, late));
             }
         }
         // Read after the write, so of two clicks written at once the later read sees both.
@@ -513,7 +494,7 @@ impl Ingestor {
                 Ok::<_, StoreError>(
                     written
                         .iter()
-                        .flat_map(|(click, late_slice)| click.moved_counts(&clicks, *late_slice))
+                        .flat_map(|(click, late)| click.moved_counts(&clicks, *late))
                         .collect(),
                 )
             })
@@ -665,23 +646,24 @@ impl ClickWritten {
         slice_of(self.at)
     }
 
+    fn day(&self) -> Day {
+        Day::new(self.at.date_naive())
+    }
+
     /// The times of the stored clicks (`clicks`, the impression's, oldest first) whose counts
-    /// this click changed: each that it displaced as first click (when its slice is closed:
-    /// before, the day's seal looked the first click up already), and the first click when
-    /// that one is invalid and this one valid, as the click then counts as valid. Taken
-    /// whenever it may have changed (another valid click written at once may make the
-    /// mark needless, never wrong).
-    fn moved_counts(
-        &self,
-        clicks: &[ClickRow],
-        late_slice: bool,
-    ) -> Vec<(CampaignKey, DateTime<Utc>)> {
+    /// this click changed: when it is first and `late` (its slice or day closed), every other
+    /// click, since any of them may have been first before (clicks written at once by other
+    /// processes among them); and the first click when that one is invalid and this one
+    /// valid, as the click then counts as valid. Taken whenever the count may have moved: a
+    /// needless mark costs a read raw until aggregated or sealed again, a missing one a wrong
+    /// count.
+    fn moved_counts(&self, clicks: &[ClickRow], late: bool) -> Vec<(CampaignKey, DateTime<Utc>)> {
         let Some(first) = clicks.first() else {
             return Vec::new();
         };
         let first_at = first.timestamp.instant();
         if first_at == self.at {
-            if !late_slice {
+            if !late {
                 return Vec::new();
             }
             return clicks
@@ -756,7 +738,7 @@ mod tests {
     }
 
     #[test]
-    fn a_late_first_click_moves_the_clicks_it_displaced_only_from_a_closed_slice() {
+    fn a_late_first_click_moves_the_clicks_it_displaced_and_a_timely_one_nothing() {
         let clicks = [
             stored("2026-11-29T09:00:00Z", false),
             stored("2026-11-29T10:00:00Z", false),

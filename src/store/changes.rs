@@ -1,9 +1,10 @@
 //! What this process wrote to the campaigns' counted rows, by campaign and event time, for a
 //! store no other process writes (the embedded store): a reader that keeps what it aggregated
 //! of a stretch asks whether anything written since could change it (docs/DESIGN.md, "Open
-//! days from closed slices"). A write's effect on the counts never reaches back before its
-//! own events' times (a late copy, an earlier click, a view report, a window it opens move
-//! counts later, never earlier), so one instant per campaign and write says enough.
+//! days from closed slices"). A write changes counts from one instant per campaign on: its
+//! events' own times, or earlier where the writer learns that it reaches back (an impression's
+//! other copies, a valid click's first click, a view report's impression), so one instant per
+//! campaign and write says enough.
 
 use crate::domain::ids::CampaignKey;
 use chrono::{DateTime, Utc};

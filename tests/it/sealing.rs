@@ -12,7 +12,7 @@ use adevents::sealer::{Sealer, SealerOptions};
 use adevents::settings::SettingsCache;
 use adevents::simulate::traffic::SimulatedVisit;
 use adevents::store::Store;
-use chrono::{Duration, Utc};
+use chrono::{Duration, DurationRound, Utc};
 use serde_json::Value;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -247,7 +247,11 @@ async fn a_valid_click_today_makes_the_invalid_first_click_of_a_sealed_day_count
     let server = crate::common::TestServer::start(Arc::clone(&store)).await;
     let campaign = Campaign::fresh();
     let (id, ad) = (Uuid::new_v4(), Uuid::new_v4());
-    let served = Utc::now() - Duration::days(2);
+    // Mid-morning two days back, so that the click a minute later is on the same day.
+    let served = (Utc::now() - Duration::days(2))
+        .duration_trunc(Duration::days(1))
+        .expect("a day")
+        + Duration::hours(10);
     let day = Day::new(served.date_naive());
     post_all(
         &server,
