@@ -2,7 +2,8 @@
 //! over each stored event with its arrival, and a flush every [`FLUSH_PERIOD`] writes them in
 //! one call. A click is indexed under its user once its impression's user is known: from the
 //! impressions this process indexed lately, else from the index itself; a click whose
-//! impression is not stored yet waits a while and is tried again.
+//! impression is not stored yet waits a while and is tried again, less and less often, and
+//! only so many wait at once.
 //!
 //! What attribution and erasures may rely on: every event this process stored before
 //! [`EventIndexer::indexed_through`] is in the index (except a click still waiting for its
@@ -20,6 +21,7 @@ use crate::domain::privacy::SubjectWeek;
 use crate::processes::ProcessRegistry;
 use crate::store::{EventIndexStore, ProcessStore, StoreError, SubjectStore};
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -48,10 +50,57 @@ const CLICK_WAITS_FOR_IMPRESSION: TimeDelta = TimeDelta::minutes(2);
 /// How far back from a click its impression is looked for: the longest click look-back.
 const IMPRESSION_LOOK_BACK: TimeDelta = TimeDelta::days(91);
 
+/// Clicks waiting for their impressions at most; past it, a click whose impression is not
+/// found at once is given up (as after [`CLICK_WAITS_FOR_IMPRESSION`]): clicks of ids never
+/// stored (a lost impression, or a caller's made-up ids) cannot fill memory or the flushes.
+const CLICKS_WAITING: usize = 100_000;
+/// The first wait before a waiting click is looked up again; each later one doubles, so a
+/// click waits its two minutes through eight lookups, not one per flush.
+const FIRST_RETRY: TimeDelta = TimeDelta::seconds(1);
+/// How far back from a click a lookup after the first looks for its impression: one still
+/// on its way was served shortly before its click (the first lookup looked back all the way).
+const RETRY_LOOK_BACK: TimeDelta = TimeDelta::days(7);
+/// Lookups of clicks' impressions under way at once.
+const LOOKUPS_AT_ONCE: usize = 16;
+
 /// A click waiting for its impression's user.
 struct WaitingClick {
     entry: IndexEntry,
     since: DateTime<Utc>,
+    /// Lookups made so far.
+    tries: u32,
+    /// When it is looked up next.
+    next_try: DateTime<Utc>,
+}
+
+impl WaitingClick {
+    fn new(entry: IndexEntry, now: DateTime<Utc>) -> Self {
+        Self {
+            entry,
+            since: now,
+            tries: 0,
+            next_try: now,
+        }
+    }
+
+    /// Waits again after one more lookup that did not find its impression.
+    fn tried(mut self, now: DateTime<Utc>) -> Self {
+        self.tries += 1;
+        let doublings = self.tries.saturating_sub(1).min(16);
+        self.next_try = now + FIRST_RETRY * 2_i32.pow(doublings);
+        self
+    }
+
+    /// The weeks its impression is looked for in, newest first.
+    fn weeks(&self) -> impl Iterator<Item = Week> + use<> {
+        let at = self.entry.timestamp.instant();
+        let look_back = if self.tries == 0 {
+            IMPRESSION_LOOK_BACK
+        } else {
+            RETRY_LOOK_BACK
+        };
+        Week::newest_first(at - look_back, at)
+    }
 }
 
 pub(crate) struct EventIndexer {
@@ -199,15 +248,20 @@ impl EventIndexer {
             };
             (Utc::now(), taken, queue.first().map(|entry| entry.received))
         };
-        let waiting = std::mem::take(&mut *lock(&self.waiting));
+        // The waiting clicks due for another lookup; the others wait on untouched.
+        let due: Vec<WaitingClick> = {
+            let mut waiting = lock(&self.waiting);
+            let (due, later) = std::mem::take(&mut *waiting)
+                .into_iter()
+                .partition(|click| click.next_try <= started_at);
+            *waiting = later;
+            due
+        };
         let clicks: Vec<WaitingClick> = entries
             .iter()
             .filter(|entry| entry.kind == IndexedKind::Click)
-            .map(|entry| WaitingClick {
-                entry: entry.clone(),
-                since: started_at,
-            })
-            .chain(waiting)
+            .map(|entry| WaitingClick::new(entry.clone(), started_at))
+            .chain(due)
             .collect();
         self.remember_users(&entries);
         let (found, still_waiting) = match self.users_of(clicks, started_at).await {
@@ -230,7 +284,7 @@ impl EventIndexer {
             self.requeue(entries, still_waiting, started_at);
             return Err(error);
         }
-        lock(&self.waiting).extend(still_waiting);
+        self.wait_on(still_waiting);
         metrics::counter!("adevents_event_index_entries_total").increment(entries.len() as u64);
         // Read after the write: a call that began before `started_at` and is still under way
         // has not queued its entries.
@@ -262,7 +316,26 @@ impl EventIndexer {
             entry.kind != IndexedKind::Click || matches!(entry.key, IndexKey::Impression(_))
         }));
         queue.extend(newer);
-        lock(&self.waiting).extend(waiting.into_iter().filter(|click| click.since < flush));
+        drop(queue);
+        self.wait_on(
+            waiting
+                .into_iter()
+                .filter(|click| click.since < flush)
+                .collect(),
+        );
+    }
+
+    /// Puts clicks back to wait, as far as [`CLICKS_WAITING`] allows; those past it are given
+    /// up (their entries by the impression's id are written).
+    fn wait_on(&self, clicks: Vec<WaitingClick>) {
+        let mut waiting = lock(&self.waiting);
+        let room = CLICKS_WAITING.saturating_sub(waiting.len());
+        let given_up = clicks.len().saturating_sub(room);
+        waiting.extend(clicks.into_iter().take(room));
+        if given_up > 0 {
+            metrics::counter!("adevents_event_index_clicks_without_user_total")
+                .increment(given_up as u64);
+        }
     }
 
     /// Writes the subject-directory lines of `entries` this process has not written lately
@@ -324,60 +397,78 @@ impl EventIndexer {
     }
 
     /// The user entries of the clicks whose impressions are known, and the clicks that still
-    /// wait (those waiting past [`CLICK_WAITS_FOR_IMPRESSION`] are given up).
+    /// wait (those waiting past [`CLICK_WAITS_FOR_IMPRESSION`] are given up), looked up
+    /// [`LOOKUPS_AT_ONCE`] at a time.
     async fn users_of(
         &self,
         clicks: Vec<WaitingClick>,
         now: DateTime<Utc>,
     ) -> Result<(Vec<IndexEntry>, Vec<WaitingClick>), (StoreError, Vec<WaitingClick>)> {
+        let looked_up: Vec<(WaitingClick, Result<Option<UserId>, StoreError>)> =
+            stream::iter(clicks)
+                .map(|click| async move {
+                    let key = (click.entry.advertiser_id, click.entry.impression_id);
+                    let remembered = lock(&self.users).get(&key).copied();
+                    let user = match remembered {
+                        Some(user) => Ok(Some(user)),
+                        None => self.stored_user(&click).await,
+                    };
+                    (click, user)
+                })
+                .buffer_unordered(LOOKUPS_AT_ONCE)
+                .collect()
+                .await;
+        let mut failed = None;
         let mut found = Vec::new();
         let mut waiting = Vec::new();
-        let mut clicks = clicks.into_iter();
-        while let Some(click) = clicks.next() {
-            let key = (click.entry.advertiser_id, click.entry.impression_id);
-            let remembered = lock(&self.users).get(&key).copied();
-            let user = match remembered {
-                Some(user) => Some(user),
-                None => match self.stored_user(&click.entry).await {
-                    Ok(user) => user,
-                    Err(error) => {
-                        let mut unresolved = vec![click];
-                        unresolved.extend(clicks);
-                        unresolved.extend(waiting);
-                        return Err((error, unresolved));
-                    }
-                },
-            };
+        let mut given_up = 0;
+        for (click, user) in looked_up {
             match user {
-                Some(user) => found.push(click.entry.for_user(user)),
-                None if now - click.since < CLICK_WAITS_FOR_IMPRESSION => waiting.push(click),
-                None => {
-                    metrics::counter!("adevents_event_index_clicks_without_user_total")
-                        .increment(1);
+                Err(error) => {
+                    failed.get_or_insert(error);
+                    waiting.push(click);
                 }
+                Ok(Some(user)) => found.push((click, user)),
+                Ok(None) if now - click.since < CLICK_WAITS_FOR_IMPRESSION => {
+                    waiting.push(click.tried(now));
+                }
+                Ok(None) => given_up += 1,
             }
         }
+        if let Some(error) = failed {
+            // Every click back, found or not: the flush is made again whole.
+            waiting.extend(found.into_iter().map(|(click, _)| click));
+            return Err((error, waiting));
+        }
+        if given_up > 0 {
+            metrics::counter!("adevents_event_index_clicks_without_user_total").increment(given_up);
+        }
+        let found = found
+            .into_iter()
+            .map(|(click, user)| click.entry.for_user(user))
+            .collect();
         Ok((found, waiting))
     }
 
-    /// The user of a click's impression, from the index: its week first, then older ones.
-    async fn stored_user(&self, click: &IndexEntry) -> Result<Option<UserId>, StoreError> {
-        let at = click.timestamp.instant();
-        for week in Week::newest_first(at - IMPRESSION_LOOK_BACK, at) {
+    /// The user of a click's impression, from the index: the click's week first, then older
+    /// ones, as far back as the click's lookup goes.
+    async fn stored_user(&self, click: &WaitingClick) -> Result<Option<UserId>, StoreError> {
+        let entry = &click.entry;
+        for week in click.weeks() {
             let entries = self
                 .store
                 .read_index(
-                    click.advertiser_id,
+                    entry.advertiser_id,
                     week,
-                    IndexKey::Impression(click.impression_id),
+                    IndexKey::Impression(entry.impression_id),
                 )
                 .await?;
             let user = entries
                 .iter()
-                .filter(|entry| entry.kind == IndexedKind::Impression)
-                .find_map(|entry| entry.user_id);
+                .filter(|indexed| indexed.kind == IndexedKind::Impression)
+                .find_map(|indexed| indexed.user_id);
             if let Some(user) = user {
-                lock(&self.users).insert((click.advertiser_id, click.impression_id), user);
+                lock(&self.users).insert((entry.advertiser_id, entry.impression_id), user);
                 return Ok(Some(user));
             }
         }
@@ -409,20 +500,104 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::{AdId, CampaignId};
+    use crate::domain::time::EventTime;
     use crate::store::embedded::{EmbeddedStore, Fsync};
+    use uuid::Uuid;
+
+    fn indexer_on(store: &Arc<EmbeddedStore>) -> Arc<EventIndexer> {
+        let registry = Arc::new(ProcessRegistry::new(
+            Arc::clone(store) as Arc<dyn ProcessStore>
+        ));
+        Arc::new(EventIndexer::new(
+            Arc::clone(store) as Arc<dyn EventIndexStore>,
+            Arc::clone(store) as Arc<dyn SubjectStore>,
+            registry,
+        ))
+    }
+
+    fn entry(kind: IndexedKind, key: IndexKey, user: Option<UserId>) -> IndexEntry {
+        IndexEntry {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            key,
+            timestamp: EventTime::from_stored(Utc::now()),
+            kind,
+            impression_id: ImpressionId::new(Uuid::from_u128(2)),
+            campaign_id: CampaignId::new(Uuid::from_u128(3)),
+            ad_id: AdId::new(Uuid::from_u128(4)),
+            user_id: user,
+            received: DateTime::UNIX_EPOCH,
+            valid: true,
+        }
+    }
+
+    #[test]
+    fn a_waiting_click_is_looked_up_less_and_less_often_and_then_only_lately() {
+        let now = Utc::now();
+        let click = entry(
+            IndexedKind::Click,
+            IndexKey::Impression(ImpressionId::new(Uuid::from_u128(2))),
+            None,
+        );
+        let mut waiting = WaitingClick::new(click, now);
+        assert_eq!(waiting.weeks().count(), 14, "the whole look-back at first");
+        let mut waits = Vec::new();
+        let mut at = now;
+        while at - waiting.since < CLICK_WAITS_FOR_IMPRESSION {
+            waiting = waiting.tried(at);
+            waits.push((waiting.next_try - at).num_seconds());
+            at = waiting.next_try;
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64]);
+        assert!(waiting.weeks().count() <= 2, "then the last week only");
+    }
+
+    #[tokio::test]
+    async fn a_click_stored_before_its_impression_is_indexed_under_its_user_once_it_comes() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
+        let indexer = indexer_on(&store);
+        let (impression, user) = (
+            ImpressionId::new(Uuid::from_u128(2)),
+            UserId::new(Uuid::from_u128(5)),
+        );
+        let click = entry(IndexedKind::Click, IndexKey::Impression(impression), None);
+        indexer.stored(vec![click.clone()]);
+        indexer.flush().await.expect("flushed");
+        assert_eq!(lock(&indexer.waiting).len(), 1, "the click waits");
+
+        indexer.stored(vec![
+            entry(
+                IndexedKind::Impression,
+                IndexKey::Impression(impression),
+                Some(user),
+            ),
+            entry(IndexedKind::Impression, IndexKey::User(user), Some(user)),
+        ]);
+        indexer.flush().await.expect("flushed");
+        assert_eq!(
+            lock(&indexer.waiting).len(),
+            1,
+            "not looked up before its time"
+        );
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        indexer.flush().await.expect("flushed");
+        assert!(lock(&indexer.waiting).is_empty());
+        let by_user = store
+            .read_index(click.advertiser_id, click.week(), IndexKey::User(user))
+            .await
+            .expect("read");
+        assert!(
+            by_user.iter().any(|entry| entry.kind == IndexedKind::Click),
+            "{by_user:?}"
+        );
+    }
 
     #[tokio::test]
     async fn an_ingest_call_under_way_holds_the_index_back_until_it_ends() {
         let folder = tempfile::tempdir().expect("temp dir");
         let store = Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
-        let registry = Arc::new(ProcessRegistry::new(
-            Arc::clone(&store) as Arc<dyn ProcessStore>
-        ));
-        let indexer = Arc::new(EventIndexer::new(
-            Arc::clone(&store) as Arc<dyn EventIndexStore>,
-            Arc::clone(&store) as Arc<dyn SubjectStore>,
-            registry,
-        ));
+        let indexer = indexer_on(&store);
         let (first, second) = (indexer.begin_storing(), indexer.begin_storing());
         let began = first.began.min(second.began);
         tokio::time::sleep(Duration::from_millis(5)).await;
