@@ -83,6 +83,11 @@ impl WaitingClick {
         }
     }
 
+    /// The impression it waits for.
+    fn key(&self) -> (AdvertiserId, ImpressionId) {
+        (self.entry.advertiser_id, self.entry.impression_id)
+    }
+
     /// Waits again after one more lookup that did not find its impression.
     fn tried(mut self, now: DateTime<Utc>) -> Self {
         self.tries += 1;
@@ -248,22 +253,30 @@ impl EventIndexer {
             };
             (Utc::now(), taken, queue.first().map(|entry| entry.received))
         };
-        // The waiting clicks due for another lookup; the others wait on untouched.
+        self.remember_users(&entries);
+        // The waiting clicks due for another lookup, and those whose impression's user this
+        // process has learnt since (no read); the others wait on untouched. Those that
+        // waited come first: past the bound on waiting, the new ones are given up.
         let due: Vec<WaitingClick> = {
+            let users = lock(&self.users);
             let mut waiting = lock(&self.waiting);
             let (due, later) = std::mem::take(&mut *waiting)
                 .into_iter()
-                .partition(|click| click.next_try <= started_at);
+                .partition(|click| {
+                    click.next_try <= started_at || users.contains_key(&click.key())
+                });
             *waiting = later;
             due
         };
-        let clicks: Vec<WaitingClick> = entries
-            .iter()
-            .filter(|entry| entry.kind == IndexedKind::Click)
-            .map(|entry| WaitingClick::new(entry.clone(), started_at))
-            .chain(due)
+        let clicks: Vec<WaitingClick> = due
+            .into_iter()
+            .chain(
+                entries
+                    .iter()
+                    .filter(|entry| entry.kind == IndexedKind::Click)
+                    .map(|entry| WaitingClick::new(entry.clone(), started_at)),
+            )
             .collect();
-        self.remember_users(&entries);
         let (found, still_waiting) = match self.users_of(clicks, started_at).await {
             Ok(result) => result,
             Err((error, clicks)) => {
@@ -271,17 +284,30 @@ impl EventIndexer {
                 return Err(error);
             }
         };
-        entries.extend(found);
+        entries.extend(
+            found
+                .iter()
+                .map(|(click, user)| click.entry.for_user(*user)),
+        );
+        // Should a write fail, every click goes back: those found too (the ones queued by
+        // this flush come again from its entries).
+        let all_clicks = |found: Vec<(WaitingClick, UserId)>, waiting: Vec<WaitingClick>| {
+            found
+                .into_iter()
+                .map(|(click, _)| click)
+                .chain(waiting)
+                .collect::<Vec<_>>()
+        };
         // The directory first: an erasure finds a user's entries only through it, so no entry
         // may be stored before the line that leads to it.
         if let Err(error) = self.write_directory(&entries).await {
-            self.requeue(entries, still_waiting, started_at);
+            self.requeue(entries, all_clicks(found, still_waiting), started_at);
             return Err(error);
         }
         if !entries.is_empty()
             && let Err(error) = self.store.write_index(&entries).await
         {
-            self.requeue(entries, still_waiting, started_at);
+            self.requeue(entries, all_clicks(found, still_waiting), started_at);
             return Err(error);
         }
         self.wait_on(still_waiting);
@@ -396,79 +422,97 @@ impl EventIndexer {
         }
     }
 
-    /// The user entries of the clicks whose impressions are known, and the clicks that still
-    /// wait (those waiting past [`CLICK_WAITS_FOR_IMPRESSION`] are given up), looked up
-    /// [`LOOKUPS_AT_ONCE`] at a time.
+    /// The clicks whose impressions' users are known, with them, and the clicks that still
+    /// wait (those waiting past [`CLICK_WAITS_FOR_IMPRESSION`] are given up). Each impression
+    /// is looked up once, however many clicks name it, [`LOOKUPS_AT_ONCE`] at a time, and
+    /// none after the first that fails.
     async fn users_of(
         &self,
         clicks: Vec<WaitingClick>,
         now: DateTime<Utc>,
-    ) -> Result<(Vec<IndexEntry>, Vec<WaitingClick>), (StoreError, Vec<WaitingClick>)> {
-        let looked_up: Vec<(WaitingClick, Result<Option<UserId>, StoreError>)> =
-            stream::iter(clicks)
-                .map(|click| async move {
-                    let key = (click.entry.advertiser_id, click.entry.impression_id);
+    ) -> Result<(Vec<(WaitingClick, UserId)>, Vec<WaitingClick>), (StoreError, Vec<WaitingClick>)>
+    {
+        // One lookup per impression, as far back as its widest click asks (a new one's).
+        let mut widest: HashMap<(AdvertiserId, ImpressionId), &WaitingClick> = HashMap::new();
+        for click in &clicks {
+            widest
+                .entry(click.key())
+                .and_modify(|held| {
+                    if click.tries < held.tries {
+                        *held = click;
+                    }
+                })
+                .or_insert(click);
+        }
+        let lookups: Vec<((AdvertiserId, ImpressionId), Vec<Week>)> = widest
+            .into_iter()
+            .map(|(key, click)| (key, click.weeks().collect()))
+            .collect();
+        let mut users: HashMap<(AdvertiserId, ImpressionId), Option<UserId>> = HashMap::new();
+        let mut failed = None;
+        {
+            let mut looked_up = stream::iter(lookups)
+                .map(|(key, weeks)| async move {
                     let remembered = lock(&self.users).get(&key).copied();
                     let user = match remembered {
                         Some(user) => Ok(Some(user)),
-                        None => self.stored_user(&click).await,
+                        None => self.stored_user(key, weeks).await,
                     };
-                    (click, user)
+                    (key, user)
                 })
-                .buffer_unordered(LOOKUPS_AT_ONCE)
-                .collect()
-                .await;
-        let mut failed = None;
-        let mut found = Vec::new();
-        let mut waiting = Vec::new();
-        let mut given_up = 0;
-        for (click, user) in looked_up {
-            match user {
-                Err(error) => {
-                    failed.get_or_insert(error);
-                    waiting.push(click);
+                .buffer_unordered(LOOKUPS_AT_ONCE);
+            while let Some((key, user)) = looked_up.next().await {
+                match user {
+                    Ok(user) => {
+                        users.insert(key, user);
+                    }
+                    Err(error) => {
+                        failed = Some(error);
+                        break;
+                    }
                 }
-                Ok(Some(user)) => found.push((click, user)),
-                Ok(None) if now - click.since < CLICK_WAITS_FOR_IMPRESSION => {
-                    waiting.push(click.tried(now));
-                }
-                Ok(None) => given_up += 1,
             }
         }
         if let Some(error) = failed {
-            // Every click back, found or not: the flush is made again whole.
-            waiting.extend(found.into_iter().map(|(click, _)| click));
-            return Err((error, waiting));
+            // Every click back: the flush is made again whole.
+            return Err((error, clicks));
+        }
+        let mut found = Vec::new();
+        let mut waiting = Vec::new();
+        let mut given_up = 0;
+        for click in clicks {
+            match users.get(&click.key()).copied().flatten() {
+                Some(user) => found.push((click, user)),
+                None if now - click.since < CLICK_WAITS_FOR_IMPRESSION => {
+                    waiting.push(click.tried(now));
+                }
+                None => given_up += 1,
+            }
         }
         if given_up > 0 {
             metrics::counter!("adevents_event_index_clicks_without_user_total").increment(given_up);
         }
-        let found = found
-            .into_iter()
-            .map(|(click, user)| click.entry.for_user(user))
-            .collect();
         Ok((found, waiting))
     }
 
-    /// The user of a click's impression, from the index: the click's week first, then older
-    /// ones, as far back as the click's lookup goes.
-    async fn stored_user(&self, click: &WaitingClick) -> Result<Option<UserId>, StoreError> {
-        let entry = &click.entry;
-        for week in click.weeks() {
+    /// The user of an impression, from the index, looked for in `weeks` (a click's week
+    /// first, then older ones, as far back as the click's lookup goes).
+    async fn stored_user(
+        &self,
+        (advertiser, impression): (AdvertiserId, ImpressionId),
+        weeks: Vec<Week>,
+    ) -> Result<Option<UserId>, StoreError> {
+        for week in weeks {
             let entries = self
                 .store
-                .read_index(
-                    entry.advertiser_id,
-                    week,
-                    IndexKey::Impression(entry.impression_id),
-                )
+                .read_index(advertiser, week, IndexKey::Impression(impression))
                 .await?;
             let user = entries
                 .iter()
                 .filter(|indexed| indexed.kind == IndexedKind::Impression)
                 .find_map(|indexed| indexed.user_id);
             if let Some(user) = user {
-                lock(&self.users).insert((entry.advertiser_id, entry.impression_id), user);
+                lock(&self.users).insert((advertiser, impression), user);
                 return Ok(Some(user));
             }
         }
@@ -553,7 +597,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_click_stored_before_its_impression_is_indexed_under_its_user_once_it_comes() {
+    async fn a_click_stored_before_its_impression_is_indexed_under_its_user_as_it_comes() {
         let folder = tempfile::tempdir().expect("temp dir");
         let store = Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
         let indexer = indexer_on(&store);
@@ -574,13 +618,7 @@ mod tests {
             ),
             entry(IndexedKind::Impression, IndexKey::User(user), Some(user)),
         ]);
-        indexer.flush().await.expect("flushed");
-        assert_eq!(
-            lock(&indexer.waiting).len(),
-            1,
-            "not looked up before its time"
-        );
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        // Not due for a lookup yet, but the impression's user is known now: no read needed.
         indexer.flush().await.expect("flushed");
         assert!(lock(&indexer.waiting).is_empty());
         let by_user = store
