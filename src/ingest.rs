@@ -263,7 +263,7 @@ impl Ingestor {
         }
         let indexed_days = self.mark_for_index(&events, &counted_days).await?;
         let partitions = self.partition(events).await?;
-        let late = self.index_days(&partitions, &[]).await?;
+        let late = self.index_days(&partitions).await?;
         let times: Vec<(CampaignKey, DateTime<Utc>)> = partitions
             .iter()
             .flat_map(|(partition, events)| {
@@ -328,7 +328,7 @@ impl Ingestor {
             return Ok(());
         }
         let partitions = self.partition(reports).await?;
-        let late = self.index_days(&partitions, &[]).await?;
+        let late = self.index_days(&partitions).await?;
         let times: Vec<(CampaignKey, DateTime<Utc>)> = partitions
             .iter()
             .flat_map(|(partition, reports)| {
@@ -385,7 +385,7 @@ impl Ingestor {
             .iter()
             .map(|(campaign, at)| (*campaign, Day::new(at.date_naive())))
             .collect();
-        let late = self.index_campaign_days(days, &[]).await?;
+        let late = self.index_campaign_days(days).await?;
         let now = Utc::now();
         let mut marks = SliceMarks::new();
         for (campaign, at) in credited {
@@ -443,7 +443,7 @@ impl Ingestor {
             None => Vec::new(),
         };
         let partitions = self.partition(events).await?;
-        let mut late = self.index_days(&partitions, &[]).await?;
+        let mut late = self.index_days(&partitions).await?;
         let clicked: Vec<ClickWritten> = partitions
             .iter()
             .flat_map(|(partition, clicks)| {
@@ -515,25 +515,23 @@ impl Ingestor {
     }
 
     /// Before any event is written, indexes each new campaign-day (the sealer finds days by
-    /// it); returns the days the events make late: those past their grace period (plus
-    /// `also_late`), by the events' age, never by checking a seal.
+    /// it); returns the days the events make late: those past their grace period, by the
+    /// events' age, never by checking a seal.
     async fn index_days<E>(
         &self,
         partitions: &BTreeMap<EventPartition, Vec<E>>,
-        also_late: &[(CampaignKey, Day)],
     ) -> Result<BTreeSet<(CampaignKey, Day)>, StoreError> {
         let days: BTreeSet<(CampaignKey, Day)> = partitions
             .keys()
             .map(|partition| (partition.campaign, partition.day))
             .collect();
-        self.index_campaign_days(days, also_late).await
+        self.index_campaign_days(days).await
     }
 
     /// [`Self::index_days`] of campaign-days named directly.
     async fn index_campaign_days(
         &self,
         days: BTreeSet<(CampaignKey, Day)>,
-        also_late: &[(CampaignKey, Day)],
     ) -> Result<BTreeSet<(CampaignKey, Day)>, StoreError> {
         let now = Utc::now();
         let new_days: Vec<(CampaignKey, Day)> = days
@@ -552,7 +550,6 @@ impl Ingestor {
         Ok(days
             .into_iter()
             .filter(|(_, day)| self.sealing.is_late(*day, now))
-            .chain(also_late.iter().copied())
             .collect())
     }
 
