@@ -4,17 +4,21 @@
 -- a `user_id` drawn from a pool of BENCH_USERS (100000) users, so that they find the events
 -- the `events` part posted. BENCH_PART=events posts instead those users' events: batches of
 -- BENCH_BATCH impressions (one campaign, 20 ads), each followed by a batch of clicks on one in
--- ten of them, so the deciding reads real index entries (post-click and post-view).
+-- BENCH_CLICK_EVERY (10) of them, so the deciding reads real index entries (post-click and
+-- post-view). `BENCH_LOAD=clicks scripts/bench-pair` posts those events alone, every
+-- impression clicked.
 local batch = tonumber(os.getenv("BENCH_BATCH") or "500")
 local users = tonumber(os.getenv("BENCH_USERS") or "100000")
 local part = os.getenv("BENCH_PART") or "conversions"
+local click_every = tonumber(os.getenv("BENCH_CLICK_EVERY") or "10")
 local key = os.getenv("BENCH_KEY") or ""
 local advertiser = "6f1c1e1a-0000-4000-8000-00000000000a"
 local campaign = "6f1c1e1a-0000-4000-8000-00000000000c"
 local ads = {}
 local prefix
 local sent = 0
--- The impressions of the last `events` batch, clicked one in ten by the next request.
+-- The impressions of the last `events` batch, clicked one in BENCH_CLICK_EVERY by the next
+-- request.
 local shown = nil
 
 local function uuid()
@@ -57,7 +61,7 @@ local function events()
   local now = os.time() * 1000
   local lines = {}
   if shown then
-    for n = 1, #shown, 10 do
+    for n = 1, #shown, click_every do
       local i = shown[n]
       lines[#lines + 1] = '{"impression_id":"' .. i[1] .. '","advertiser_id":"' .. advertiser
         .. '","campaign_id":"' .. campaign .. '","ad_id":"' .. i[2] .. '","timestamp":' .. now .. '}'
