@@ -54,6 +54,9 @@ const IMPRESSION_LOOK_BACK: TimeDelta = TimeDelta::days(91);
 /// found at once is given up (as after [`CLICK_WAITS_FOR_IMPRESSION`]): clicks of ids never
 /// stored (a lost impression, or a caller's made-up ids) cannot fill memory or the flushes.
 const CLICKS_WAITING: usize = 100_000;
+/// Clicks of one advertiser waiting at most: one tenant posting clicks of made-up ids fills
+/// its own share, not the room every other tenant's clicks wait in.
+const CLICKS_WAITING_PER_ADVERTISER: usize = CLICKS_WAITING / 10;
 /// The first wait before a waiting click is looked up again; each later one doubles, so a
 /// click waits its two minutes through eight lookups, not one per flush.
 const FIRST_RETRY: TimeDelta = TimeDelta::seconds(1);
@@ -351,13 +354,25 @@ impl EventIndexer {
         );
     }
 
-    /// Puts clicks back to wait, as far as [`CLICKS_WAITING`] allows; those past it are given
-    /// up (their entries by the impression's id are written).
+    /// Puts clicks back to wait, as far as [`CLICKS_WAITING`] and each advertiser's
+    /// [`CLICKS_WAITING_PER_ADVERTISER`] allow; those past them are given up (their entries by
+    /// the impression's id are written).
     fn wait_on(&self, clicks: Vec<WaitingClick>) {
         let mut waiting = lock(&self.waiting);
-        let room = CLICKS_WAITING.saturating_sub(waiting.len());
-        let given_up = clicks.len().saturating_sub(room);
-        waiting.extend(clicks.into_iter().take(room));
+        let mut per_advertiser: HashMap<AdvertiserId, usize> = HashMap::new();
+        for click in waiting.iter() {
+            *per_advertiser.entry(click.entry.advertiser_id).or_default() += 1;
+        }
+        let mut given_up = 0;
+        for click in clicks {
+            let held = per_advertiser.entry(click.entry.advertiser_id).or_default();
+            if waiting.len() < CLICKS_WAITING && *held < CLICKS_WAITING_PER_ADVERTISER {
+                *held += 1;
+                waiting.push(click);
+            } else {
+                given_up += 1;
+            }
+        }
         if given_up > 0 {
             metrics::counter!("adevents_event_index_clicks_without_user_total")
                 .increment(given_up as u64);
@@ -594,6 +609,40 @@ mod tests {
         }
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64]);
         assert!(waiting.weeks().count() <= 2, "then the last week only");
+    }
+
+    #[tokio::test]
+    async fn one_advertiser_cannot_take_the_room_other_advertisers_clicks_wait_in() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(EmbeddedStore::open_for_test(folder.path(), Fsync::Never));
+        let indexer = indexer_on(&store);
+        let click_of = |advertiser: u128, impression: u128| {
+            let mut click = entry(
+                IndexedKind::Click,
+                IndexKey::Impression(ImpressionId::new(Uuid::from_u128(impression))),
+                None,
+            );
+            click.advertiser_id = AdvertiserId::new(Uuid::from_u128(advertiser));
+            WaitingClick::new(click, Utc::now())
+        };
+        let flood: Vec<WaitingClick> = (0..CLICKS_WAITING_PER_ADVERTISER as u128 + 5)
+            .map(|impression| click_of(1, 1_000 + impression))
+            .collect();
+        indexer.wait_on(flood);
+        indexer.wait_on(vec![click_of(1, 1), click_of(9, 2)]);
+        let waiting = lock(&indexer.waiting);
+        let of = |advertiser: u128| {
+            waiting
+                .iter()
+                .filter(|click| click.entry.advertiser_id.as_uuid().as_u128() == advertiser)
+                .count()
+        };
+        assert_eq!(
+            of(1),
+            CLICKS_WAITING_PER_ADVERTISER,
+            "the flood, up to its share"
+        );
+        assert_eq!(of(9), 1, "another advertiser's click still waits");
     }
 
     #[tokio::test]
