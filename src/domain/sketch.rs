@@ -176,6 +176,11 @@ impl UniqueSketch {
         }
     }
 
+    /// Whether no member was ever added (a dense sketch always had some).
+    pub(crate) fn is_empty(&self) -> bool {
+        matches!(&self.0, Repr::Sparse(entries) if entries.is_empty())
+    }
+
     /// Whether inserting `member` would leave the state as it is (a search of the list or one
     /// register read: no shift of a long list).
     pub(crate) fn holds(&self, member: MemberHash) -> bool {

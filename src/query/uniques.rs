@@ -93,13 +93,15 @@ struct Tally {
 }
 
 impl Tally {
-    /// The counts; unique visitors never exceed visits, nor are zero when there are visits
-    /// (an estimate must not contradict the exact count beside it).
+    /// The counts; unique visitors never exceed visits, nor are zero when a visit had a
+    /// visitor (an estimate must not contradict the exact count beside it). Visits without a
+    /// visitor (Global Privacy Control) add to `visits` alone, so a period of only those has
+    /// none.
     fn finish(self) -> VisitCounts {
         let estimate = self.sketch.estimate();
         VisitCounts {
             visits: self.visits,
-            unique_visitors: if self.visits == 0 {
+            unique_visitors: if self.visits == 0 || self.sketch.is_empty() {
                 0
             } else {
                 estimate.clamp(1, self.visits)

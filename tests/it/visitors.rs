@@ -17,6 +17,7 @@ conformance!(
     visitor_requests_are_checked_like_beacons,
     gpc_beacons_count_as_visits_without_a_visitor_and_cannot_be_found,
     gpc_is_ignored_where_the_site_does_not_respect_it,
+    a_site_visited_only_under_gpc_has_visits_and_no_visitor,
 );
 
 /// Some minutes ago, to the millisecond: a day no seal has closed.
@@ -284,4 +285,22 @@ async fn gpc_is_ignored_where_the_site_does_not_respect_it(backend: Backend) {
     .await;
     assert!(counted, "{}", totals(&server, &site).await);
     access_listing(&server, &visitor(&site, guid), 1).await;
+}
+
+async fn a_site_visited_only_under_gpc_has_visits_and_no_visitor(backend: Backend) {
+    let server = backend.server().await;
+    let site = site_respecting_gpc(&server, true).await;
+    track_with(&server, &site, "one", minutes_ago(6), "/a", true).await;
+    track_with(&server, &site, "two", minutes_ago(5), "/b", true).await;
+
+    let counted = eventually(std::time::Duration::from_secs(10), || async {
+        totals(&server, &site).await["visits"] == 2
+    })
+    .await;
+    assert!(counted, "{}", totals(&server, &site).await);
+    // Flushed sketches hold no member either.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let totals = totals(&server, &site).await;
+    assert_eq!(totals["visits"], 2, "{totals}");
+    assert_eq!(totals["unique_visitors"], 0, "{totals}");
 }
