@@ -365,7 +365,14 @@ async fn bad_requests_are_refused_naming_the_field(backend: Backend) {
             json!({"user_id": Uuid::new_v4(), "advertiser_id": "x"}),
             "advertiser_id",
         ),
-        (json!({"user_id": Uuid::new_v4(), "name": "x"}), "body"),
+        (json!({"user_id": Uuid::new_v4(), "name": "x"}), "name"),
+        // Left out means every advertiser; a null is not taken for that.
+        (
+            json!({"user_id": Uuid::new_v4(), "advertiser_id": null}),
+            "advertiser_id",
+        ),
+        (json!({"user_id": 7}), "user_id"),
+        (json!([Uuid::new_v4(), null, null, null]), "body"),
         (json!({"site": "example.com"}), "guid"),
         (json!({"guid": "g"}), "guid"),
     ];

@@ -22,16 +22,16 @@ use utoipa::ToSchema;
 pub(crate) struct ErasureRequest {
     /// The ad servers' `user_id`: that user's impressions, their clicks and view reports.
     /// Either this or `site` and `guid`.
-    #[schema(value_type = Option<uuid::Uuid>)]
+    #[schema(value_type = uuid::Uuid, required = false)]
     user_id: Option<String>,
-    /// Only this advertiser's data (default: every advertiser's); with `user_id` only.
-    #[schema(value_type = Option<uuid::Uuid>)]
+    /// Only this advertiser's data (left out: every advertiser's); with `user_id` only.
+    #[schema(value_type = uuid::Uuid, required = false)]
     advertiser_id: Option<String>,
     /// A site's visitor, with `guid`: that visitor's beacons on the site.
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    #[schema(value_type = String, required = false, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
     site: Option<String>,
     /// The visitor's id as its page script sends it (1–128 characters, no control character).
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(value_type = String, required = false, min_length = 1, max_length = 128)]
     guid: Option<String>,
 }
 
@@ -113,12 +113,7 @@ pub(crate) async fn post_erasure(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = small_body(body).await?;
-    let request: ErasureRequest = serde_json::from_slice(&body).map_err(|error| {
-        ApiError::invalid(
-            "body",
-            format!("is not a JSON object of an erasure: {error}"),
-        )
-    })?;
+    let request = erasure_request(&body)?;
     let (subject, scope) = subject_of(SubjectFields {
         user_id: request.user_id.as_deref(),
         advertiser_id: request.advertiser_id.as_deref(),
@@ -128,6 +123,41 @@ pub(crate) async fn post_erasure(
     let record = state.erasures.request(subject, scope).await?;
     tracing::info!(erasure = %record.id, "erasure requested");
     Ok((StatusCode::ACCEPTED, Json(ErasureAnswer::from(&record))).into_response())
+}
+
+/// The fields an erasure request may carry.
+const FIELDS: [&str; 4] = ["user_id", "advertiser_id", "site", "guid"];
+
+/// The request in `body`: a JSON object of [`FIELDS`], each a string. A `null` is refused
+/// rather than taken as left out: a template that fills `advertiser_id` with nothing must not
+/// turn one advertiser's erasure into every advertiser's.
+fn erasure_request(body: &[u8]) -> Result<ErasureRequest, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|error| ApiError::invalid("body", format!("is not JSON: {error}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(ApiError::invalid(
+            "body",
+            "is not a JSON object of an erasure",
+        ));
+    };
+    for (name, field) in object {
+        let Some(known) = FIELDS.iter().find(|known| **known == name.as_str()) else {
+            let shown: String = name.chars().take(64).collect();
+            return Err(ApiError::invalid(&shown, "is not a field of an erasure"));
+        };
+        if !field.is_string() {
+            return Err(ApiError::invalid(
+                known,
+                "must be a string (leave the field out rather than sending null)",
+            ));
+        }
+    }
+    serde_json::from_value(value).map_err(|error| {
+        ApiError::invalid(
+            "body",
+            format!("is not a JSON object of an erasure: {error}"),
+        )
+    })
 }
 
 #[utoipa::path(
