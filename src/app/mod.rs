@@ -218,7 +218,11 @@ impl App {
                 Arc::clone(&seal_progress),
             )),
             erasures: Arc::clone(&erasures),
-            subject_access: Arc::new(SubjectAccess::new(Arc::clone(&store), finder)),
+            subject_access: Arc::new(SubjectAccess::new(
+                Arc::clone(&store),
+                finder,
+                Arc::clone(&indexer),
+            )),
         };
         Self {
             state: AppState::new(handlers, edge),

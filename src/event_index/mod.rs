@@ -211,6 +211,19 @@ impl EventIndexer {
         *lock(&self.indexed_through)
     }
 
+    /// Waits until everything this process stored before `at` is indexed, at most
+    /// `patience`; says whether it is.
+    pub(crate) async fn wait_indexed_through(&self, at: DateTime<Utc>, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        while self.indexed_through() < at {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
     /// The moment before which every running process's stored events are indexed: this
     /// process's own, and on a shared store the least that any other running process reports.
     /// What waits for the index (a conversion's decision, an erasure) waits for this.

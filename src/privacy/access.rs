@@ -10,10 +10,13 @@ use crate::domain::ids::{AdvertiserId, CampaignKey};
 use crate::domain::privacy::Subject;
 use crate::domain::traffic::UserAgent;
 use crate::domain::view::StoredReport;
+use crate::event_index::EventIndexer;
 use crate::store::{ClickRow, ConversionRecord, Store, StoreError, VisitRow};
+use chrono::Utc;
 use futures::{StreamExt, TryStreamExt, stream};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Clicks of one impression whose user agents are read at once.
 const CLICKS_IN_FLIGHT: usize = 16;
@@ -46,14 +49,27 @@ pub(crate) enum SubjectRecord {
     },
 }
 
+/// How long an access waits for this process's index to take in what it stored before the
+/// request (a flush, 200 ms, when all is well); past it, the request is a 503 to retry.
+const INDEX_PATIENCE: Duration = Duration::from_secs(5);
+
 pub(crate) struct SubjectAccess {
     store: Arc<dyn Store>,
     finder: SubjectFinder,
+    indexer: Arc<EventIndexer>,
 }
 
 impl SubjectAccess {
-    pub(crate) fn new(store: Arc<dyn Store>, finder: SubjectFinder) -> Self {
-        Self { store, finder }
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        finder: SubjectFinder,
+        indexer: Arc<EventIndexer>,
+    ) -> Self {
+        Self {
+            store,
+            finder,
+            indexer,
+        }
     }
 
     /// The subject's records (a user's of one advertiser, or of all; a visitor's), to be read
@@ -67,6 +83,18 @@ impl SubjectAccess {
         let (left, conversions, visits): (VecDeque<FoundImpression>, _, VisitPages) = match subject
         {
             Subject::User(user) => {
+                // A user's events are found through the index, written beside ingestion: an
+                // event acknowledged just before the request must be in it first.
+                let asked_at = Utc::now();
+                if !self
+                    .indexer
+                    .wait_indexed_through(asked_at, INDEX_PATIENCE)
+                    .await
+                {
+                    return Err(StoreError::unavailable_message(
+                        "the index of users' events is behind what this process stored",
+                    ));
+                }
                 let mut found = self.finder.find(*user, scope, None).await?;
                 // A copy re-sent with another user is that user's, not this one's.
                 for record in &mut found.conversions {

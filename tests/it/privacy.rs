@@ -27,6 +27,7 @@ use uuid::Uuid;
 conformance!(
     an_erasure_removes_the_users_events_and_leaves_other_users_intact,
     subject_access_lists_every_record_of_the_user_and_only_the_named_advertisers,
+    subject_access_right_after_the_acknowledgement_lists_the_event,
     a_scoped_erasure_leaves_the_users_other_advertisers_alone,
     a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept,
     a_click_of_an_erased_impression_is_dropped_whenever_it_comes,
@@ -245,6 +246,21 @@ async fn subject_access_lists_every_record_of_the_user_and_only_the_named_advert
             .all(|line| line["advertiser_id"] == json!(one.advertiser_id.to_string())),
         "{scoped:#?}"
     );
+}
+
+async fn subject_access_right_after_the_acknowledgement_lists_the_event(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let user = Uuid::new_v4();
+    let shown = impression(&campaign, Uuid::new_v4(), user, minutes_ago(3));
+    post_all(&server, "/v1/impressions", std::slice::from_ref(&shown), 1).await;
+
+    // No waiting on the client's side: the index is written beside ingestion, and the
+    // access waits for it to hold what was acknowledged before.
+    let lines = access(&server, &format!("user_id={user}")).await;
+
+    assert_eq!(kinds(&lines), ["impression"], "{lines:#?}");
+    assert_eq!(lines[0]["impression_id"], shown["impression_id"]);
 }
 
 async fn a_scoped_erasure_leaves_the_users_other_advertisers_alone(backend: Backend) {
