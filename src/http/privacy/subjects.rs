@@ -152,8 +152,10 @@ fn line(record: &SubjectRecord, store_ip: StoreIp) -> SubjectLine<'_> {
         (`site`, `timestamp`, `features`, `user_agent`, `invalid`) for a visitor; clicks and \
         visits carry the `user_agent` stored with them. Found through the index of \
         each user's events or the visitor index, so the cost follows the subject's events, not \
-        the store's size. Beacons sent under Global Privacy Control keep no visitor and are \
-        never listed. Streamed: a store failure after the first line cuts the body short.",
+        the store's size. A user's access first waits until the serving process has indexed \
+        what it acknowledged before the request (`503` past 5 s). Beacons sent under Global \
+        Privacy Control keep no visitor and are never listed. Streamed: a store failure after \
+        the first line cuts the body short.",
     params(
         ("user_id" = Option<String>, Query, description = "The ad servers' user id (or `site` and `guid`)"),
         ("advertiser_id" = Option<String>, Query, description = "Only this advertiser's records (with `user_id`)"),
