@@ -6,6 +6,8 @@
 //! IPv4 client) is an IPv4 client: it keeps its mapped form and loses its last octet, as the
 //! IPv4 address would. Taken as IPv6, its /48 would be `::`, which says nothing at all, and
 //! the view join (which reads it as IPv4, [`super::view::Network`]) would lose its client.
+//! A 6to4 address (`2002:AABB:CCDD::/48`) carries its client's whole IPv4 address in its /48,
+//! so it loses that address's last octet instead (a /40).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -51,8 +53,9 @@ impl std::fmt::Display for StoreIp {
     }
 }
 
-/// `address` with its last bits zeroed: an IPv4 address (mapped ones included) to its /24,
-/// any other IPv6 address to its /48. Idempotent, so a rewrite can run twice.
+/// `address` with its last bits zeroed: an IPv4 address (mapped ones included) to its /24, a
+/// 6to4 address to the /24 of the IPv4 address it carries, any other IPv6 address to its /48.
+/// Idempotent, so a rewrite can run twice.
 pub fn truncated(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V4(ip) => IpAddr::V4(truncated_v4(ip)),
@@ -60,11 +63,18 @@ pub fn truncated(address: IpAddr) -> IpAddr {
             Some(mapped) => IpAddr::V6(truncated_v4(mapped).to_ipv6_mapped()),
             None => {
                 let mut octets = ip.octets();
-                octets[6..].fill(0);
+                let kept = if six_to_four(ip).is_some() { 5 } else { 6 };
+                octets[kept..].fill(0);
                 IpAddr::V6(Ipv6Addr::from(octets))
             }
         },
     }
+}
+
+/// The IPv4 address a 6to4 address (`2002::/16`, RFC 3056) carries in its bits 16 to 48.
+pub(crate) fn six_to_four(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let octets = ip.octets();
+    (octets[..2] == [0x20, 0x02]).then(|| Ipv4Addr::new(octets[2], octets[3], octets[4], octets[5]))
 }
 
 fn truncated_v4(ip: Ipv4Addr) -> Ipv4Addr {
@@ -111,8 +121,20 @@ mod tests {
     }
 
     #[test]
+    fn a_6to4_address_loses_the_last_octet_of_the_ipv4_address_it_carries() {
+        // 2002:cb00:714d::/48 is 203.0.113.77 itself.
+        assert_eq!(truncated(ip("2002:cb00:714d::1")), ip("2002:cb00:7100::"));
+        assert_eq!(truncated(ip("2002:cb00:714d:5::")), ip("2002:cb00:7100::"));
+    }
+
+    #[test]
     fn truncation_is_idempotent() {
-        for text in ["198.51.100.9", "2001:db8:7:8::9", "::ffff:192.0.2.1"] {
+        for text in [
+            "198.51.100.9",
+            "2001:db8:7:8::9",
+            "::ffff:192.0.2.1",
+            "2002:cb00:714d::1",
+        ] {
             let once = truncated(ip(text));
             assert_eq!(truncated(once), once, "{text}");
         }
@@ -138,6 +160,7 @@ mod tests {
             "203.0.113.77",
             "2001:db8:1:2:3:4:5:6",
             "::ffff:203.0.113.77",
+            "2002:cb00:714d::1",
             "::1",
         ] {
             let full = Some(ip(text));

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use uuid::Uuid;
 
 /// A client's network: IPv4 /24 or IPv6 /48, the part of an address that stays the same for
-/// one viewer across requests and says little about who they are.
+/// one viewer across requests and says little about who they are. A 6to4 address is its IPv4
+/// client's, as truncation keeps it (`crate::domain::address::truncated`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Network {
     V4([u8; 3]),
@@ -21,8 +22,11 @@ impl Network {
                 let [a, b, c, _] = ip.octets();
                 Self::V4([a, b, c])
             }
-            IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
-                Some(mapped) => Self::of(IpAddr::V4(mapped)),
+            IpAddr::V6(ip) => match ip
+                .to_ipv4_mapped()
+                .or_else(|| crate::domain::address::six_to_four(ip))
+            {
+                Some(v4) => Self::of(IpAddr::V4(v4)),
                 None => {
                     let octets = ip.octets();
                     let mut prefix = [0; 6];
