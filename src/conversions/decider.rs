@@ -18,7 +18,7 @@ use crate::ingest::Ingestor;
 use crate::settings::SettingsCache;
 use crate::store::{DueConversion, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +32,10 @@ const CONCURRENCY: usize = 16;
 /// How often the conversions waiting for their decision are counted, and the most counted.
 const PENDING_EVERY: Duration = Duration::from_secs(10);
 const PENDING_COUNTED: usize = 10_000;
+/// Index entries one decision reads at most, newest first: a user with millions of events
+/// (a bot, or an ad server's one id for every cookieless visitor) costs a bounded read, not
+/// memory in proportion to its events. An older covered click past them is not seen.
+const ENTRIES_PER_DECISION: usize = 10_000;
 /// How far back the due list is read after a start: conversions that waited longer (no
 /// server running for a month) are decided only by `adevents` runs that reach back further.
 const DUE_REACH_DAYS: i64 = 31;
@@ -210,7 +214,8 @@ impl Decider {
     }
 
     /// The index entries the conversion's rule reads: the named impression's, else the
-    /// user's, over every week a look-back can reach.
+    /// user's, timed at or before the conversion, newest first over the weeks a look-back can
+    /// reach, at most [`ENTRIES_PER_DECISION`].
     async fn entries_of(&self, conversion: &Conversion) -> Result<Vec<IndexEntry>, StoreError> {
         let key = match conversion.named_impression() {
             Some(impression) => IndexKey::Impression(impression),
@@ -221,13 +226,20 @@ impl Decider {
         };
         let at = conversion.timestamp.instant();
         let reach = TimeDelta::seconds(i64::from(LookBack::CLICK_MAX.seconds()));
-        let store = &self.store;
-        let weeks: Vec<Vec<IndexEntry>> = stream::iter(Week::newest_first(at - reach, at))
-            .map(|week| async move { store.read_index(conversion.advertiser_id, week, key).await })
-            .buffer_unordered(CONCURRENCY)
-            .try_collect()
-            .await?;
-        Ok(weeks.into_iter().flatten().collect())
+        let mut entries = Vec::new();
+        // A week at a time, so that the newest weeks take the budget.
+        for week in Week::newest_first(at - reach, at) {
+            let left = ENTRIES_PER_DECISION - entries.len();
+            if left == 0 {
+                break;
+            }
+            entries.extend(
+                self.store
+                    .read_index_newest(conversion.advertiser_id, week, key, at, left)
+                    .await?,
+            );
+        }
+        Ok(entries)
     }
 
     /// The look-backs of every campaign among `entries`, as set now.

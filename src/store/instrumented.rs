@@ -646,6 +646,22 @@ impl EventIndexStore for Instrumented {
         timed("read_index", self.inner.read_index(advertiser, week, key)).await
     }
 
+    async fn read_index_newest(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        timed(
+            "read_index_newest",
+            self.inner
+                .read_index_newest(advertiser, week, key, at, limit),
+        )
+        .await
+    }
+
     fn finds_subjects_itself(&self) -> bool {
         self.inner.finds_subjects_itself()
     }

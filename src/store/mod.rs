@@ -590,6 +590,17 @@ pub trait EventIndexStore: Send + Sync {
         key: IndexKey,
     ) -> Result<Vec<IndexEntry>, StoreError>;
 
+    /// The newest `limit` entries of `key` in the advertiser's `week` timed at or before `at`,
+    /// newest first: what a decision reads, bounded however many events the key has.
+    async fn read_index_newest(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>, StoreError>;
+
     /// Whether the index itself leads to a user's entries of every advertiser
     /// ([`SubjectStore::read_subject_weeks`] finds them without directory lines), so the
     /// indexer writes no lines for events. A store whose index partitions begin with the

@@ -28,6 +28,7 @@ conformance!(
     a_conversion_waiting_for_its_decision_survives_a_restart,
     a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it,
     closed_slices_count_conversions_as_the_raw_read_does,
+    a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_more,
 );
 
 mod cassandra_only {
@@ -869,5 +870,85 @@ async fn closed_slices_count_conversions_as_the_raw_read_does(backend: Backend) 
     assert!(
         eventually(std::time::Duration::from_secs(40), from_slices).await,
         "the slices' aggregates answer as the raw read: {reference}"
+    );
+}
+
+/// What a decision reads of a user's index: the newest entries timed at or before the
+/// conversion, newest first, as many as asked, so a user with millions of events costs a
+/// bounded read (docs/API.md, "Limits and overload").
+async fn a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_more(
+    backend: Backend,
+) {
+    use adevents::domain::conversion::index::{IndexEntry, IndexKey, IndexedKind, Week};
+    use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId, UserId};
+    use adevents::domain::time::EventTime;
+    let store = backend.store().await;
+    let (advertiser, user) = (
+        AdvertiserId::new(Uuid::new_v4()),
+        UserId::new(Uuid::new_v4()),
+    );
+    // Within last week: from its start, one entry a minute.
+    let week = Week::of(Utc::now() - Duration::days(7));
+    let week_start = DateTime::from_timestamp(i64::from(week.get()) * 7 * 86_400, 0).expect("time");
+    let entry = |minute: i64| IndexEntry {
+        advertiser_id: advertiser,
+        key: IndexKey::User(user),
+        timestamp: EventTime::from_stored(week_start + Duration::minutes(minute)),
+        kind: IndexedKind::Impression,
+        impression_id: ImpressionId::new(Uuid::new_v4()),
+        campaign_id: CampaignId::new(Uuid::new_v4()),
+        ad_id: AdId::new(Uuid::new_v4()),
+        user_id: Some(user),
+        received: week_start + Duration::minutes(minute),
+        valid: true,
+    };
+    let entries: Vec<IndexEntry> = (0..50).map(entry).collect();
+    store.write_index(&entries).await.expect("written");
+
+    let newest = store
+        .read_index_newest(
+            advertiser,
+            week,
+            IndexKey::User(user),
+            week_start + Duration::minutes(30),
+            5,
+        )
+        .await
+        .expect("read");
+
+    let minutes: Vec<i64> = newest
+        .iter()
+        .map(|entry| (entry.timestamp.instant() - week_start).num_minutes())
+        .collect();
+    assert_eq!(
+        minutes,
+        [30, 29, 28, 27, 26],
+        "at or before the time, newest first"
+    );
+    let all = store
+        .read_index_newest(
+            advertiser,
+            week,
+            IndexKey::User(user),
+            week_start + Duration::days(7),
+            1_000,
+        )
+        .await
+        .expect("read");
+    assert_eq!(all.len(), 50);
+    let other = AdvertiserId::new(Uuid::new_v4());
+    let none = store
+        .read_index_newest(
+            other,
+            week,
+            IndexKey::User(user),
+            week_start + Duration::days(7),
+            1_000,
+        )
+        .await
+        .expect("read");
+    assert!(
+        none.is_empty(),
+        "another advertiser's entries are never read"
     );
 }

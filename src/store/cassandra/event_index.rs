@@ -36,6 +36,7 @@ const BATCHES_IN_FLIGHT: usize = 32;
 pub(crate) struct EventIndexStatements {
     insert: PreparedStatement,
     select: PreparedStatement,
+    select_newest: PreparedStatement,
 }
 
 impl EventIndexStatements {
@@ -43,7 +44,7 @@ impl EventIndexStatements {
         session: &Session,
         keyspace: &KeyspaceName,
     ) -> Result<Self, StoreError> {
-        let [insert, select] = prepare_all(
+        let [insert, select, select_newest] = prepare_all(
             session,
             [
                 format!(
@@ -56,10 +57,20 @@ impl EventIndexStatements {
                      valid FROM {keyspace}.event_index WHERE advertiser_id = ? AND week = ? \
                      AND bucket_id = ? AND key_kind = ? AND key_id = ?"
                 ),
+                format!(
+                    "SELECT timestamp, kind, impression_id, campaign_id, received, ad_id, user_id, \
+                     valid FROM {keyspace}.event_index WHERE advertiser_id = ? AND week = ? \
+                     AND bucket_id = ? AND key_kind = ? AND key_id = ? AND timestamp <= ? \
+                     ORDER BY key_kind DESC, key_id DESC, timestamp DESC LIMIT ?"
+                ),
             ],
         )
         .await?;
-        Ok(Self { insert, select })
+        Ok(Self {
+            insert,
+            select,
+            select_newest,
+        })
     }
 }
 
@@ -233,6 +244,41 @@ impl EventIndexStore for CassandraStore {
             &self.session,
             select,
             (advertiser_id, week, bucket_id, key.code(), key.id()),
+            CONTEXT,
+        )
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                row.into_entry(advertiser, key)
+                    .map_err(|why| decode_error(CONTEXT, Message(why)))
+            })
+            .collect()
+    }
+
+    async fn read_index_newest(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        const CONTEXT: &str = "reading the event index, newest first";
+        let select = &self.index_statements().await?.select_newest;
+        let (advertiser_id, week, bucket_id) = partition_of(advertiser, week, key);
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let rows: Vec<StoredEntry> = read_all(
+            &self.session,
+            select,
+            (
+                advertiser_id,
+                week,
+                bucket_id,
+                key.code(),
+                key.id(),
+                at,
+                limit,
+            ),
             CONTEXT,
         )
         .await?;

@@ -307,6 +307,32 @@ impl EmbeddedStore {
         .await
     }
 
+    /// The last `limit` (key, value) pairs from `start` (included) to `end` (excluded), last
+    /// first.
+    pub(super) async fn scan_range_newest(
+        &self,
+        table: Table,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: usize,
+        context: &'static str,
+    ) -> Result<KeyValues, StoreError> {
+        self.blocking(move |tables| {
+            tables
+                .get(table)
+                .range(start..end)
+                .rev()
+                .take(limit)
+                .map(|guard| {
+                    guard
+                        .into_inner()
+                        .map_err(|error| engine_error(context, error))
+                })
+                .collect()
+        })
+        .await
+    }
+
     /// Every (key, value) under `prefix` in one table, in key order, at most `limit`.
     pub(super) async fn scan(
         &self,

@@ -13,7 +13,7 @@ use crate::domain::privacy::SubjectWeek;
 use crate::domain::time::EventTime;
 use crate::store::{EventIndexStore, StoreError};
 use async_trait::async_trait;
-use chrono::DateTime;
+use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use uuid::Uuid;
 
@@ -125,6 +125,25 @@ impl EventIndexStore for EmbeddedStore {
         .iter()
         .map(|(key, value)| decode_entry(key, value).ok_or_else(|| corrupt(CONTEXT)))
         .collect()
+    }
+
+    async fn read_index_newest(
+        &self,
+        advertiser: AdvertiserId,
+        week: Week,
+        key: IndexKey,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        const CONTEXT: &str = "reading the event index, newest first";
+        let start = key_prefix(advertiser, week, key);
+        let mut end = start.clone();
+        end.extend_from_slice(&keys::ordered_i64(at.timestamp_millis().saturating_add(1)));
+        self.scan_range_newest(Table::EventIndex, start, end, limit, CONTEXT)
+            .await?
+            .iter()
+            .map(|(key, value)| decode_entry(key, value).ok_or_else(|| corrupt(CONTEXT)))
+            .collect()
     }
 
     fn finds_subjects_itself(&self) -> bool {
