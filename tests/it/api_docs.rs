@@ -23,6 +23,15 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
         doc["openapi"].as_str().unwrap_or("").starts_with("3."),
         "{doc}"
     );
+    // The bounds the server enforces are stated, as for impressions.
+    let conversion = &doc["components"]["schemas"]["Conversion"]["properties"];
+    for field in ["conversion_id", "action", "value", "currency"] {
+        assert!(
+            conversion[field]["pattern"].is_string(),
+            "{field}: {conversion}"
+        );
+    }
+    assert_eq!(conversion["conversion_id"]["maxLength"], 64, "{conversion}");
     let paths = doc["paths"].as_object().expect("paths");
     let mut documented: Vec<&str> = paths.keys().map(String::as_str).collect();
     documented.sort_unstable();

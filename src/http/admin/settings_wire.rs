@@ -44,11 +44,11 @@ pub(crate) struct CampaignSettingsWire {
     tz: Option<String>,
     /// Post-click look-back of conversions, `"0s"` to `"90d"` (default `"30d"`): a duration
     /// of a whole number and a unit, d, h, m or s; takes effect at once.
-    #[schema(example = "30d")]
+    #[schema(pattern = "^[0-9]{1,7}[dhms]$", example = "30d")]
     click_window: Option<String>,
     /// Post-view look-back of conversions, `"0s"` (off) to `"30d"` (default `"1d"`); takes
     /// effect at once.
-    #[schema(example = "1d")]
+    #[schema(pattern = "^[0-9]{1,7}[dhms]$", example = "1d")]
     view_window: Option<String>,
 }
 

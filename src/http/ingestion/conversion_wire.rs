@@ -20,14 +20,14 @@ pub(crate) struct ConversionWire<'a> {
     /// The order or lead id, 1–64 characters of `[A-Za-z0-9_.:-]`: with the advertiser, what
     /// makes a conversion one (sent again, it changes nothing).
     #[serde(borrow)]
-    #[schema(value_type = String, example = "order-20261128-0042")]
+    #[schema(value_type = String, min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9_.:-]+$", example = "order-20261128-0042")]
     conversion_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     #[schema(value_type = Id, inline)]
     advertiser_id: Option<Cow<'a, str>>,
     /// What converted, 1–64 characters of `[a-z0-9_.-]`: `purchase`, `signup`, …
     #[serde(borrow)]
-    #[schema(value_type = String, example = "purchase")]
+    #[schema(value_type = String, min_length = 1, max_length = 64, pattern = r"^[a-z0-9_.-]+$", example = "purchase")]
     action: Option<Cow<'a, str>>,
     /// RFC 3339, or an integer of epoch **milliseconds**: when the conversion happened.
     #[serde(borrow)]
@@ -49,11 +49,11 @@ pub(crate) struct ConversionWire<'a> {
     /// A decimal string (never a JSON number): ≥ 0, at most 10^12, no more decimals than the
     /// currency's minor unit (EUR 2, JPY 0, KWD 3).
     #[serde(borrow)]
-    #[schema(value_type = Option<String>, example = "129.90")]
+    #[schema(value_type = Option<String>, pattern = r"^[0-9]+(\.[0-9]+)?$", example = "129.90")]
     value: Option<Cow<'a, str>>,
     /// ISO 4217 code; required with `value`, refused without it.
     #[serde(borrow)]
-    #[schema(value_type = Option<String>, example = "EUR")]
+    #[schema(value_type = Option<String>, pattern = "^[A-Z]{3}$", example = "EUR")]
     currency: Option<Cow<'a, str>>,
 }
 
