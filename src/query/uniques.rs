@@ -93,15 +93,16 @@ struct Tally {
 }
 
 impl Tally {
-    /// The counts; unique visitors never exceed visits, nor are zero when a visit had a
-    /// visitor (an estimate must not contradict the exact count beside it). Visits without a
-    /// visitor (Global Privacy Control) add to `visits` alone, so a period of only those has
-    /// none.
-    fn finish(self) -> VisitCounts {
+    /// The counts; unique visitors never exceed visits, nor are zero when there are visits
+    /// and `any_visitor` says the answer has a visitor at all (an estimate must not contradict
+    /// the exact count beside it: a period's visitors may sit in a neighbour's hour, in a zone
+    /// a half hour off UTC). Visits without a visitor (Global Privacy Control) add to `visits`
+    /// alone, so an answer with only those has none.
+    fn finish(self, any_visitor: bool) -> VisitCounts {
         let estimate = self.sketch.estimate();
         VisitCounts {
             visits: self.visits,
-            unique_visitors: if self.visits == 0 || self.sketch.is_empty() {
+            unique_visitors: if self.visits == 0 || !any_visitor {
                 0
             } else {
                 estimate.clamp(1, self.visits)
@@ -172,17 +173,18 @@ pub(crate) async fn site_uniques(
     reads.merge_rollups(&sealed, &mut tallies_of).await?;
     reads.count_visits(&open, &mut tallies_of).await?;
     reads.merge_sketches(&open, &mut tallies_of).await?;
+    let any_visitor = !total.sketch.is_empty();
     let rows = if granularity == Granularity::Total {
         Vec::new()
     } else {
         periods
             .labels
             .into_iter()
-            .zip(tallies.into_iter().map(Tally::finish))
+            .zip(tallies.into_iter().map(|tally| tally.finish(any_visitor)))
             .collect()
     };
     Ok(SiteUniques {
-        total: total.finish(),
+        total: total.finish(any_visitor),
         rows,
         sealed_days: sealed.len(),
     })
@@ -383,6 +385,16 @@ mod tests {
             visits: 3,
             sketch: UniqueSketch::new(),
         };
-        assert_eq!(tally.finish().unique_visitors, 1);
+        assert_eq!(tally.finish(true).unique_visitors, 1);
+    }
+
+    #[test]
+    fn visits_without_any_visitor_have_no_unique_visitor() {
+        let tally = Tally {
+            invalid_visits: 0,
+            visits: 3,
+            sketch: UniqueSketch::new(),
+        };
+        assert_eq!(tally.finish(false).unique_visitors, 0);
     }
 }
