@@ -400,6 +400,20 @@ async fn bad_requests_are_refused_naming_the_field(backend: Backend) {
             "{body}: {answer}"
         );
     }
+    // A repeated field is refused, not read as its last copy.
+    let response = http()
+        .post(server.url("/v1/privacy/erasures"))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"user_id": "{}", "advertiser_id": "{}", "advertiser_id": "{}"}}"#,
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            Uuid::new_v4()
+        ))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let (status, answer) = get(&server, "/v1/privacy/subjects", "advertiser_id=x").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     let (status, answer) = get(&server, "/v1/privacy/erasures/not-a-uuid", "").await;

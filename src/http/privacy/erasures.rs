@@ -152,7 +152,9 @@ fn erasure_request(body: &[u8]) -> Result<ErasureRequest, ApiError> {
             ));
         }
     }
-    serde_json::from_value(value).map_err(|error| {
+    // From the bytes again, not the parsed value: a value keeps the last of a repeated key,
+    // and `{"advertiser_id": A, "advertiser_id": B}` must be refused, not read as B.
+    serde_json::from_slice(body).map_err(|error| {
         ApiError::invalid(
             "body",
             format!("is not a JSON object of an erasure: {error}"),
