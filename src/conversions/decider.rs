@@ -32,10 +32,10 @@ const CONCURRENCY: usize = 16;
 /// How often the conversions waiting for their decision are counted, and the most counted.
 const PENDING_EVERY: Duration = Duration::from_secs(10);
 const PENDING_COUNTED: usize = 10_000;
-/// Index entries one decision reads at most, newest first: a user with millions of events
-/// (a bot, or an ad server's one id for every cookieless visitor) costs a bounded read, not
+/// Index rows one decision reads at most, newest first: a user with millions of events (a
+/// bot, or an ad server's one id for every cookieless visitor) costs a bounded read, not
 /// memory in proportion to its events. An older covered click past them is not seen.
-const ENTRIES_PER_DECISION: usize = 10_000;
+const ROWS_PER_DECISION: usize = 50_000;
 /// How far back the due list is read after a start: conversions that waited longer (no
 /// server running for a month) are decided only by `adevents` runs that reach back further.
 const DUE_REACH_DAYS: i64 = 31;
@@ -171,7 +171,7 @@ impl Decider {
                     return Ok(());
                 }
                 let stored_by = first.received + self.delay_of(due, first.received);
-                let entries = self.entries_of(&first.conversion).await?;
+                let entries = self.entries_of(&first.conversion, stored_by).await?;
                 let look_backs = self.look_backs(&first.conversion, &entries).await?;
                 let attribution = attribute(&first.conversion, &entries, stored_by, |campaign| {
                     look_backs
@@ -215,8 +215,13 @@ impl Decider {
 
     /// The index entries the conversion's rule reads: the named impression's, else the
     /// user's, timed at or before the conversion, newest first over the weeks a look-back can
-    /// reach, at most [`ENTRIES_PER_DECISION`].
-    async fn entries_of(&self, conversion: &Conversion) -> Result<Vec<IndexEntry>, StoreError> {
+    /// reach, of the newest [`ROWS_PER_DECISION`] rows; only those the rule can credit (valid,
+    /// stored by `stored_by`) are kept.
+    async fn entries_of(
+        &self,
+        conversion: &Conversion,
+        stored_by: DateTime<Utc>,
+    ) -> Result<Vec<IndexEntry>, StoreError> {
         let key = match conversion.named_impression() {
             Some(impression) => IndexKey::Impression(impression),
             None => match conversion.user_id {
@@ -227,17 +232,22 @@ impl Decider {
         let at = conversion.timestamp.instant();
         let reach = TimeDelta::seconds(i64::from(LookBack::CLICK_MAX.seconds()));
         let mut entries = Vec::new();
+        let mut left = ROWS_PER_DECISION;
         // A week at a time, so that the newest weeks take the budget.
         for week in Week::newest_first(at - reach, at) {
-            let left = ENTRIES_PER_DECISION - entries.len();
+            let rows = self
+                .store
+                .read_index_newest(conversion.advertiser_id, week, key, at, left)
+                .await?;
+            left -= rows.len().min(left);
+            entries.extend(
+                rows.into_iter()
+                    .filter(|entry| entry.valid && entry.received <= stored_by),
+            );
             if left == 0 {
+                metrics::counter!("adevents_conversion_decisions_read_capped_total").increment(1);
                 break;
             }
-            entries.extend(
-                self.store
-                    .read_index_newest(conversion.advertiser_id, week, key, at, left)
-                    .await?,
-            );
         }
         Ok(entries)
     }
