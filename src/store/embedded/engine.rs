@@ -296,13 +296,7 @@ impl EmbeddedStore {
                 Some(end) => keyspace.range(start..end),
                 None => keyspace.range(start..),
             };
-            rows.take(limit)
-                .map(|guard| {
-                    guard
-                        .into_inner()
-                        .map_err(|error| engine_error(context, error))
-                })
-                .collect()
+            pairs(rows.take(limit), context)
         })
         .await
     }
@@ -318,17 +312,10 @@ impl EmbeddedStore {
         context: &'static str,
     ) -> Result<KeyValues, StoreError> {
         self.blocking(move |tables| {
-            tables
-                .get(table)
-                .range(start..end)
-                .rev()
-                .take(limit)
-                .map(|guard| {
-                    guard
-                        .into_inner()
-                        .map_err(|error| engine_error(context, error))
-                })
-                .collect()
+            pairs(
+                tables.get(table).range(start..end).rev().take(limit),
+                context,
+            )
         })
         .await
     }
@@ -342,17 +329,24 @@ impl EmbeddedStore {
         context: &'static str,
     ) -> Result<KeyValues, StoreError> {
         self.blocking(move |tables| {
-            tables
-                .get(table)
-                .prefix(prefix)
-                .take(limit.unwrap_or(usize::MAX))
-                .map(|guard| {
-                    guard
-                        .into_inner()
-                        .map_err(|error| engine_error(context, error))
-                })
-                .collect()
+            let rows = tables.get(table).prefix(prefix);
+            pairs(rows.take(limit.unwrap_or(usize::MAX)), context)
         })
         .await
     }
+}
+
+/// The (key, value) pair of each of `guards`, in their order; the first that cannot be read
+/// fails them all.
+fn pairs(
+    guards: impl Iterator<Item = fjall::Guard>,
+    context: &'static str,
+) -> Result<KeyValues, StoreError> {
+    guards
+        .map(|guard| {
+            guard
+                .into_inner()
+                .map_err(|error| engine_error(context, error))
+        })
+        .collect()
 }
