@@ -905,18 +905,19 @@ async fn a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_mo
     let entries: Vec<IndexEntry> = (0..50).map(entry).collect();
     store.write_index(&entries).await.expect("written");
 
-    let newest = store
-        .read_index_newest(
-            advertiser,
-            week,
-            IndexKey::User(user),
-            week_start + Duration::minutes(30),
-            5,
-        )
-        .await
-        .expect("read");
+    let newest = |advertiser, at, limit| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .read_index_newest(advertiser, week, IndexKey::User(user), at, limit)
+                .await
+                .expect("read")
+        }
+    };
 
-    let minutes: Vec<i64> = newest
+    let read = newest(advertiser, week_start + Duration::minutes(30), 5).await;
+
+    let minutes: Vec<i64> = read
         .iter()
         .map(|entry| (entry.timestamp.instant() - week_start).num_minutes())
         .collect();
@@ -925,28 +926,10 @@ async fn a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_mo
         [30, 29, 28, 27, 26],
         "at or before the time, newest first"
     );
-    let all = store
-        .read_index_newest(
-            advertiser,
-            week,
-            IndexKey::User(user),
-            week_start + Duration::days(7),
-            1_000,
-        )
-        .await
-        .expect("read");
+    let all = newest(advertiser, week_start + Duration::days(7), 1_000).await;
     assert_eq!(all.len(), 50);
     let other = AdvertiserId::new(Uuid::new_v4());
-    let none = store
-        .read_index_newest(
-            other,
-            week,
-            IndexKey::User(user),
-            week_start + Duration::days(7),
-            1_000,
-        )
-        .await
-        .expect("read");
+    let none = newest(other, week_start + Duration::days(7), 1_000).await;
     assert!(
         none.is_empty(),
         "another advertiser's entries are never read"
