@@ -7,6 +7,7 @@
 //! only it is written where conversions are counted. The due entry goes last, so a crash at any
 //! step only repeats the steps after the decision.
 
+use crate::conversions::turns;
 use crate::domain::conversion::attribution::{LookBacks, attribute};
 use crate::domain::conversion::index::{IndexEntry, IndexKey, Week};
 use crate::domain::conversion::{Conversion, DecidedConversion, LookBack};
@@ -16,27 +17,29 @@ use crate::domain::time::Day;
 use crate::event_index::EventIndexer;
 use crate::ingest::Ingestor;
 use crate::settings::SettingsCache;
-use crate::store::{DueConversion, Store, StoreError};
+use crate::store::{DueConversion, DueLane, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How often the due list is read.
+/// How often the due lists are read when the last round found none full.
 const PERIOD: Duration = Duration::from_millis(500);
-/// Due entries read at once.
-const BATCH: usize = 200;
 /// Conversions decided at once.
 const CONCURRENCY: usize = 16;
 /// How often the conversions waiting for their decision are counted, and the most counted.
 const PENDING_EVERY: Duration = Duration::from_secs(10);
 const PENDING_COUNTED: usize = 10_000;
+/// How often a day's shared list (written by releases before the lists by advertiser) is
+/// read again once found empty: nothing writes it after an upgrade, and on Cassandra reading
+/// it from its start passes every row taken off it.
+const SHARED_RECHECK: Duration = Duration::from_secs(10);
 /// Index rows one decision reads at most, newest first: a user with millions of events (a
 /// bot, or an ad server's one id for every cookieless visitor) costs a bounded read, not
 /// memory in proportion to its events. An older covered click past them is not seen.
 const ROWS_PER_DECISION: usize = 50_000;
-/// How far back the due list is read after a start: conversions that waited longer (no
+/// How far back the due lists are read after a start: conversions that waited longer (no
 /// server running for a month) are decided only by `adevents` runs that reach back further.
 const DUE_REACH_DAYS: i64 = 31;
 
@@ -46,8 +49,25 @@ pub(crate) struct Decider {
     indexer: Arc<EventIndexer>,
     /// Marks the days and slices a decided conversion changes, as it does for late events.
     ingestor: Arc<Ingestor>,
-    /// Where the due list is read from next: a day and the last entry taken of it.
-    cursor: Mutex<(Day, Option<DueConversion>)>,
+    cursors: Mutex<Cursors>,
+}
+
+/// Where the due lists are read from next.
+struct Cursors {
+    /// The first day whose lists may still hold entries.
+    first_day: Day,
+    /// The last entry this process took off each list.
+    taken_through: HashMap<(Day, DueLane), DueConversion>,
+    /// When each day's shared list was last found empty.
+    shared_empty: HashMap<Day, Instant>,
+}
+
+/// What one round over the due lists did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Round {
+    pub(crate) decided: usize,
+    /// Some list gave its whole share: another round follows at once.
+    pub(crate) more: bool,
 }
 
 impl Decider {
@@ -57,89 +77,174 @@ impl Decider {
         indexer: Arc<EventIndexer>,
         ingestor: Arc<Ingestor>,
     ) -> Self {
-        let first = Day::new((Utc::now() - TimeDelta::days(DUE_REACH_DAYS)).date_naive());
+        let first_day = Day::new((Utc::now() - TimeDelta::days(DUE_REACH_DAYS)).date_naive());
         Self {
             store,
             settings,
             indexer,
             ingestor,
-            cursor: Mutex::new((first, None)),
+            cursors: Mutex::new(Cursors {
+                first_day,
+                taken_through: HashMap::new(),
+                shared_empty: HashMap::new(),
+            }),
         }
     }
 
-    /// Decides every conversion due by now that can be; returns how many.
-    pub(crate) async fn run_once(&self) -> Result<usize, StoreError> {
+    fn cursors(&self) -> std::sync::MutexGuard<'_, Cursors> {
+        self.cursors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One round over every day's due lists, each list giving its share of the conversions
+    /// due by now that can be decided.
+    pub(crate) async fn run_once(&self) -> Result<Round, StoreError> {
         let until = self
             .indexer
             .indexed_everywhere_through(self.store.as_ref())
             .await?;
         let last_day = Day::new(until.date_naive());
-        let mut decided = 0;
-        loop {
-            let (day, after) = self
-                .cursor
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            if day > last_day {
-                break;
-            }
-            let due = self
-                .store
-                .due_conversions(day, after.as_ref(), until, BATCH)
-                .await?;
-            let taken = due.len();
-            // In order, so the cursor passes only what is decided.
-            let outcomes: Vec<Result<(), StoreError>> = stream::iter(due.clone())
-                .map(|entry| async move { self.decide(&entry).await })
-                .buffered(CONCURRENCY)
-                .collect()
-                .await;
-            let done: Vec<DueConversion> = due
-                .iter()
-                .zip(&outcomes)
-                .take_while(|(_, outcome)| outcome.is_ok())
-                .map(|(entry, _)| entry.clone())
-                .collect();
-            decided += done.len();
-            self.store.remove_due(&done).await?;
-            let mut cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(last) = done.last() {
-                cursor.1 = Some(last.clone());
-            }
-            if let Some(Err(error)) = outcomes.into_iter().find(Result::is_err) {
-                return Err(error);
-            }
-            if taken < BATCH {
-                if day == last_day {
-                    break;
-                }
-                *cursor = (day.next(), None);
+        let first_day = self.cursors().first_day;
+        let mut total = Round::default();
+        let mut emptied_through = None;
+        for day in first_day.through(last_day) {
+            let round = self.round(day, until).await?;
+            total.decided += round.decided;
+            total.more |= round.more;
+            // A day before the last whose lists gave less than their share holds nothing
+            // due any more: nothing is listed on a day that has passed.
+            if !total.more && day < last_day {
+                emptied_through = Some(day);
             }
         }
-        Ok(decided)
+        if let Some(day) = emptied_through {
+            let mut cursors = self.cursors();
+            cursors.first_day = day.next();
+            let first = cursors.first_day;
+            cursors.taken_through.retain(|(day, _), _| *day >= first);
+            cursors.shared_empty.retain(|day, _| *day >= first);
+        }
+        Ok(total)
     }
 
-    /// Counts the due list's entries from the cursor on, due or not yet (at most
-    /// [`PENDING_COUNTED`]), into `adevents_conversions_pending`.
+    /// The day's lists to read, each with where to read it from: its own record or this
+    /// process's, whichever is further. The shared list is left out for a while once found
+    /// empty, but only while `day` is still open (`recheck_shared`): a day is passed only
+    /// once every list of it was read past its end.
+    async fn lists_of(
+        &self,
+        day: Day,
+        recheck_shared: bool,
+    ) -> Result<Vec<(DueLane, Option<DueConversion>)>, StoreError> {
+        let recorded = self.store.due_lanes(day).await?;
+        let cursors = self.cursors();
+        let shared_is_empty = recheck_shared
+            && cursors
+                .shared_empty
+                .get(&day)
+                .is_some_and(|found| found.elapsed() < SHARED_RECHECK);
+        let shared = (!shared_is_empty).then_some((DueLane::Shared, None));
+        Ok(shared
+            .into_iter()
+            .chain(recorded.into_iter().map(|list| {
+                (
+                    DueLane::Advertiser(list.advertiser_id),
+                    list.decided_through,
+                )
+            }))
+            .map(|(lane, recorded)| {
+                let taken = cursors.taken_through.get(&(day, lane)).cloned();
+                (lane, recorded.max(taken))
+            })
+            .collect())
+    }
+
+    /// Takes each of the day's lists' share of what is due by `until`, decides them in turn,
+    /// and takes off each list what is decided, in order (a failure stops its list there).
+    async fn round(&self, day: Day, until: DateTime<Utc>) -> Result<Round, StoreError> {
+        let open = day >= Day::new(until.date_naive());
+        let lists = self.lists_of(day, open).await?;
+        let share = turns::share(lists.len());
+        let read: Vec<Result<Vec<DueConversion>, StoreError>> = stream::iter(lists.clone())
+            .map(|(lane, after)| async move {
+                self.store
+                    .due_conversions(day, lane, after.as_ref(), until, share)
+                    .await
+            })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut first_error = None;
+        let entries: Vec<Vec<DueConversion>> = read
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|error| {
+                    // One list that cannot be read does not hold the others back.
+                    first_error.get_or_insert(error);
+                    Vec::new()
+                })
+            })
+            .collect();
+        let lengths: Vec<usize> = entries.iter().map(Vec::len).collect();
+        let order = turns::in_turn(&lengths);
+        let in_order: Vec<DueConversion> = order
+            .iter()
+            .map(|&(list, position)| entries[list][position].clone())
+            .collect();
+        let outcomes: Vec<Result<(), StoreError>> = stream::iter(in_order)
+            .map(|entry| async move { self.decide(&entry).await })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut decided_in: Vec<Vec<bool>> = lengths.iter().map(|&n| vec![false; n]).collect();
+        for (&(list, position), outcome) in order.iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => decided_in[list][position] = true,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        let mut round = Round {
+            decided: 0,
+            more: lengths.contains(&share),
+        };
+        for (((lane, _), taken), decided) in lists.iter().zip(&entries).zip(&decided_in) {
+            let done = decided.iter().take_while(|ok| **ok).count();
+            if *lane == DueLane::Shared && taken.is_empty() {
+                self.cursors().shared_empty.insert(day, Instant::now());
+            }
+            let Some(last) = taken[..done].last() else {
+                continue;
+            };
+            self.store.remove_due(*lane, &taken[..done]).await?;
+            round.decided += done;
+            self.cursors()
+                .taken_through
+                .insert((day, *lane), last.clone());
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(round),
+        }
+    }
+
+    /// Counts the entries of the due lists from where they are read on, due or not yet (at
+    /// most [`PENDING_COUNTED`]), into `adevents_conversions_pending`.
     async fn count_pending(&self) -> Result<(), StoreError> {
-        let (first, after) = self
-            .cursor
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let first = self.cursors().first_day;
         let far = Utc::now() + TimeDelta::days(1);
         let mut pending = 0;
-        let mut day = first;
-        let mut after = after;
-        while day <= Day::new(far.date_naive()) && pending < PENDING_COUNTED {
-            let entries = self
-                .store
-                .due_conversions(day, after.as_ref(), far, PENDING_COUNTED - pending)
-                .await?;
-            pending += entries.len();
-            day = day.next();
-            after = None;
+        'days: for day in first.through(Day::new(far.date_naive())) {
+            for (lane, after) in self.lists_of(day, false).await? {
+                if pending >= PENDING_COUNTED {
+                    break 'days;
+                }
+                let entries = self
+                    .store
+                    .due_conversions(day, lane, after.as_ref(), far, PENDING_COUNTED - pending)
+                    .await?;
+                pending += entries.len();
+            }
         }
         metrics::gauge!("adevents_conversions_pending").set(pending as f64);
         Ok(())
@@ -274,21 +379,31 @@ impl Decider {
         Ok(look_backs)
     }
 
-    /// Decides every [`PERIOD`] until the task is aborted.
+    /// Decides every [`PERIOD`], and round after round while lists give their whole share,
+    /// until the task is aborted.
     pub(crate) fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let decider = Arc::clone(self);
         tokio::spawn(async move {
             let mut ticks = crate::periodic::ticks(PERIOD);
-            let mut counted = std::time::Instant::now();
+            let mut counted = Instant::now();
             loop {
                 ticks.tick().await;
-                if let Err(error) = decider.run_once().await {
-                    tracing::warn!(error = %error.chain(), "cannot decide conversions yet; retrying");
-                }
-                if counted.elapsed() >= PENDING_EVERY {
-                    counted = std::time::Instant::now();
-                    if let Err(error) = decider.count_pending().await {
-                        tracing::debug!(error = %error.chain(), "cannot count pending conversions");
+                loop {
+                    let more = match decider.run_once().await {
+                        Ok(round) => round.more,
+                        Err(error) => {
+                            tracing::warn!(error = %error.chain(), "cannot decide conversions yet; retrying");
+                            false
+                        }
+                    };
+                    if counted.elapsed() >= PENDING_EVERY {
+                        counted = Instant::now();
+                        if let Err(error) = decider.count_pending().await {
+                            tracing::debug!(error = %error.chain(), "cannot count pending conversions");
+                        }
+                    }
+                    if !more {
+                        break;
                     }
                 }
             }

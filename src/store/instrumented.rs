@@ -9,7 +9,9 @@ use super::{
     ViewStore, VisitRow, VisitStore, WindowPublication,
 };
 use super::{AddressStore, ExpiredDays, RetentionStore, RewriteReport, Swept};
-use super::{ConversionRecord, ConversionStore, DueConversion, EventIndexStore};
+use super::{
+    ConversionRecord, ConversionStore, DueConversion, DueLane, DueLaneState, EventIndexStore,
+};
 use super::{EventAt, SubjectStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::address::StoreIp;
@@ -563,22 +565,27 @@ impl ConversionStore for Instrumented {
         .await
     }
 
+    async fn due_lanes(&self, day: Day) -> Result<Vec<DueLaneState>, StoreError> {
+        timed("due_lanes", self.inner.due_lanes(day)).await
+    }
+
     async fn due_conversions(
         &self,
         day: Day,
+        lane: DueLane,
         after: Option<&DueConversion>,
         until: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DueConversion>, StoreError> {
         timed(
             "due_conversions",
-            self.inner.due_conversions(day, after, until, limit),
+            self.inner.due_conversions(day, lane, after, until, limit),
         )
         .await
     }
 
-    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError> {
-        timed("remove_due", self.inner.remove_due(due)).await
+    async fn remove_due(&self, lane: DueLane, taken: &[DueConversion]) -> Result<(), StoreError> {
+        timed("remove_due", self.inner.remove_due(lane, taken)).await
     }
 
     async fn conversion_record(

@@ -489,9 +489,27 @@ pub trait ViewStore: Send + Sync {
 /// its first copy arrived.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DueConversion {
-    pub(crate) due: DateTime<Utc>,
-    pub(crate) advertiser_id: AdvertiserId,
-    pub(crate) conversion_id: ConversionId,
+    pub due: DateTime<Utc>,
+    pub advertiser_id: AdvertiserId,
+    pub conversion_id: ConversionId,
+}
+
+/// One of a day's due lists: each advertiser has its own, so that one advertiser's flood of
+/// conversions waits behind itself, not in front of every other advertiser's.
+/// [`DueLane::Shared`] is the one list of the day that releases before format 7 (embedded)
+/// and migration 0024 (Cassandra) wrote; it is read until it is empty, then stays so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DueLane {
+    Shared,
+    Advertiser(AdvertiserId),
+}
+
+/// An advertiser's due list of a day, and the last entry taken off it, if recorded: reading
+/// after it skips what is decided without passing over the removed entries again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueLaneState {
+    pub advertiser_id: AdvertiserId,
+    pub decided_through: Option<DueConversion>,
 }
 
 /// A conversion as stored: every copy received, and its decision once made.
@@ -518,28 +536,36 @@ impl ConversionRecord {
 /// conversions by day, for the advertiser and for the campaign credited.
 #[async_trait]
 pub trait ConversionStore: Send + Sync {
-    /// Stores copies as received, each with its entry in the due list; a copy carrying a
-    /// `user_id` also with its entry in the subject index and the directory line leading to it
-    /// (written first, or in the same commit: a stored conversion is never out of an erasure's
-    /// reach). Durable on return.
+    /// Stores copies as received, each with its entry in its advertiser's due list of the
+    /// day (and that list in the day's directory); a copy carrying a `user_id` also with its
+    /// entry in the subject index and the directory line leading to it (written first, or in
+    /// the same commit: a stored conversion is never out of an erasure's reach). Durable on
+    /// return.
     async fn write_conversion_copies(
         &self,
         copies: &[ReceivedConversion],
         due: &[DueConversion],
     ) -> Result<(), StoreError>;
 
-    /// The due list's entries of the UTC day `day` (by due time), after `after` and due by
-    /// `until`, oldest first, at most `limit`.
+    /// The advertisers with a due list on the UTC day `day` (by due time), each with the last
+    /// entry taken off it.
+    async fn due_lanes(&self, day: Day) -> Result<Vec<DueLaneState>, StoreError>;
+
+    /// The entries of one due list of the UTC day `day`, after `after` and due by `until`,
+    /// oldest first, at most `limit`.
     async fn due_conversions(
         &self,
         day: Day,
+        lane: DueLane,
         after: Option<&DueConversion>,
         until: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DueConversion>, StoreError>;
 
-    /// Takes entries off the due list once their conversions' decided rows are stored.
-    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError>;
+    /// Takes entries off a due list once their conversions' decided rows are stored; `taken`
+    /// holds the list's oldest entries, in order, so the last of them is recorded as the
+    /// list's `decided_through`.
+    async fn remove_due(&self, lane: DueLane, taken: &[DueConversion]) -> Result<(), StoreError>;
 
     /// Every stored copy of a conversion and its decision, if made.
     async fn conversion_record(

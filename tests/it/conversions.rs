@@ -29,12 +29,19 @@ conformance!(
     a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it,
     closed_slices_count_conversions_as_the_raw_read_does,
     a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_more,
+    one_advertisers_flood_of_conversions_does_not_hold_back_anothers,
+    due_lists_are_kept_per_advertiser_and_read_from_where_they_were_taken,
 );
 
 mod cassandra_only {
     #[tokio::test]
     async fn two_processes_decide_each_conversion_once() {
         super::two_processes_decide_each_conversion_once().await
+    }
+
+    #[tokio::test]
+    async fn a_conversion_listed_by_an_earlier_release_is_still_decided() {
+        super::a_conversion_listed_by_an_earlier_release_is_still_decided().await
     }
 }
 
@@ -934,4 +941,156 @@ async fn a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_mo
         none.is_empty(),
         "another advertiser's entries are never read"
     );
+}
+
+async fn one_advertisers_flood_of_conversions_does_not_hold_back_anothers(backend: Backend) {
+    const FLOOD: u64 = 5_000;
+    let (_, server) = server(backend, SHORT).await;
+    let (flooding, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let now = Utc::now();
+    for batch in 0..FLOOD / 1_000 {
+        let body: Vec<Value> = (0..1_000)
+            .map(|n| {
+                let id = format!("flood-{}", batch * 1_000 + n);
+                conversion(flooding, &id, now, json!({"user_id": Uuid::new_v4()}))
+            })
+            .collect();
+        accepted(&server, "/v1/conversions", json!(body)).await;
+    }
+    let late = conversion(
+        other,
+        "after-the-flood",
+        now,
+        json!({"user_id": Uuid::new_v4()}),
+    );
+    accepted(&server, "/v1/conversions", late).await;
+
+    decided(&server, other, 1).await;
+    let flood = advertiser_conversions(&server, flooding, "campaign").await;
+    let flood_decided = flood["totals"]["conversions"].as_u64().unwrap_or(0);
+    assert!(
+        flood_decided < FLOOD / 2,
+        "the other advertiser's conversion waited for {flood_decided} of the flood's {FLOOD}"
+    );
+    decided(&server, flooding, FLOOD).await;
+}
+
+async fn due_lists_are_kept_per_advertiser_and_read_from_where_they_were_taken(backend: Backend) {
+    use adevents::domain::conversion::ConversionId;
+    use adevents::domain::ids::AdvertiserId;
+    use adevents::store::{DueConversion, DueLane};
+    let store = backend.store().await;
+    // A day of its own in 2001, so no other test's lists share it.
+    let offset = i64::from(Uuid::new_v4().as_u128() as u16 % 365);
+    let start = DateTime::parse_from_rfc3339("2001-01-01T00:00:00Z")
+        .expect("an instant")
+        .with_timezone(&Utc)
+        + Duration::days(offset);
+    let day = Day::new(start.date_naive());
+    let (a, b) = (
+        AdvertiserId::new(Uuid::new_v4()),
+        AdvertiserId::new(Uuid::new_v4()),
+    );
+    let entry = |advertiser, second, id: &str| DueConversion {
+        due: start + Duration::seconds(second),
+        advertiser_id: advertiser,
+        conversion_id: ConversionId::new(id).expect("an id"),
+    };
+    let (a1, a2, a3, b1) = (
+        entry(a, 1, "a-1"),
+        entry(a, 2, "a-2"),
+        entry(a, 3, "a-3"),
+        entry(b, 1, "b-1"),
+    );
+    let all = [a3.clone(), a1.clone(), b1.clone(), a2.clone()];
+    store
+        .write_conversion_copies(&[], &all)
+        .await
+        .expect("listed");
+    let end = start + Duration::days(1) - Duration::milliseconds(1);
+    let read = |lane, after: Option<DueConversion>, until, limit| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .due_conversions(day, lane, after.as_ref(), until, limit)
+                .await
+                .expect("read")
+        }
+    };
+
+    let mut lanes = store.due_lanes(day).await.expect("lanes");
+    lanes.sort_by_key(|lane| lane.advertiser_id);
+    let mut expected = vec![a, b];
+    expected.sort();
+    let listed: Vec<AdvertiserId> = lanes.iter().map(|lane| lane.advertiser_id).collect();
+    assert_eq!(
+        listed, expected,
+        "a list per advertiser with conversions due that day"
+    );
+    assert!(lanes.iter().all(|lane| lane.decided_through.is_none()));
+    assert_eq!(
+        read(DueLane::Advertiser(a), None, end, 2).await,
+        [a1.clone(), a2.clone()],
+        "oldest first, at most the limit"
+    );
+    assert_eq!(
+        read(DueLane::Advertiser(a), None, a1.due, 10).await,
+        std::slice::from_ref(&a1)
+    );
+    assert_eq!(
+        read(DueLane::Advertiser(b), None, end, 10).await,
+        std::slice::from_ref(&b1)
+    );
+    assert!(read(DueLane::Shared, None, end, 10).await.is_empty());
+
+    store
+        .remove_due(DueLane::Advertiser(a), &[a1.clone(), a2.clone()])
+        .await
+        .expect("removed");
+    assert_eq!(
+        read(DueLane::Advertiser(a), None, end, 10).await,
+        std::slice::from_ref(&a3)
+    );
+    assert_eq!(
+        read(DueLane::Advertiser(a), Some(a2.clone()), end, 10).await,
+        std::slice::from_ref(&a3)
+    );
+    let lanes = store.due_lanes(day).await.expect("lanes");
+    let through = |advertiser| {
+        lanes
+            .iter()
+            .find(|lane| lane.advertiser_id == advertiser)
+            .and_then(|lane| lane.decided_through.clone())
+    };
+    assert_eq!(
+        through(a),
+        Some(a2),
+        "where a decider that starts reads from"
+    );
+    assert_eq!(through(b), None);
+}
+
+async fn a_conversion_listed_by_an_earlier_release_is_still_decided() {
+    let store = Backend::Cassandra.store().await;
+    // Its own list would make it due in an hour: only the shared list decides it now.
+    let server = server_on(store, std::time::Duration::from_secs(3600)).await;
+    let advertiser = Uuid::new_v4();
+    let now = Utc::now();
+    let user = json!({"user_id": Uuid::new_v4()});
+    let body = conversion(advertiser, "listed-before-0024", now, user);
+    accepted(&server, "/v1/conversions", body).await;
+    let session = crate::common::raw_session().await;
+    let keyspace = crate::common::shared_keyspace();
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.conversion_due (day, due, advertiser_id, conversion_id) \
+                 VALUES (?, ?, ?, ?)"
+            ),
+            (now.date_naive(), now, advertiser, "listed-before-0024"),
+        )
+        .await
+        .expect("listed as an earlier release lists");
+    let answer = decided(&server, advertiser, 1).await;
+    assert_eq!(answer["totals"]["attributed"], 0, "{answer}");
 }

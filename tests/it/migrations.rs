@@ -132,6 +132,18 @@ async fn migrations_create_every_table_with_its_key_clustering_order_and_compact
         ]
     );
 
+    // Conversions due: a list per (day, advertiser), so one advertiser's flood is read in
+    // turns with the others' and a day's list never holds every advertiser's.
+    let (partition, clustering) = key_of(keyspace, "conversion_due_by_advertiser").await;
+    assert_eq!(partition, ["day", "advertiser_id"]);
+    assert_eq!(
+        clustering,
+        [
+            ("due".to_owned(), "asc".to_owned()),
+            ("conversion_id".to_owned(), "asc".to_owned())
+        ]
+    );
+
     for table in [
         "click_by_impression",
         "campaign_config",

@@ -1,6 +1,6 @@
 //! Conversions on Cassandra (`migrations/0015_conversions.cql`): `conversion_copy` (a
-//! partition per conversion, a row per copy received), `conversion_due` (a partition per UTC
-//! day, a row per conversion waiting for its attribution), `conversion_decision` (one row per
+//! partition per conversion, a row per copy received), the due lists (`due_lists`),
+//! `conversion_decision` (one row per
 //! conversion, written with a lightweight transaction so the first decision wins on every
 //! process), and the decided conversions by advertiser day and bucket (`conversion`) and by
 //! credited campaign and day (`campaign_conversion`).
@@ -22,7 +22,9 @@ use crate::domain::conversion::{
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
 use crate::domain::time::{Day, EventTime};
 use crate::store::error::Message;
-use crate::store::{ConversionRecord, ConversionStore, DueConversion, StoreError};
+use crate::store::{
+    ConversionRecord, ConversionStore, DueConversion, DueLane, DueLaneState, StoreError,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use scylla::client::session::Session;
@@ -45,10 +47,6 @@ const CREDIT_COLUMNS: &str = "kind, ad_id, credited_impression, credited_at";
 pub(crate) struct ConversionStatements {
     insert_copy: PreparedStatement,
     select_copies: PreparedStatement,
-    insert_due: PreparedStatement,
-    select_due: PreparedStatement,
-    select_due_after: PreparedStatement,
-    delete_due: PreparedStatement,
     /// `INSERT … IF NOT EXISTS`, with serial consistency `SERIAL`.
     decide: PreparedStatement,
     select_decision: PreparedStatement,
@@ -75,10 +73,6 @@ impl ConversionStatements {
         let [
             insert_copy,
             select_copies,
-            insert_due,
-            select_due,
-            select_due_after,
-            delete_due,
             mut decide,
             select_decision,
             insert_conversion,
@@ -96,26 +90,6 @@ impl ConversionStatements {
                 format!(
                     "SELECT copy_id, {CONVERSION_COLUMNS} FROM {keyspace}.conversion_copy \
                      WHERE advertiser_id = ? AND conversion_id = ?"
-                ),
-                format!(
-                    "INSERT INTO {keyspace}.conversion_due (day, due, advertiser_id, conversion_id) \
-                     VALUES (?, ?, ?, ?)"
-                ),
-                format!(
-                    "SELECT due, advertiser_id, conversion_id FROM {keyspace}.conversion_due \
-                     WHERE day = ? AND due <= ? LIMIT ?"
-                ),
-                // Cassandra refuses a single-column relation beside a multi-column one on the
-                // same clustering columns ("Mixing single column relations and multi column
-                // relations"): the upper bound is written as a one-column tuple.
-                format!(
-                    "SELECT due, advertiser_id, conversion_id FROM {keyspace}.conversion_due \
-                     WHERE day = ? AND (due, advertiser_id, conversion_id) > (?, ?, ?) \
-                     AND (due) <= (?) LIMIT ?"
-                ),
-                format!(
-                    "DELETE FROM {keyspace}.conversion_due \
-                     WHERE day = ? AND due = ? AND advertiser_id = ? AND conversion_id = ?"
                 ),
                 format!(
                     "INSERT INTO {keyspace}.conversion_decision (advertiser_id, conversion_id, \
@@ -158,10 +132,6 @@ impl ConversionStatements {
         Ok(Self {
             insert_copy,
             select_copies,
-            insert_due,
-            select_due,
-            select_due_after,
-            delete_due,
             decide,
             select_decision,
             select_decision_serial,
@@ -246,27 +216,6 @@ impl<'a> CopyValues<'a> {
             copy_id: copy.copy,
             conversion: ConversionCells::of(conversion, copy.received),
             ttl,
-        }
-    }
-}
-
-/// The key of a `conversion_due` row, in the order of its insert and delete.
-#[derive(SerializeRow)]
-#[scylla(flavor = "enforce_order", skip_name_checks)]
-struct DueValues<'a> {
-    day: NaiveDate,
-    due: DateTime<Utc>,
-    advertiser_id: Uuid,
-    conversion_id: &'a str,
-}
-
-impl<'a> DueValues<'a> {
-    fn new(due: &'a DueConversion) -> Self {
-        Self {
-            day: due_day(due.due).date(),
-            due: due.due,
-            advertiser_id: due.advertiser_id.as_uuid(),
-            conversion_id: due.conversion_id.as_str(),
         }
     }
 }
@@ -360,11 +309,6 @@ impl<'a> CampaignDayValues<'a> {
             ttl,
         }
     }
-}
-
-/// The UTC day a due instant is listed under.
-fn due_day(due: DateTime<Utc>) -> Day {
-    Day::new(due.date_naive())
 }
 
 /// A conversion's cells as read back, before they are checked.
@@ -522,14 +466,6 @@ impl StoredDecided {
     }
 }
 
-/// A row of `conversion_due`.
-#[derive(DeserializeRow)]
-struct StoredDue {
-    due: DateTime<Utc>,
-    advertiser_id: Uuid,
-    conversion_id: String,
-}
-
 /// A row that does not decode: the schema and this build disagree, or the row is damaged.
 fn corrupt(context: &'static str, what: &str, why: String) -> StoreError {
     // Ids are at most 64 characters, so the message stays short.
@@ -576,79 +512,27 @@ impl ConversionStore for CassandraStore {
             |copy| CopyValues::new(copy, self.raw_ttl(copy.conversion.day())),
             "writing conversion copies",
         );
-        let due_written = execute_each(
-            &self.session,
-            &statements.insert_due,
-            due,
-            ROWS_IN_FLIGHT,
-            DueValues::new,
-            "listing conversions due",
-        );
-        futures::try_join!(copies_written, due_written)?;
+        futures::try_join!(copies_written, self.list_due(due))?;
         Ok(())
+    }
+
+    async fn due_lanes(&self, day: Day) -> Result<Vec<DueLaneState>, StoreError> {
+        self.due_lanes_of(day).await
     }
 
     async fn due_conversions(
         &self,
         day: Day,
+        lane: DueLane,
         after: Option<&DueConversion>,
         until: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DueConversion>, StoreError> {
-        const CONTEXT: &str = "reading conversions due";
-        if limit == 0 {
-            // Cassandra refuses `LIMIT 0`.
-            return Ok(Vec::new());
-        }
-        let statements = self.conversion_statements().await?;
-        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-        let rows: Vec<StoredDue> = match after {
-            None => {
-                read_all(
-                    &self.session,
-                    &statements.select_due,
-                    (day.date(), until, limit),
-                    CONTEXT,
-                )
-                .await?
-            }
-            Some(after) => {
-                let values = (
-                    day.date(),
-                    after.due,
-                    after.advertiser_id.as_uuid(),
-                    after.conversion_id.as_str(),
-                    until,
-                    limit,
-                );
-                read_all(&self.session, &statements.select_due_after, values, CONTEXT).await?
-            }
-        };
-        rows.into_iter()
-            .map(|row| {
-                let conversion_id = ConversionId::new(&row.conversion_id).map_err(|why| {
-                    corrupt(CONTEXT, "a due conversion", format!("conversion id {why}"))
-                })?;
-                Ok(DueConversion {
-                    due: row.due,
-                    advertiser_id: AdvertiserId::new(row.advertiser_id),
-                    conversion_id,
-                })
-            })
-            .collect()
+        self.due_entries(day, lane, after, until, limit).await
     }
 
-    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError> {
-        let statements = self.conversion_statements().await?;
-        execute_each(
-            &self.session,
-            &statements.delete_due,
-            due,
-            ROWS_IN_FLIGHT,
-            DueValues::new,
-            "removing conversions due",
-        )
-        .await
+    async fn remove_due(&self, lane: DueLane, taken: &[DueConversion]) -> Result<(), StoreError> {
+        self.unlist_due(lane, taken).await
     }
 
     async fn conversion_record(
@@ -936,15 +820,5 @@ mod tests {
         let mut no_campaign = credit(Some(1));
         no_campaign.campaign_id = None;
         assert!(attribution_of(no_campaign).is_err());
-    }
-
-    #[test]
-    fn a_due_entry_is_listed_under_its_own_utc_day() {
-        let due = DueConversion {
-            due: at("2026-11-28T23:59:59.999Z"),
-            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
-            conversion_id: ConversionId::new("order-17").expect("valid"),
-        };
-        assert_eq!(DueValues::new(&due).day.to_string(), "2026-11-28");
     }
 }

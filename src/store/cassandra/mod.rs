@@ -5,7 +5,7 @@
 //! a session-wide `USE`, and the store can start before its keyspace exists (and report
 //! "not ready" until migrations create it). One file per subsystem of the contract
 //! ([`events`], [`visits`], [`settings`], [`seals`], [`rollups`], [`access`], [`processes`],
-//! [`delivery`], [`listings`], [`conversions`], [`event_index`], [`subjects`],
+//! [`delivery`], [`listings`], [`conversions`], [`due_lists`], [`event_index`], [`subjects`],
 //! [`addresses`], [`retention`]),
 //! each with its prepared statements.
 
@@ -15,6 +15,7 @@ mod backfill;
 pub mod config;
 mod conversions;
 mod delivery;
+mod due_lists;
 mod erasures;
 mod errors;
 mod event_index;
@@ -49,6 +50,7 @@ use async_trait::async_trait;
 use config::{CassandraConfig, KeyspaceName};
 use conversions::ConversionStatements;
 use delivery::DeliveryStatements;
+use due_lists::DueStatements;
 use event_index::EventIndexStatements;
 use event_statements::EventStatements;
 use event_writes::EventWriter;
@@ -85,6 +87,7 @@ struct Prepared {
     slices: SliceStatements,
     views: ViewStatements,
     conversions: ConversionStatements,
+    due_lists: DueStatements,
     event_index: EventIndexStatements,
     subjects: SubjectStatements,
 }
@@ -150,6 +153,7 @@ impl CassandraStore {
                     slices,
                     views,
                     conversions,
+                    due_lists,
                     event_index,
                     subjects,
                 ) = futures::try_join!(
@@ -165,6 +169,7 @@ impl CassandraStore {
                     SliceStatements::prepare(session, keyspace),
                     ViewStatements::prepare(session, keyspace),
                     ConversionStatements::prepare(session, keyspace),
+                    DueStatements::prepare(session, keyspace),
                     EventIndexStatements::prepare(session, keyspace),
                     SubjectStatements::prepare(session, keyspace),
                 )?;
@@ -181,6 +186,7 @@ impl CassandraStore {
                     slices,
                     views,
                     conversions,
+                    due_lists,
                     event_index,
                     subjects,
                 })

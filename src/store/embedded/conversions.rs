@@ -1,5 +1,5 @@
 //! Conversions in the embedded store: copies under (advertiser, conversion id, arrival), the due
-//! list under its due time, one decision per conversion (written only where none is: the
+//! lists under (day, advertiser, due time) with the day's directory of them, one decision per conversion (written only where none is: the
 //! commit thread checks and writes in one step), and decided conversions under the
 //! advertiser's day and bucket and under the credited campaign's day. Values are small
 //! postcard records.
@@ -15,10 +15,13 @@ use crate::domain::conversion::{
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::SubjectConversion;
 use crate::domain::time::{Day, EventTime};
-use crate::store::{ConversionRecord, ConversionStore, DueConversion, StoreError};
+use crate::store::{
+    ConversionRecord, ConversionStore, DueConversion, DueLane, DueLaneState, StoreError,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use uuid::Uuid;
 
 /// A conversion and, once decided, its attribution, as one record.
@@ -138,22 +141,79 @@ fn copy_key(copy: &ReceivedConversion) -> Vec<u8> {
     key
 }
 
-/// The due list: the due time's UTC day (4), the due time (8), the advertiser (16), the id.
+/// The UTC day a due instant is listed under.
+fn due_day(due: &DueConversion) -> Day {
+    Day::new(due.due.date_naive())
+}
+
+/// An advertiser's due list of a day: the day (4), the advertiser (16).
+fn due_lane_key(day: Day, advertiser: AdvertiserId) -> Vec<u8> {
+    let mut key = keys::day_bytes(day).to_vec();
+    key.extend_from_slice(advertiser.as_uuid().as_bytes());
+    key
+}
+
+/// Beside a due list's key in the directory, the key of where it was taken through.
+const DECIDED_THROUGH: u8 = 1;
+
+/// An entry of an advertiser's due list: its list's key, the due time (8), the id.
 fn due_key(due: &DueConversion) -> Vec<u8> {
-    let mut key = keys::day_bytes(Day::new(due.due.date_naive())).to_vec();
+    let mut key = due_lane_key(due_day(due), due.advertiser_id);
+    key.extend_from_slice(&keys::ordered_i64(due.due.timestamp_millis()));
+    key.extend_from_slice(due.conversion_id.as_str().as_bytes());
+    key
+}
+
+fn decode_due(key: &[u8]) -> Option<DueConversion> {
+    let due = keys::decode_ordered_i64(key.get(20..28)?)?;
+    Some(DueConversion {
+        due: DateTime::from_timestamp_millis(due)?,
+        advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(4..20)?).ok()?),
+        conversion_id: ConversionId::new(std::str::from_utf8(key.get(28..)?).ok()?).ok()?,
+    })
+}
+
+/// An entry of the shared list releases before format 7 wrote: the due time's UTC day (4),
+/// the due time (8), the advertiser (16), the id.
+fn shared_due_key(due: &DueConversion) -> Vec<u8> {
+    let mut key = keys::day_bytes(due_day(due)).to_vec();
     key.extend_from_slice(&keys::ordered_i64(due.due.timestamp_millis()));
     key.extend_from_slice(due.advertiser_id.as_uuid().as_bytes());
     key.extend_from_slice(due.conversion_id.as_str().as_bytes());
     key
 }
 
-fn decode_due(key: &[u8]) -> Option<DueConversion> {
+fn decode_shared_due(key: &[u8]) -> Option<DueConversion> {
     let due = keys::decode_ordered_i64(key.get(4..12)?)?;
     Some(DueConversion {
         due: DateTime::from_timestamp_millis(due)?,
         advertiser_id: AdvertiserId::new(Uuid::from_slice(key.get(12..28)?).ok()?),
         conversion_id: ConversionId::new(std::str::from_utf8(key.get(28..)?).ok()?).ok()?,
     })
+}
+
+/// A directory row: a list's key (20 bytes), or that key and [`DECIDED_THROUGH`] with the
+/// entry's key as its value.
+fn decode_lanes(rows: &[(impl AsRef<[u8]>, impl AsRef<[u8]>)]) -> Option<Vec<DueLaneState>> {
+    let mut lanes: Vec<DueLaneState> = Vec::new();
+    for (key, value) in rows {
+        let key = key.as_ref();
+        let advertiser_id = AdvertiserId::new(Uuid::from_slice(key.get(4..20)?).ok()?);
+        if lanes
+            .last()
+            .is_none_or(|lane| lane.advertiser_id != advertiser_id)
+        {
+            lanes.push(DueLaneState {
+                advertiser_id,
+                decided_through: None,
+            });
+        }
+        if key.get(20) == Some(&DECIDED_THROUGH) {
+            let lane = lanes.last_mut()?;
+            lane.decided_through = Some(decode_due(value.as_ref())?);
+        }
+    }
+    Some(lanes)
 }
 
 fn advertiser_day_prefix(advertiser: AdvertiserId, day: Day, bucket: u16) -> Vec<u8> {
@@ -287,9 +347,18 @@ impl ConversionStore for EmbeddedStore {
                 )
             })
             .collect();
+        let lanes: BTreeSet<Vec<u8>> = due
+            .iter()
+            .map(|entry| due_lane_key(due_day(entry), entry.advertiser_id))
+            .collect();
+        rows.extend(
+            lanes
+                .into_iter()
+                .map(|lane| (Table::ConversionDueAdvertiser, lane, Vec::new())),
+        );
         rows.extend(
             due.iter()
-                .map(|entry| (Table::ConversionDue, due_key(entry), Vec::new())),
+                .map(|entry| (Table::ConversionDueByAdvertiser, due_key(entry), Vec::new())),
         );
         // In the copies' commit: a conversion is findable by its user exactly when stored.
         for entry in copies
@@ -310,25 +379,49 @@ impl ConversionStore for EmbeddedStore {
         self.write("writing conversions", rows).await
     }
 
+    async fn due_lanes(&self, day: Day) -> Result<Vec<DueLaneState>, StoreError> {
+        const CONTEXT: &str = "reading the due lists";
+        let start = keys::day_bytes(day).to_vec();
+        let end = keys::day_bytes(day.next()).to_vec();
+        let rows = self
+            .scan_range(Table::ConversionDueAdvertiser, start, Some(end), CONTEXT)
+            .await?;
+        decode_lanes(&rows).ok_or_else(|| corrupt(CONTEXT))
+    }
+
     async fn due_conversions(
         &self,
         day: Day,
+        lane: DueLane,
         after: Option<&DueConversion>,
         until: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DueConversion>, StoreError> {
         const CONTEXT: &str = "reading due conversions";
-        let day_prefix = keys::day_bytes(day).to_vec();
+        let (table, prefix, key_of, decode): (_, _, fn(&DueConversion) -> Vec<u8>, _) = match lane {
+            DueLane::Advertiser(advertiser) => (
+                Table::ConversionDueByAdvertiser,
+                due_lane_key(day, advertiser),
+                due_key,
+                decode_due as fn(&[u8]) -> Option<DueConversion>,
+            ),
+            DueLane::Shared => (
+                Table::ConversionDue,
+                keys::day_bytes(day).to_vec(),
+                shared_due_key,
+                decode_shared_due as fn(&[u8]) -> Option<DueConversion>,
+            ),
+        };
         let start = match after {
             // Just past `after`'s key.
             Some(after) => {
-                let mut key = due_key(after);
+                let mut key = key_of(after);
                 key.push(0);
                 key
             }
-            None => day_prefix.clone(),
+            None => prefix.clone(),
         };
-        let mut end = day_prefix;
+        let mut end = prefix;
         end.extend_from_slice(&keys::ordered_i64(
             until.timestamp_millis().saturating_add(1),
         ));
@@ -336,21 +429,30 @@ impl ConversionStore for EmbeddedStore {
             return Ok(Vec::new());
         }
         let rows = self
-            .scan_range(Table::ConversionDue, start, Some(end), CONTEXT)
+            .scan_range_at_most(table, start, Some(end), limit, CONTEXT)
             .await?;
         rows.iter()
-            .take(limit)
-            .map(|(key, _)| decode_due(key).ok_or_else(|| corrupt(CONTEXT)))
+            .map(|(key, _)| decode(key).ok_or_else(|| corrupt(CONTEXT)))
             .collect()
     }
 
-    async fn remove_due(&self, due: &[DueConversion]) -> Result<(), StoreError> {
-        let removals = due
-            .iter()
-            .map(|entry| (Table::ConversionDue, due_key(entry)))
-            .collect();
+    async fn remove_due(&self, lane: DueLane, taken: &[DueConversion]) -> Result<(), StoreError> {
+        let Some(last) = taken.last() else {
+            return Ok(());
+        };
+        let (table, key_of): (_, fn(&DueConversion) -> Vec<u8>) = match lane {
+            DueLane::Advertiser(_) => (Table::ConversionDueByAdvertiser, due_key),
+            DueLane::Shared => (Table::ConversionDue, shared_due_key),
+        };
+        let removals = taken.iter().map(|entry| (table, key_of(entry))).collect();
+        let mut rows = Vec::new();
+        if let DueLane::Advertiser(advertiser) = lane {
+            let mut key = due_lane_key(due_day(last), advertiser);
+            key.push(DECIDED_THROUGH);
+            rows.push((Table::ConversionDueAdvertiser, key, due_key(last)));
+        }
         self.committer
-            .commit_replacing("removing due conversions", removals, Vec::new())
+            .commit_replacing("removing due conversions", removals, rows)
             .await
     }
 
@@ -461,5 +563,68 @@ impl ConversionStore for EmbeddedStore {
             "reading a campaign's conversions",
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due(advertiser: u128, at: &str, id: &str) -> DueConversion {
+        DueConversion {
+            due: at.parse().expect("an instant"),
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(advertiser)),
+            conversion_id: ConversionId::new(id).expect("an id"),
+        }
+    }
+
+    #[test]
+    fn due_entries_read_back_from_either_lists_keys() {
+        let entry = due(7, "2026-11-28T23:59:59.999Z", "order-17");
+        assert_eq!(decode_due(&due_key(&entry)), Some(entry.clone()));
+        assert_eq!(
+            decode_shared_due(&shared_due_key(&entry)),
+            Some(entry.clone())
+        );
+        // Listed under its own UTC day, its advertiser's list, by due time.
+        let later = due(7, "2026-11-28T23:59:59.999Z", "order-18");
+        let other = due(6, "2026-11-28T23:59:59.999Z", "order-1");
+        assert!(due_key(&entry) < due_key(&later));
+        assert!(due_key(&other) < due_key(&entry));
+        assert!(due_key(&entry).starts_with(&due_lane_key(
+            Day::new("2026-11-28".parse().expect("a date")),
+            entry.advertiser_id
+        )));
+    }
+
+    #[test]
+    fn the_directory_gives_each_list_once_with_where_it_was_taken_through() {
+        let day = Day::new("2026-11-28".parse().expect("a date"));
+        let (a, b) = (
+            AdvertiserId::new(Uuid::from_u128(1)),
+            AdvertiserId::new(Uuid::from_u128(2)),
+        );
+        let taken = due(1, "2026-11-28T10:00:00Z", "order-1");
+        let mut through = due_lane_key(day, a);
+        through.push(DECIDED_THROUGH);
+        let rows = vec![
+            (due_lane_key(day, a), Vec::new()),
+            (through, due_key(&taken)),
+            (due_lane_key(day, b), Vec::new()),
+        ];
+        let lanes = decode_lanes(&rows).expect("decoded");
+        assert_eq!(
+            lanes,
+            [
+                DueLaneState {
+                    advertiser_id: a,
+                    decided_through: Some(taken),
+                },
+                DueLaneState {
+                    advertiser_id: b,
+                    decided_through: None,
+                },
+            ]
+        );
     }
 }

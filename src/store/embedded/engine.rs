@@ -52,7 +52,12 @@ pub(crate) struct Tables {
     pub(crate) view_report: Keyspace,
     pub(crate) event_index: Keyspace,
     pub(crate) conversion_copy: Keyspace,
+    /// The due list that releases before format 7 wrote: one per day, by due time.
     pub(crate) conversion_due: Keyspace,
+    /// The due lists by (day, advertiser), by due time.
+    pub(crate) conversion_due_by_advertiser: Keyspace,
+    /// The day's directory of due lists, and where each was last taken through.
+    pub(crate) conversion_due_advertiser: Keyspace,
     pub(crate) conversion_decision: Keyspace,
     pub(crate) conversion: Keyspace,
     pub(crate) campaign_conversion: Keyspace,
@@ -112,6 +117,8 @@ pub(crate) enum Table {
     EventIndex,
     ConversionCopy,
     ConversionDue,
+    ConversionDueByAdvertiser,
+    ConversionDueAdvertiser,
     ConversionDecision,
     Conversion,
     CampaignConversion,
@@ -159,6 +166,8 @@ impl Tables {
             Table::EventIndex => &self.event_index,
             Table::ConversionCopy => &self.conversion_copy,
             Table::ConversionDue => &self.conversion_due,
+            Table::ConversionDueByAdvertiser => &self.conversion_due_by_advertiser,
+            Table::ConversionDueAdvertiser => &self.conversion_due_advertiser,
             Table::ConversionDecision => &self.conversion_decision,
             Table::Conversion => &self.conversion,
             Table::CampaignConversion => &self.campaign_conversion,

@@ -15,8 +15,10 @@ use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 /// Format 5 keys the event index by week first (`event_index_by_week`); the upgrade rewrites
 /// format 4's `event_index` into it. Format 6 keeps in `subject_week` only the lines that lead
 /// to users' conversions; the upgrade deletes the lines older formats wrote for indexed events,
-/// which the index now finds itself and which nothing swept.
-const FORMAT_VERSION: u32 = 6;
+/// which the index now finds itself and which nothing swept. Format 7 keeps a due list of
+/// conversions per (day, advertiser); format 6's one list per day (`conversion_due`) is still
+/// read until it is empty, so the upgrade only records the new number.
+const FORMAT_VERSION: u32 = 7;
 
 /// Rows the event index's upgrade writes per batch.
 const UPGRADE_ROWS_PER_BATCH: usize = 10_000;
@@ -123,6 +125,8 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
             .map_err(|error| engine_error("opening tables", error))?,
         conversion_copy: open("conversion_copy")?,
         conversion_due: open("conversion_due")?,
+        conversion_due_by_advertiser: open("conversion_due_by_advertiser")?,
+        conversion_due_advertiser: open("conversion_due_advertiser")?,
         conversion_decision: open("conversion_decision")?,
         conversion: open("conversion")?,
         campaign_conversion: open("campaign_conversion")?,
@@ -140,8 +144,10 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
     if upgrade_from.is_some_and(|version| version < 3) {
         register_stored_sites(&tables)?;
     }
-    if upgrade_from.is_some() {
+    if upgrade_from.is_some_and(|version| version < 5) {
         rekey_event_index(&tables)?;
+    }
+    if upgrade_from.is_some_and(|version| version < 6) {
         drop_event_lines(&tables)?;
     }
     if stored.is_none() || upgrade_from.is_some() {
