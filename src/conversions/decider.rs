@@ -60,6 +60,9 @@ struct Cursors {
     taken_through: HashMap<(Day, DueLane), DueConversion>,
     /// When each day's shared list was last found empty.
     shared_empty: HashMap<Day, Instant>,
+    /// The lists found holding nothing more due by a moment, each with that moment: one
+    /// whose latest listed due time is no later is not read again.
+    exhausted_through: HashMap<(Day, DueLane), DateTime<Utc>>,
 }
 
 /// What one round over the due lists did.
@@ -87,6 +90,7 @@ impl Decider {
                 first_day,
                 taken_through: HashMap::new(),
                 shared_empty: HashMap::new(),
+                exhausted_through: HashMap::new(),
             }),
         }
     }
@@ -122,14 +126,19 @@ impl Decider {
             let first = cursors.first_day;
             cursors.taken_through.retain(|(day, _), _| *day >= first);
             cursors.shared_empty.retain(|day, _| *day >= first);
+            cursors
+                .exhausted_through
+                .retain(|(day, _), _| *day >= first);
         }
         Ok(total)
     }
 
     /// The day's lists to read, each with where to read it from: its own record or this
-    /// process's, whichever is further. The shared list is left out for a while once found
-    /// empty, but only while `day` is still open (`recheck_shared`): a day is passed only
-    /// once every list of it was read past its end.
+    /// process's, whichever is further. A list found exhausted through a moment no earlier
+    /// than its latest listed due time is left out: nothing was listed on it since. The
+    /// shared list is left out for a while once found empty, but only while `day` is still
+    /// open (`recheck_shared`): a day is passed only once every list of it was read past its
+    /// end.
     async fn lists_of(
         &self,
         day: Day,
@@ -145,11 +154,15 @@ impl Decider {
         let shared = (!shared_is_empty).then_some((DueLane::Shared, None));
         Ok(shared
             .into_iter()
-            .chain(recorded.into_iter().map(|list| {
-                (
-                    DueLane::Advertiser(list.advertiser_id),
-                    list.decided_through,
-                )
+            .chain(recorded.into_iter().filter_map(|list| {
+                let lane = DueLane::Advertiser(list.advertiser_id);
+                let unchanged = list.listed_through.is_some_and(|listed| {
+                    cursors
+                        .exhausted_through
+                        .get(&(day, lane))
+                        .is_some_and(|through| listed <= *through)
+                });
+                (!unchanged).then_some((lane, list.decided_through))
             }))
             .map(|(lane, recorded)| {
                 let taken = cursors.taken_through.get(&(day, lane)).cloned();
@@ -174,12 +187,15 @@ impl Decider {
             .collect()
             .await;
         let mut first_error = None;
-        let entries: Vec<Vec<DueConversion>> = read
-            .into_iter()
-            .map(|result| {
+        let mut failed_reads = Vec::new();
+        let entries: Vec<Vec<DueConversion>> = lists
+            .iter()
+            .zip(read)
+            .map(|((lane, _), result)| {
                 result.unwrap_or_else(|error| {
                     // One list that cannot be read does not hold the others back.
                     first_error.get_or_insert(error);
+                    failed_reads.push(*lane);
                     Vec::new()
                 })
             })
@@ -210,8 +226,17 @@ impl Decider {
         };
         for (((lane, _), taken), decided) in lists.iter().zip(&entries).zip(&decided_in) {
             let done = decided.iter().take_while(|ok| **ok).count();
-            if *lane == DueLane::Shared && taken.is_empty() {
-                self.cursors().shared_empty.insert(day, Instant::now());
+            {
+                let mut cursors = self.cursors();
+                let read_whole = !failed_reads.contains(lane) && taken.len() < share;
+                if *lane == DueLane::Shared && read_whole && taken.is_empty() {
+                    cursors.shared_empty.insert(day, Instant::now());
+                }
+                if read_whole && done == taken.len() {
+                    cursors.exhausted_through.insert((day, *lane), until);
+                } else {
+                    cursors.exhausted_through.remove(&(day, *lane));
+                }
             }
             let Some(last) = taken[..done].last() else {
                 continue;

@@ -509,6 +509,9 @@ pub enum DueLane {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueLaneState {
     pub advertiser_id: AdvertiserId,
+    /// The latest due time listed, where the store keeps it (Cassandra): a list found empty
+    /// through a later moment need not be read again.
+    pub listed_through: Option<DateTime<Utc>>,
     pub decided_through: Option<DueConversion>,
 }
 

@@ -1028,6 +1028,26 @@ async fn due_lists_are_kept_per_advertiser_and_read_from_where_they_were_taken(b
         "a list per advertiser with conversions due that day"
     );
     assert!(lanes.iter().all(|lane| lane.decided_through.is_none()));
+    // Where the store keeps the latest due time listed, it is the latest of each list's.
+    assert!(
+        lanes[0].listed_through.is_none_or(|listed| {
+            let latest = if lanes[0].advertiser_id == a {
+                a3.due
+            } else {
+                b1.due
+            };
+            listed == latest
+        }),
+        "{lanes:?}"
+    );
+    assert!(lanes[1].listed_through.is_none_or(|listed| {
+        let latest = if lanes[1].advertiser_id == a {
+            a3.due
+        } else {
+            b1.due
+        };
+        listed == latest
+    }));
     assert_eq!(
         read(DueLane::Advertiser(a), None, end, 2).await,
         [a1.clone(), a2.clone()],

@@ -25,7 +25,7 @@ const ROWS_IN_FLIGHT: usize = 64;
 
 pub(crate) struct DueStatements {
     insert_entry: PreparedStatement,
-    insert_lane: PreparedStatement,
+    list_lane: PreparedStatement,
     select_lanes: PreparedStatement,
     select_entries: PreparedStatement,
     select_entries_after: PreparedStatement,
@@ -43,7 +43,7 @@ impl DueStatements {
     ) -> Result<Self, StoreError> {
         let [
             insert_entry,
-            insert_lane,
+            list_lane,
             select_lanes,
             select_entries,
             select_entries_after,
@@ -60,12 +60,12 @@ impl DueStatements {
                      (day, advertiser_id, due, conversion_id) VALUES (?, ?, ?, ?)"
                 ),
                 format!(
-                    "INSERT INTO {keyspace}.conversion_due_advertiser (day, advertiser_id) \
-                     VALUES (?, ?)"
+                    "UPDATE {keyspace}.conversion_due_advertiser USING TIMESTAMP ? \
+                     SET listed_through = ? WHERE day = ? AND advertiser_id = ?"
                 ),
                 format!(
-                    "SELECT advertiser_id, decided_through_due, decided_through_id \
-                     FROM {keyspace}.conversion_due_advertiser WHERE day = ?"
+                    "SELECT advertiser_id, listed_through, decided_through_due, \
+                     decided_through_id FROM {keyspace}.conversion_due_advertiser WHERE day = ?"
                 ),
                 format!(
                     "SELECT due, conversion_id FROM {keyspace}.conversion_due_by_advertiser \
@@ -105,7 +105,7 @@ impl DueStatements {
         .await?;
         Ok(Self {
             insert_entry,
-            insert_lane,
+            list_lane,
             select_lanes,
             select_entries,
             select_entries_after,
@@ -169,6 +169,7 @@ impl<'a> SharedValues<'a> {
 #[derive(DeserializeRow)]
 struct StoredLane {
     advertiser_id: Uuid,
+    listed_through: Option<DateTime<Utc>>,
     decided_through_due: Option<DateTime<Utc>>,
     decided_through_id: Option<String>,
 }
@@ -213,7 +214,8 @@ impl CassandraStore {
     }
 
     /// Lists `due` in its advertisers' lists, a batch per (day, advertiser), each list in the
-    /// day's directory first: a list is never out of the decider's sight.
+    /// day's directory first with its latest due time (`USING TIMESTAMP` of it, so the latest
+    /// listed wins): a list is never out of the decider's sight.
     pub(super) async fn list_due(&self, due: &[DueConversion]) -> Result<(), StoreError> {
         const CONTEXT: &str = "listing conversions due";
         let statements = self.due_statements().await?;
@@ -224,13 +226,17 @@ impl CassandraStore {
                 .or_default()
                 .push(EntryValues::new(entry));
         }
-        let lanes: Vec<(NaiveDate, Uuid)> = lists
-            .keys()
-            .map(|(day, advertiser)| (day.date(), advertiser.as_uuid()))
+        let lanes: Vec<(i64, DateTime<Utc>, NaiveDate, Uuid)> = lists
+            .iter()
+            .filter_map(|((day, advertiser), rows)| {
+                let latest = rows.iter().map(|row| row.due).max()?;
+                let micros = latest.timestamp_micros();
+                Some((micros, latest, day.date(), advertiser.as_uuid()))
+            })
             .collect();
         execute_each(
             &self.session,
-            &statements.insert_lane,
+            &statements.list_lane,
             &lanes,
             ROWS_IN_FLIGHT,
             |lane| *lane,
@@ -264,6 +270,7 @@ impl CassandraStore {
                 };
                 Ok(DueLaneState {
                     advertiser_id: AdvertiserId::new(row.advertiser_id),
+                    listed_through: row.listed_through,
                     decided_through,
                 })
             })
