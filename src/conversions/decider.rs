@@ -60,9 +60,36 @@ struct Cursors {
     taken_through: HashMap<(Day, DueLane), DueConversion>,
     /// When each day's shared list was last found empty.
     shared_empty: HashMap<Day, Instant>,
+    /// When each day's shared list last failed to be read (on Cassandra, a read past too many
+    /// tombstones fails every time): it is tried again only after [`SHARED_RECHECK`].
+    shared_failed: HashMap<Day, Instant>,
     /// The lists found holding nothing more due by a moment, each with that moment: one
     /// whose latest listed due time is no later is not read again.
     exhausted_through: HashMap<(Day, DueLane), DateTime<Utc>>,
+    /// How many of each day's lists gave entries to its last round: the round is shared among
+    /// them, not among every list of the day, so idle advertisers do not slow a busy one.
+    busy_lists: HashMap<Day, usize>,
+}
+
+impl Cursors {
+    /// Forgets what is kept of the days before `first`.
+    fn pass_to(&mut self, first: Day) {
+        self.first_day = first;
+        self.taken_through.retain(|(day, _), _| *day >= first);
+        self.shared_empty.retain(|day, _| *day >= first);
+        self.shared_failed.retain(|day, _| *day >= first);
+        self.exhausted_through.retain(|(day, _), _| *day >= first);
+        self.busy_lists.retain(|day, _| *day >= first);
+    }
+}
+
+/// A day's lists to read, each from where it was taken through, and how many of them were
+/// busy in the last round.
+struct Lists {
+    lists: Vec<(DueLane, Option<DueConversion>)>,
+    busy: usize,
+    /// The shared list is left out after a failed read: the day cannot be passed meanwhile.
+    shared_held: bool,
 }
 
 /// What one round over the due lists did.
@@ -71,6 +98,9 @@ pub(crate) struct Round {
     pub(crate) decided: usize,
     /// Some list gave its whole share: another round follows at once.
     pub(crate) more: bool,
+    /// Every list of the day was read whole and all it gave decided: once its day has
+    /// passed, the day holds nothing more.
+    read_whole: bool,
 }
 
 impl Decider {
@@ -90,7 +120,9 @@ impl Decider {
                 first_day,
                 taken_through: HashMap::new(),
                 shared_empty: HashMap::new(),
+                shared_failed: HashMap::new(),
                 exhausted_through: HashMap::new(),
+                busy_lists: HashMap::new(),
             }),
         }
     }
@@ -109,28 +141,35 @@ impl Decider {
         let last_day = Day::new(until.date_naive());
         let first_day = self.cursors().first_day;
         let mut total = Round::default();
+        let mut first_error = None;
+        let mut whole_so_far = true;
         let mut emptied_through = None;
         for day in first_day.through(last_day) {
-            let round = self.round(day, until).await?;
-            total.decided += round.decided;
-            total.more |= round.more;
-            // A day before the last whose lists gave less than their share holds nothing
-            // due any more: nothing is listed on a day that has passed.
-            if !total.more && day < last_day {
+            // A day that fails is tried again next round; the days after it go on.
+            match self.round(day, until).await {
+                Ok(round) => {
+                    total.decided += round.decided;
+                    total.more |= round.more;
+                    whole_so_far &= round.read_whole;
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                    whole_so_far = false;
+                }
+            }
+            // A day before the last read whole holds nothing due any more: nothing is listed
+            // on a day that has passed.
+            if whole_so_far && day < last_day {
                 emptied_through = Some(day);
             }
         }
         if let Some(day) = emptied_through {
-            let mut cursors = self.cursors();
-            cursors.first_day = day.next();
-            let first = cursors.first_day;
-            cursors.taken_through.retain(|(day, _), _| *day >= first);
-            cursors.shared_empty.retain(|day, _| *day >= first);
-            cursors
-                .exhausted_through
-                .retain(|(day, _), _| *day >= first);
+            self.cursors().pass_to(day.next());
         }
-        Ok(total)
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(total),
+        }
     }
 
     /// The day's lists to read, each with where to read it from: its own record or this
@@ -139,20 +178,16 @@ impl Decider {
     /// shared list is left out for a while once found empty, but only while `day` is still
     /// open (`recheck_shared`): a day is passed only once every list of it was read past its
     /// end.
-    async fn lists_of(
-        &self,
-        day: Day,
-        recheck_shared: bool,
-    ) -> Result<Vec<(DueLane, Option<DueConversion>)>, StoreError> {
+    async fn lists_of(&self, day: Day, recheck_shared: bool) -> Result<Lists, StoreError> {
         let recorded = self.store.due_lanes(day).await?;
         let cursors = self.cursors();
-        let shared_is_empty = recheck_shared
-            && cursors
-                .shared_empty
-                .get(&day)
-                .is_some_and(|found| found.elapsed() < SHARED_RECHECK);
-        let shared = (!shared_is_empty).then_some((DueLane::Shared, None));
-        Ok(shared
+        let lately =
+            |found: Option<&Instant>| found.is_some_and(|at| at.elapsed() < SHARED_RECHECK);
+        let shared_is_empty = recheck_shared && lately(cursors.shared_empty.get(&day));
+        let shared_held = lately(cursors.shared_failed.get(&day));
+        let shared = (!shared_is_empty && !shared_held).then_some((DueLane::Shared, None));
+        let busy = cursors.busy_lists.get(&day).copied();
+        let lists = shared
             .into_iter()
             .chain(recorded.into_iter().filter_map(|list| {
                 let lane = DueLane::Advertiser(list.advertiser_id);
@@ -168,15 +203,24 @@ impl Decider {
                 let taken = cursors.taken_through.get(&(day, lane)).cloned();
                 (lane, recorded.max(taken))
             })
-            .collect())
+            .collect::<Vec<_>>();
+        Ok(Lists {
+            busy: busy.unwrap_or(lists.len()),
+            lists,
+            shared_held,
+        })
     }
 
     /// Takes each of the day's lists' share of what is due by `until`, decides them in turn,
     /// and takes off each list what is decided, in order (a failure stops its list there).
     async fn round(&self, day: Day, until: DateTime<Utc>) -> Result<Round, StoreError> {
         let open = day >= Day::new(until.date_naive());
-        let lists = self.lists_of(day, open).await?;
-        let share = turns::share(lists.len());
+        let Lists {
+            lists,
+            busy,
+            shared_held,
+        } = self.lists_of(day, open).await?;
+        let share = turns::share(busy);
         let read: Vec<Result<Vec<DueConversion>, StoreError>> = stream::iter(lists.clone())
             .map(|(lane, after)| async move {
                 self.store
@@ -201,6 +245,11 @@ impl Decider {
             })
             .collect();
         let lengths: Vec<usize> = entries.iter().map(Vec::len).collect();
+        let busy = lengths.iter().filter(|&&length| length > 0).count();
+        self.cursors().busy_lists.insert(day, busy);
+        if failed_reads.contains(&DueLane::Shared) {
+            self.cursors().shared_failed.insert(day, Instant::now());
+        }
         let order = turns::in_turn(&lengths);
         let in_order: Vec<DueConversion> = order
             .iter()
@@ -223,6 +272,7 @@ impl Decider {
         let mut round = Round {
             decided: 0,
             more: lengths.contains(&share),
+            read_whole: !shared_held,
         };
         for (((lane, _), taken), decided) in lists.iter().zip(&entries).zip(&decided_in) {
             let done = decided.iter().take_while(|ok| **ok).count();
@@ -236,6 +286,7 @@ impl Decider {
                     cursors.exhausted_through.insert((day, *lane), until);
                 } else {
                     cursors.exhausted_through.remove(&(day, *lane));
+                    round.read_whole = false;
                 }
             }
             let Some(last) = taken[..done].last() else {
@@ -260,7 +311,7 @@ impl Decider {
         let far = Utc::now() + TimeDelta::days(1);
         let mut pending = 0;
         'days: for day in first.through(Day::new(far.date_naive())) {
-            for (lane, after) in self.lists_of(day, false).await? {
+            for (lane, after) in self.lists_of(day, false).await?.lists {
                 if pending >= PENDING_COUNTED {
                     break 'days;
                 }

@@ -8,11 +8,13 @@ use crate::domain::ids::AdvertiserId;
 use crate::erased::ErasedSubjects;
 use crate::remembered::Remembered;
 use crate::store::{ConversionStore, DueConversion, StoreError};
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::Arc;
 
 /// Conversions remembered as stored; past this, the memory starts over.
 const STORED_REMEMBERED: usize = 200_000;
+/// How close to its due time a write may end and its entries still be sure to be read.
+const LATE_MARGIN: TimeDelta = TimeDelta::seconds(1);
 
 pub(crate) struct ConversionIntake {
     store: Arc<dyn ConversionStore>,
@@ -53,6 +55,32 @@ impl ConversionIntake {
         self
     }
 
+    /// Lists the entries again, due a delay from now, when their write ended about when they
+    /// fell due (a stalled write, a paused process, a delay of 0): a decider may have read
+    /// their list through a later entry meanwhile, and would never go back for them. The
+    /// first of the two entries decided is the decision; the other finds it made.
+    async fn list_again_if_late(
+        &self,
+        received: DateTime<Utc>,
+        due: &[DueConversion],
+    ) -> Result<(), StoreError> {
+        let margin = (self.delay / 2).min(LATE_MARGIN);
+        if Utc::now() + margin < received + self.delay {
+            return Ok(());
+        }
+        let again = Utc::now() + self.delay.max(LATE_MARGIN);
+        let listed_again: Vec<DueConversion> = due
+            .iter()
+            .map(|entry| DueConversion {
+                due: again,
+                ..entry.clone()
+            })
+            .collect();
+        metrics::counter!("adevents_conversions_listed_again_total")
+            .increment(listed_again.len() as u64);
+        self.store.write_conversion_copies(&[], &listed_again).await
+    }
+
     /// Stores the conversions (validated, one per id) that this process has not stored lately.
     pub(crate) async fn accept(&self, conversions: Vec<Conversion>) -> Result<(), StoreError> {
         let received = Utc::now();
@@ -82,6 +110,7 @@ impl ConversionIntake {
             })
             .collect();
         self.store.write_conversion_copies(&copies, &due).await?;
+        self.list_again_if_late(received, &due).await?;
         self.stored.remember(
             copies
                 .into_iter()

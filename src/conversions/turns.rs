@@ -4,12 +4,13 @@
 
 /// Entries one round takes from all of a day's lists together.
 const ROUND: usize = 400;
-/// The most one list gives to a round: a lone busy advertiser is decided at full pace.
+/// The most one list gives to a round: a lone busy advertiser is decided at full pace (idle
+/// lists do not count: the round is shared among the lists that gave entries to the last).
 const SHARE_MAX: usize = 200;
 /// The fewest: with thousands of advertisers, each still moves every round.
 const SHARE_MIN: usize = 10;
 
-/// How many entries each of `lists` lists gives to one round.
+/// How many entries each list gives to one round when `lists` of them are busy.
 pub(crate) fn share(lists: usize) -> usize {
     (ROUND / lists.max(1)).clamp(SHARE_MIN, SHARE_MAX)
 }

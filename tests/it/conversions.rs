@@ -31,6 +31,7 @@ conformance!(
     a_decision_reads_a_users_newest_entries_before_the_conversion_and_no_more,
     one_advertisers_flood_of_conversions_does_not_hold_back_anothers,
     due_lists_are_kept_per_advertiser_and_read_from_where_they_were_taken,
+    conversions_posted_at_once_with_no_delay_are_each_decided,
 );
 
 mod cassandra_only {
@@ -1112,5 +1113,27 @@ async fn a_conversion_listed_by_an_earlier_release_is_still_decided() {
         .await
         .expect("listed as an earlier release lists");
     let answer = decided(&server, advertiser, 1).await;
+    assert_eq!(answer["totals"]["attributed"], 0, "{answer}");
+}
+
+async fn conversions_posted_at_once_with_no_delay_are_each_decided(backend: Backend) {
+    let (_, server) = server(backend, std::time::Duration::ZERO).await;
+    let advertiser = Uuid::new_v4();
+    let now = Utc::now();
+    // Twenty requests at once: the decider reads the list while some are still being written.
+    let posts = (0..20).map(|request| {
+        let body: Vec<Value> = (0..50)
+            .map(|n| {
+                let id = format!("at-once-{request}-{n}");
+                conversion(advertiser, &id, now, json!({"user_id": Uuid::new_v4()}))
+            })
+            .collect();
+        let server = &server;
+        async move { post(server, "/v1/conversions", &json!(body)).await }
+    });
+    for (status, answer) in futures::future::join_all(posts).await {
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
+    let answer = decided(&server, advertiser, 1_000).await;
     assert_eq!(answer["totals"]["attributed"], 0, "{answer}");
 }
