@@ -90,19 +90,23 @@ struct Tally {
     visits: u64,
     invalid_visits: u64,
     sketch: UniqueSketch,
+    /// Some of its visits are of an hour whose visitors are counted in another period (or
+    /// outside the range): in a zone a half hour off UTC, the hour that straddles midnight.
+    visitors_elsewhere: bool,
 }
 
 impl Tally {
     /// The counts; unique visitors never exceed visits, nor are zero when there are visits
-    /// and `any_visitor` says the answer has a visitor at all (an estimate must not contradict
-    /// the exact count beside it: a period's visitors may sit in a neighbour's hour, in a zone
-    /// a half hour off UTC). Visits without a visitor (Global Privacy Control) add to `visits`
-    /// alone, so an answer with only those has none.
+    /// whose visitors are counted here, or may be counted elsewhere while `any_visitor` says
+    /// the answer has a visitor at all (an estimate must not contradict the exact count beside
+    /// it). Visits without a visitor (Global Privacy Control) add to `visits` alone, so a
+    /// period with only those has none.
     fn finish(self, any_visitor: bool) -> VisitCounts {
         let estimate = self.sketch.estimate();
+        let has_visitor = !self.sketch.is_empty() || (self.visitors_elsewhere && any_visitor);
         VisitCounts {
             visits: self.visits,
-            unique_visitors: if self.visits == 0 || !any_visitor {
+            unique_visitors: if self.visits == 0 || !has_visitor {
                 0
             } else {
                 estimate.clamp(1, self.visits)
@@ -207,22 +211,46 @@ impl Tallies<'_> {
         }
         self.total.visits += visits.valid;
         self.total.invalid_visits += visits.invalid;
-        if let Some(period) = self.periods.of_day.get(&self.range.local_day(at)) {
-            let row = &mut self.rows[*period];
+        let visitors_in = self.period_of_visitors(at);
+        if visits.valid > 0 && !self.range.contains(Self::midpoint(at)) {
+            self.total.visitors_elsewhere = true;
+        }
+        if let Some(&period) = self.periods.of_day.get(&self.range.local_day(at)) {
+            let row = &mut self.rows[period];
             row.visits += visits.valid;
             row.invalid_visits += visits.invalid;
+            if visits.valid > 0 && visitors_in != Some(period) {
+                row.visitors_elsewhere = true;
+            }
         }
+    }
+
+    /// The middle of the UTC hour holding `at`.
+    fn midpoint(at: DateTime<Utc>) -> DateTime<Utc> {
+        let hour = at.timestamp_millis().div_euclid(HOUR_MILLIS) * HOUR_MILLIS;
+        DateTime::from_timestamp_millis(hour).unwrap_or(at) + TimeDelta::minutes(30)
+    }
+
+    /// The period whose sketch counts the visitors of the UTC hour holding `at`.
+    fn period_of_visitors(&self, at: DateTime<Utc>) -> Option<usize> {
+        let midpoint = Self::midpoint(at);
+        if !self.range.contains(midpoint) {
+            return None;
+        }
+        self.periods
+            .of_day
+            .get(&self.range.local_day(midpoint))
+            .copied()
     }
 
     /// The visitors of the UTC hour starting at `hour`: in the period holding its midpoint.
     fn visitors(&mut self, hour: DateTime<Utc>, sketch: &UniqueSketch) {
-        let midpoint = hour + TimeDelta::minutes(30);
-        if !self.range.contains(midpoint) {
+        if !self.range.contains(Self::midpoint(hour)) {
             return;
         }
         self.total.sketch.merge(sketch);
-        if let Some(period) = self.periods.of_day.get(&self.range.local_day(midpoint)) {
-            self.rows[*period].sketch.merge(sketch);
+        if let Some(period) = self.period_of_visitors(hour) {
+            self.rows[period].sketch.merge(sketch);
         }
     }
 }
@@ -380,21 +408,60 @@ mod tests {
 
     #[test]
     fn an_estimate_never_contradicts_the_exact_visits() {
+        // A period whose visits' visitors are counted in a neighbour's hour (a zone a half
+        // hour off UTC), in an answer that has visitors.
         let tally = Tally {
             invalid_visits: 0,
             visits: 3,
             sketch: UniqueSketch::new(),
+            visitors_elsewhere: true,
         };
         assert_eq!(tally.finish(true).unique_visitors, 1);
     }
 
     #[test]
     fn visits_without_any_visitor_have_no_unique_visitor() {
-        let tally = Tally {
+        let tally = || Tally {
             invalid_visits: 0,
             visits: 3,
             sketch: UniqueSketch::new(),
+            visitors_elsewhere: true,
         };
-        assert_eq!(tally.finish(false).unique_visitors, 0);
+        assert_eq!(tally().finish(false).unique_visitors, 0);
+        // A period of GPC visits alone, beside periods with visitors.
+        let gpc_only = Tally {
+            visitors_elsewhere: false,
+            ..tally()
+        };
+        assert_eq!(gpc_only.finish(true).unique_visitors, 0);
+    }
+
+    #[test]
+    fn a_visit_in_the_hour_across_midnight_of_a_half_hour_zone_has_its_visitor_elsewhere() {
+        let kolkata = QueryRange::new(
+            "2018-10-01".parse().expect("date"),
+            "2018-10-02".parse().expect("date"),
+            chrono_tz::Asia::Kolkata,
+        )
+        .expect("valid");
+        let periods = Periods::new(&kolkata, Granularity::Day);
+        let (mut total, mut rows) = (Tally::default(), vec![Tally::default(), Tally::default()]);
+        let mut tallies = Tallies {
+            periods: &periods,
+            range: &kolkata,
+            total: &mut total,
+            rows: &mut rows,
+        };
+        let one = SliceVisits {
+            valid: 1,
+            invalid: 0,
+        };
+        // 18:10 UTC is 23:40 on 1 October in Kolkata; its hour's midpoint, 18:30 UTC, is
+        // midnight there, the 2nd.
+        tallies.visits("2018-10-01T18:10:00Z".parse().expect("instant"), one);
+        // 06:00 UTC on the 2nd: its morning, its hour's visitors counted on the 2nd.
+        tallies.visits("2018-10-02T06:00:00Z".parse().expect("instant"), one);
+        assert!(rows[0].visitors_elsewhere);
+        assert!(!rows[1].visitors_elsewhere);
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::common::beacons::{registered_site, uniques};
 use crate::common::events::{get, post};
-use crate::common::{Backend, TestServer, eventually, http};
+use crate::common::{Backend, TestServer, clear_of_midnight, eventually, http};
 use crate::privacy::{access, access_listing, erase, kinds};
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use reqwest::StatusCode;
@@ -18,6 +18,7 @@ conformance!(
     gpc_beacons_count_as_visits_without_a_visitor_and_cannot_be_found,
     gpc_is_ignored_where_the_site_does_not_respect_it,
     a_site_visited_only_under_gpc_has_visits_and_no_visitor,
+    a_day_of_gpc_visits_alone_has_no_visitor_beside_a_day_with_visitors,
 );
 
 /// Some minutes ago, to the millisecond: a day no seal has closed.
@@ -303,4 +304,39 @@ async fn a_site_visited_only_under_gpc_has_visits_and_no_visitor(backend: Backen
     let totals = totals(&server, &site).await;
     assert_eq!(totals["visits"], 2, "{totals}");
     assert_eq!(totals["unique_visitors"], 0, "{totals}");
+}
+
+async fn a_day_of_gpc_visits_alone_has_no_visitor_beside_a_day_with_visitors(backend: Backend) {
+    clear_of_midnight(std::time::Duration::from_secs(600)).await;
+    let server = backend.server().await;
+    let site = site_respecting_gpc(&server, true).await;
+    let today = Utc::now().date_naive();
+    let yesterday_noon = (today - Duration::days(1))
+        .and_hms_opt(12, 0, 0)
+        .expect("a time")
+        .and_utc();
+    track_with(&server, &site, "private", yesterday_noon, "/a", true).await;
+    track(&server, &site, "counted", minutes_ago(5), "/b").await;
+
+    let query = [
+        ("from", (today - Duration::days(1)).to_string()),
+        ("to", today.to_string()),
+        ("tz", "UTC".to_owned()),
+        ("granularity", "day".to_owned()),
+    ]
+    .map(|(name, value)| (name.to_owned(), value));
+    let counted = eventually(std::time::Duration::from_secs(10), || async {
+        uniques(&server.url(""), &site, &query).await["total"]["visits"] == 2
+    })
+    .await;
+    assert!(counted);
+    // Flushed sketches hold the one visitor, on the day of its visit.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let answer = uniques(&server.url(""), &site, &query).await;
+    let rows = &answer["rows"];
+    assert_eq!(rows[0]["visits"], 1, "{answer}");
+    assert_eq!(rows[0]["unique_visitors"], 0, "{answer}");
+    assert_eq!(rows[1]["visits"], 1, "{answer}");
+    assert_eq!(rows[1]["unique_visitors"], 1, "{answer}");
+    assert_eq!(answer["total"]["unique_visitors"], 1, "{answer}");
 }
