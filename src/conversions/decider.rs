@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 const PERIOD: Duration = Duration::from_millis(500);
 /// Conversions decided at once.
 const CONCURRENCY: usize = 16;
+/// Due entries one round reads at most from one day's lists together (each list at least
+/// one): a round's memory stays small however many advertisers wait at once.
+const READ_AT_MOST: usize = 20_000;
 /// How often the conversions waiting for their decision are counted, and the most counted.
 const PENDING_EVERY: Duration = Duration::from_secs(10);
 const PENDING_COUNTED: usize = 10_000;
@@ -49,6 +52,8 @@ pub(crate) struct Decider {
     indexer: Arc<EventIndexer>,
     /// Marks the days and slices a decided conversion changes, as it does for late events.
     ingestor: Arc<Ingestor>,
+    /// `--attribution-delay`: the longest a decision waits for its conversion's events.
+    delay: TimeDelta,
     cursors: Mutex<Cursors>,
 }
 
@@ -93,7 +98,7 @@ struct Lists {
 }
 
 /// What one round over the due lists did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct Round {
     pub(crate) decided: usize,
     /// Some list gave its whole share: another round follows at once.
@@ -101,6 +106,9 @@ pub(crate) struct Round {
     /// Every list of the day was read whole and all it gave decided: once its day has
     /// passed, the day holds nothing more.
     read_whole: bool,
+    /// The first failure met (a list not read, a conversion not decided, entries not taken
+    /// off): it held back its own list, or its own day, and nothing else.
+    pub(crate) failed: Option<StoreError>,
 }
 
 impl Decider {
@@ -109,6 +117,7 @@ impl Decider {
         settings: Arc<SettingsCache>,
         indexer: Arc<EventIndexer>,
         ingestor: Arc<Ingestor>,
+        delay: TimeDelta,
     ) -> Self {
         let first_day = Day::new((Utc::now() - TimeDelta::days(DUE_REACH_DAYS)).date_naive());
         Self {
@@ -116,6 +125,7 @@ impl Decider {
             settings,
             indexer,
             ingestor,
+            delay,
             cursors: Mutex::new(Cursors {
                 first_day,
                 taken_through: HashMap::new(),
@@ -132,7 +142,8 @@ impl Decider {
     }
 
     /// One round over every day's due lists, each list giving its share of the conversions
-    /// due by now that can be decided.
+    /// due by now that can be decided. Fails only when it cannot tell what is due; any other
+    /// failure is reported in [`Round::failed`] beside what the round did.
     pub(crate) async fn run_once(&self) -> Result<Round, StoreError> {
         let until = self
             .indexer
@@ -141,7 +152,6 @@ impl Decider {
         let last_day = Day::new(until.date_naive());
         let first_day = self.cursors().first_day;
         let mut total = Round::default();
-        let mut first_error = None;
         let mut whole_so_far = true;
         let mut emptied_through = None;
         for day in first_day.through(last_day) {
@@ -151,9 +161,12 @@ impl Decider {
                     total.decided += round.decided;
                     total.more |= round.more;
                     whole_so_far &= round.read_whole;
+                    if let Some(error) = round.failed {
+                        total.failed.get_or_insert(error);
+                    }
                 }
                 Err(error) => {
-                    first_error.get_or_insert(error);
+                    total.failed.get_or_insert(error);
                     whole_so_far = false;
                 }
             }
@@ -166,10 +179,7 @@ impl Decider {
         if let Some(day) = emptied_through {
             self.cursors().pass_to(day.next());
         }
-        match first_error {
-            Some(error) => Err(error),
-            None => Ok(total),
-        }
+        Ok(total)
     }
 
     /// The day's lists to read, each with where to read it from: its own record or this
@@ -213,6 +223,9 @@ impl Decider {
 
     /// Takes each of the day's lists' share of what is due by `until`, decides them in turn,
     /// and takes off each list what is decided, in order (a failure stops its list there).
+    /// The share is read for the lists busy in the last round (at most [`READ_AT_MOST`] in
+    /// all), then cut to the share of the lists busy now: a day that suddenly has many busy
+    /// advertisers makes one round no longer than its turns.
     async fn round(&self, day: Day, until: DateTime<Utc>) -> Result<Round, StoreError> {
         let open = day >= Day::new(until.date_naive());
         let Lists {
@@ -220,36 +233,57 @@ impl Decider {
             busy,
             shared_held,
         } = self.lists_of(day, open).await?;
-        let share = turns::share(busy);
+        let read_share = turns::share(busy).min((READ_AT_MOST / lists.len().max(1)).max(1));
         let read: Vec<Result<Vec<DueConversion>, StoreError>> = stream::iter(lists.clone())
             .map(|(lane, after)| async move {
                 self.store
-                    .due_conversions(day, lane, after.as_ref(), until, share)
+                    .due_conversions(day, lane, after.as_ref(), until, read_share)
                     .await
             })
             .buffered(CONCURRENCY)
             .collect()
             .await;
-        let mut first_error = None;
+        let mut round = Round {
+            read_whole: !shared_held,
+            ..Round::default()
+        };
         let mut failed_reads = Vec::new();
-        let entries: Vec<Vec<DueConversion>> = lists
+        let mut entries: Vec<Vec<DueConversion>> = lists
             .iter()
             .zip(read)
             .map(|((lane, _), result)| {
                 result.unwrap_or_else(|error| {
                     // One list that cannot be read does not hold the others back.
-                    first_error.get_or_insert(error);
+                    round.failed.get_or_insert(error);
                     failed_reads.push(*lane);
                     Vec::new()
                 })
             })
             .collect();
-        let lengths: Vec<usize> = entries.iter().map(Vec::len).collect();
-        let busy = lengths.iter().filter(|&&length| length > 0).count();
-        self.cursors().busy_lists.insert(day, busy);
         if failed_reads.contains(&DueLane::Shared) {
             self.cursors().shared_failed.insert(day, Instant::now());
         }
+        let busy_now = entries.iter().filter(|taken| !taken.is_empty()).count();
+        self.cursors().busy_lists.insert(day, busy_now);
+        let share = read_share.min(turns::share(busy_now));
+        // A list read whole gave less than it was asked for and no more than its share; one
+        // that gave as much as asked, or was cut to its share, may have more.
+        let read_whole: Vec<bool> = lists
+            .iter()
+            .zip(&entries)
+            .map(|((lane, _), taken)| {
+                !failed_reads.contains(lane) && taken.len() < read_share && taken.len() <= share
+            })
+            .collect();
+        let may_have_more: Vec<bool> = lists
+            .iter()
+            .zip(&entries)
+            .map(|((lane, _), taken)| !failed_reads.contains(lane) && taken.len() >= share)
+            .collect();
+        for taken in &mut entries {
+            taken.truncate(share);
+        }
+        let lengths: Vec<usize> = entries.iter().map(Vec::len).collect();
         let order = turns::in_turn(&lengths);
         let in_order: Vec<DueConversion> = order
             .iter()
@@ -265,43 +299,44 @@ impl Decider {
             match outcome {
                 Ok(()) => decided_in[list][position] = true,
                 Err(error) => {
-                    first_error.get_or_insert(error);
+                    round.failed.get_or_insert(error);
                 }
             }
         }
-        let mut round = Round {
-            decided: 0,
-            more: lengths.contains(&share),
-            read_whole: !shared_held,
-        };
-        for (((lane, _), taken), decided) in lists.iter().zip(&entries).zip(&decided_in) {
+        for (((((lane, _), taken), decided), whole), more) in lists
+            .iter()
+            .zip(&entries)
+            .zip(&decided_in)
+            .zip(read_whole)
+            .zip(may_have_more)
+        {
             let done = decided.iter().take_while(|ok| **ok).count();
-            {
-                let mut cursors = self.cursors();
-                let read_whole = !failed_reads.contains(lane) && taken.len() < share;
-                if *lane == DueLane::Shared && read_whole && taken.is_empty() {
-                    cursors.shared_empty.insert(day, Instant::now());
-                }
-                if read_whole && done == taken.len() {
-                    cursors.exhausted_through.insert((day, *lane), until);
-                } else {
-                    cursors.exhausted_through.remove(&(day, *lane));
+            if let Some(last) = taken[..done].last() {
+                if let Err(error) = self.store.remove_due(*lane, &taken[..done]).await {
+                    round.failed.get_or_insert(error);
                     round.read_whole = false;
+                    continue;
                 }
+                // Only a list that moved asks for the next round at once: one stuck at a
+                // conversion that cannot be decided waits for the next tick.
+                round.more |= more;
+                round.decided += done;
+                self.cursors()
+                    .taken_through
+                    .insert((day, *lane), last.clone());
             }
-            let Some(last) = taken[..done].last() else {
-                continue;
-            };
-            self.store.remove_due(*lane, &taken[..done]).await?;
-            round.decided += done;
-            self.cursors()
-                .taken_through
-                .insert((day, *lane), last.clone());
+            let mut cursors = self.cursors();
+            if *lane == DueLane::Shared && whole && taken.is_empty() {
+                cursors.shared_empty.insert(day, Instant::now());
+            }
+            if whole && done == taken.len() {
+                cursors.exhausted_through.insert((day, *lane), until);
+            } else {
+                cursors.exhausted_through.remove(&(day, *lane));
+                round.read_whole = false;
+            }
         }
-        match first_error {
-            Some(error) => Err(error),
-            None => Ok(round),
-        }
+        Ok(round)
     }
 
     /// Counts the entries of the due lists from where they are read on, due or not yet (at
@@ -388,10 +423,12 @@ impl Decider {
         Ok(())
     }
 
-    /// The delay a due entry carries: its due time less the arrival of the copy it was written
-    /// for. The first copy's entry is due first, so it is the one decided.
+    /// How long after its first arrival a conversion's events count: the delay its due entry
+    /// carries (its due time less that arrival), or this process's delay if shorter. An entry
+    /// listed again after a late write, or written for a later copy, is due later than the
+    /// delay; the events stored within the delay are all it credits.
     fn delay_of(&self, due: &DueConversion, received: DateTime<Utc>) -> TimeDelta {
-        (due.due - received).max(TimeDelta::zero())
+        (due.due - received).max(TimeDelta::zero()).min(self.delay)
     }
 
     /// The index entries the conversion's rule reads: the named impression's, else the
@@ -462,13 +499,19 @@ impl Decider {
         tokio::spawn(async move {
             let mut ticks = crate::periodic::ticks(PERIOD);
             let mut counted = Instant::now();
+            let mut warned = Warnings::default();
             loop {
                 ticks.tick().await;
                 loop {
                     let more = match decider.run_once().await {
-                        Ok(round) => round.more,
+                        Ok(round) => {
+                            if let Some(error) = round.failed {
+                                warned.warn(&error);
+                            }
+                            round.more
+                        }
                         Err(error) => {
-                            tracing::warn!(error = %error.chain(), "cannot decide conversions yet; retrying");
+                            warned.warn(&error);
                             false
                         }
                     };
@@ -484,5 +527,22 @@ impl Decider {
                 }
             }
         })
+    }
+}
+
+/// A failure of deciding, logged at most every [`PENDING_EVERY`]: one that repeats (a
+/// conversion that cannot be decided) would otherwise be logged every round.
+#[derive(Default)]
+struct Warnings {
+    last: Option<Instant>,
+}
+
+impl Warnings {
+    fn warn(&mut self, error: &StoreError) {
+        if self.last.is_some_and(|at| at.elapsed() < PENDING_EVERY) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        tracing::warn!(error = %error.chain(), "cannot decide some conversions yet; retrying");
     }
 }

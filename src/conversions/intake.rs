@@ -15,6 +15,8 @@ use std::sync::Arc;
 const STORED_REMEMBERED: usize = 200_000;
 /// How close to its due time a write may end and its entries still be sure to be read.
 const LATE_MARGIN: TimeDelta = TimeDelta::seconds(1);
+/// How many times late entries are listed again at most.
+const LISTINGS_AGAIN: usize = 3;
 
 pub(crate) struct ConversionIntake {
     store: Arc<dyn ConversionStore>,
@@ -55,30 +57,38 @@ impl ConversionIntake {
         self
     }
 
-    /// Lists the entries again, due a delay from now, when their write ended about when they
-    /// fell due (a stalled write, a paused process, a delay of 0): a decider may have read
-    /// their list through a later entry meanwhile, and would never go back for them. The
-    /// first of the two entries decided is the decision; the other finds it made.
+    /// Lists the entries again, due a delay (at least [`LATE_MARGIN`]) from now, when their
+    /// write ended about when they fell due (a stalled write, a paused process, a delay of 0):
+    /// a decider may have read their list through a later entry meanwhile, and would never go
+    /// back for them. Whichever entry is decided first is the decision, and it credits the
+    /// events stored within the delay of the first arrival whichever it is. A listing that is
+    /// itself late is listed again, a few times at most.
     async fn list_again_if_late(
         &self,
         received: DateTime<Utc>,
         due: &[DueConversion],
     ) -> Result<(), StoreError> {
         let margin = (self.delay / 2).min(LATE_MARGIN);
-        if Utc::now() + margin < received + self.delay {
-            return Ok(());
+        let mut due_at = received + self.delay;
+        for _ in 0..LISTINGS_AGAIN {
+            if Utc::now() + margin < due_at {
+                return Ok(());
+            }
+            due_at = Utc::now() + self.delay.max(LATE_MARGIN);
+            let listed_again: Vec<DueConversion> = due
+                .iter()
+                .map(|entry| DueConversion {
+                    due: due_at,
+                    ..entry.clone()
+                })
+                .collect();
+            metrics::counter!("adevents_conversions_listed_again_total")
+                .increment(listed_again.len() as u64);
+            self.store
+                .write_conversion_copies(&[], &listed_again)
+                .await?;
         }
-        let again = Utc::now() + self.delay.max(LATE_MARGIN);
-        let listed_again: Vec<DueConversion> = due
-            .iter()
-            .map(|entry| DueConversion {
-                due: again,
-                ..entry.clone()
-            })
-            .collect();
-        metrics::counter!("adevents_conversions_listed_again_total")
-            .increment(listed_again.len() as u64);
-        self.store.write_conversion_copies(&[], &listed_again).await
+        Ok(())
     }
 
     /// Stores the conversions (validated, one per id) that this process has not stored lately.
