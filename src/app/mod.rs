@@ -146,14 +146,11 @@ impl App {
             .with_indexer(Arc::clone(&indexer))
             .with_erased(Arc::clone(&erased)),
         );
-        let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
-            .unwrap_or(chrono::TimeDelta::MAX);
         let decider = Arc::new(Decider::new(
             Arc::clone(&store),
             Arc::clone(&settings_cache),
             Arc::clone(&indexer),
             Arc::clone(&ingestor),
-            attribution_delay,
         ));
         let day_keys = Arc::new(DayKeys::new(
             Arc::clone(&store) as Arc<dyn crate::store::SubjectStore>
@@ -181,6 +178,8 @@ impl App {
             )
             .with_beacons(Arc::clone(&beacons)),
         );
+        let attribution_delay = chrono::TimeDelta::from_std(service.attribution_delay)
+            .unwrap_or(chrono::TimeDelta::MAX);
         let handlers = Handlers {
             views: Arc::new(ViewReports::new(
                 Arc::clone(&ingestor),

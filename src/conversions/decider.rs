@@ -52,8 +52,6 @@ pub(crate) struct Decider {
     indexer: Arc<EventIndexer>,
     /// Marks the days and slices a decided conversion changes, as it does for late events.
     ingestor: Arc<Ingestor>,
-    /// `--attribution-delay`: the longest a decision waits for its conversion's events.
-    delay: TimeDelta,
     cursors: Mutex<Cursors>,
 }
 
@@ -117,7 +115,6 @@ impl Decider {
         settings: Arc<SettingsCache>,
         indexer: Arc<EventIndexer>,
         ingestor: Arc<Ingestor>,
-        delay: TimeDelta,
     ) -> Self {
         let first_day = Day::new((Utc::now() - TimeDelta::days(DUE_REACH_DAYS)).date_naive());
         Self {
@@ -125,7 +122,6 @@ impl Decider {
             settings,
             indexer,
             ingestor,
-            delay,
             cursors: Mutex::new(Cursors {
                 first_day,
                 taken_through: HashMap::new(),
@@ -424,11 +420,13 @@ impl Decider {
     }
 
     /// How long after its first arrival a conversion's events count: the delay its due entry
-    /// carries (its due time less that arrival), or this process's delay if shorter. An entry
-    /// listed again after a late write, or written for a later copy, is due later than the
-    /// delay; the events stored within the delay are all it credits.
+    /// carries (its due time less that arrival), the same on every process whatever delay each
+    /// runs with (any process decides any conversion). The first copy's first entry is due
+    /// first, so it is the one decided; an entry listed again after a late write is due later
+    /// and, decided first only if the first was passed over (or both in one round), credits
+    /// the events stored until its own due time.
     fn delay_of(&self, due: &DueConversion, received: DateTime<Utc>) -> TimeDelta {
-        (due.due - received).max(TimeDelta::zero()).min(self.delay)
+        (due.due - received).max(TimeDelta::zero())
     }
 
     /// The index entries the conversion's rule reads: the named impression's, else the

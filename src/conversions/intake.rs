@@ -60,9 +60,9 @@ impl ConversionIntake {
     /// Lists the entries again, due a delay (at least [`LATE_MARGIN`]) from now, when their
     /// write ended about when they fell due (a stalled write, a paused process, a delay of 0):
     /// a decider may have read their list through a later entry meanwhile, and would never go
-    /// back for them. Whichever entry is decided first is the decision, and it credits the
-    /// events stored within the delay of the first arrival whichever it is. A listing that is
-    /// itself late is listed again, a few times at most.
+    /// back for them. Whichever entry is decided first is the decision: the first, unless it
+    /// was passed over (then the later one credits the events stored until its own due
+    /// time). A listing that is itself late is listed again, a few times at most.
     async fn list_again_if_late(
         &self,
         received: DateTime<Utc>,
