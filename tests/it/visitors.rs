@@ -66,8 +66,8 @@ async fn track_with(
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
 }
 
-/// Today's and yesterday's totals of the site: `{"visits", "unique_visitors", …}`.
-async fn totals(server: &TestServer, site: &str) -> Value {
+/// The site's uniques of yesterday and today, a row per UTC day.
+async fn two_days(server: &TestServer, site: &str) -> Value {
     let today = Utc::now().date_naive();
     let query = [
         ("from", (today - Duration::days(1)).to_string()),
@@ -76,7 +76,12 @@ async fn totals(server: &TestServer, site: &str) -> Value {
         ("granularity", "day".to_owned()),
     ]
     .map(|(name, value)| (name.to_owned(), value));
-    uniques(&server.url(""), site, &query).await["total"].clone()
+    uniques(&server.url(""), site, &query).await
+}
+
+/// Today's and yesterday's totals of the site: `{"visits", "unique_visitors", …}`.
+async fn totals(server: &TestServer, site: &str) -> Value {
+    two_days(server, site).await["total"].clone()
 }
 
 fn visitor(site: &str, guid: &str) -> String {
@@ -318,21 +323,14 @@ async fn a_day_of_gpc_visits_alone_has_no_visitor_beside_a_day_with_visitors(bac
     track_with(&server, &site, "private", yesterday_noon, "/a", true).await;
     track(&server, &site, "counted", minutes_ago(5), "/b").await;
 
-    let query = [
-        ("from", (today - Duration::days(1)).to_string()),
-        ("to", today.to_string()),
-        ("tz", "UTC".to_owned()),
-        ("granularity", "day".to_owned()),
-    ]
-    .map(|(name, value)| (name.to_owned(), value));
     let counted = eventually(std::time::Duration::from_secs(10), || async {
-        uniques(&server.url(""), &site, &query).await["total"]["visits"] == 2
+        totals(&server, &site).await["visits"] == 2
     })
     .await;
     assert!(counted);
     // Flushed sketches hold the one visitor, on the day of its visit.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let answer = uniques(&server.url(""), &site, &query).await;
+    let answer = two_days(&server, &site).await;
     let rows = &answer["rows"];
     assert_eq!(rows[0]["visits"], 1, "{answer}");
     assert_eq!(rows[0]["unique_visitors"], 0, "{answer}");
