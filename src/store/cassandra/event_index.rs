@@ -211,6 +211,21 @@ async fn write_batch(
     write_partition(session, insert, rows, "writing the event index").await
 }
 
+/// A key's rows as index entries, failing on the first that does not decode.
+fn decode_entries(
+    rows: Vec<StoredEntry>,
+    advertiser: AdvertiserId,
+    key: IndexKey,
+    context: &'static str,
+) -> Result<Vec<IndexEntry>, StoreError> {
+    rows.into_iter()
+        .map(|row| {
+            row.into_entry(advertiser, key)
+                .map_err(|why| decode_error(context, Message(why)))
+        })
+        .collect()
+}
+
 #[async_trait]
 impl EventIndexStore for CassandraStore {
     async fn write_index(&self, entries: &[IndexEntry]) -> Result<(), StoreError> {
@@ -247,12 +262,7 @@ impl EventIndexStore for CassandraStore {
             CONTEXT,
         )
         .await?;
-        rows.into_iter()
-            .map(|row| {
-                row.into_entry(advertiser, key)
-                    .map_err(|why| decode_error(CONTEXT, Message(why)))
-            })
-            .collect()
+        decode_entries(rows, advertiser, key, CONTEXT)
     }
 
     async fn read_index_newest(
@@ -282,12 +292,7 @@ impl EventIndexStore for CassandraStore {
             CONTEXT,
         )
         .await?;
-        rows.into_iter()
-            .map(|row| {
-                row.into_entry(advertiser, key)
-                    .map_err(|why| decode_error(CONTEXT, Message(why)))
-            })
-            .collect()
+        decode_entries(rows, advertiser, key, CONTEXT)
     }
 }
 
