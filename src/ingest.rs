@@ -85,6 +85,12 @@ impl Ingestor {
         registry: Arc<ProcessRegistry>,
         (slices, window): (SliceRule, BillableWindow),
     ) -> Self {
+        // Other processes write a store without a change log of its own: summaries learn of
+        // writes that reach back to what they kept from marks alone.
+        let slices = match store.changes() {
+            Some(_) => slices,
+            None => slices.marking_settled_pieces(),
+        };
         Self {
             store,
             settings,
@@ -311,8 +317,9 @@ impl Ingestor {
         self.mark_late(late).await
     }
 
-    /// Stores view reports in their impressions' partitions. A report for a closed slice marks
-    /// it, and one for a day past its grace marks the day, as a late impression would: the
+    /// Stores view reports in their impressions' partitions. A report for a closed slice (or a
+    /// settled piece, by [`SliceRule::marks`]) marks it, and one for a day past its grace marks
+    /// the day, as a late impression would: the
     /// join is made when a slice, a seal or a raw read counts the day, so whatever aggregated
     /// the impression before must count again.
     pub(crate) async fn view_reports(
@@ -354,7 +361,7 @@ impl Ingestor {
             for (campaign, at) in times {
                 let slice = slice_of(at);
                 let marked = recent.get(&(campaign, slice));
-                if self.slices.is_late(slice, now)
+                if self.slices.marks(at, now)
                     && marked.is_none_or(|marked| now - *marked >= VIEW_MARK_REUSE)
                 {
                     add_marks(&mut marks, campaign, vec![slice]);
@@ -376,7 +383,8 @@ impl Ingestor {
 
     /// Marks what counting decided conversions changes, as late events would, once they are
     /// written where they are counted: each credited campaign-day is indexed (the sealer
-    /// finds it), a closed slice is marked, and a day past its grace is marked late.
+    /// finds it), a closed slice (or a settled piece's) is marked, and a day past its grace is
+    /// marked late.
     pub(crate) async fn conversions_counted(
         &self,
         credited: &[(CampaignKey, DateTime<Utc>)],
@@ -389,17 +397,16 @@ impl Ingestor {
         let now = Utc::now();
         let mut marks = SliceMarks::new();
         for (campaign, at) in credited {
-            let slice = slice_of(*at);
-            if self.slices.is_late(slice, now) {
-                add_marks(&mut marks, *campaign, vec![slice]);
+            if self.slices.marks(*at, now) {
+                add_marks(&mut marks, *campaign, vec![slice_of(*at)]);
             }
         }
         self.mark_slices(marks).await?;
         self.mark_late(late).await
     }
 
-    /// Marks what removing stored events (an erasure) changes: each closed slice that counted
-    /// one, as a late event of that time would, so the slice is read raw until aggregated
+    /// Marks what removing stored events (an erasure) changes: each closed slice (or settled
+    /// piece's) that counted one, as a late event of that time would, so the slice is read raw until aggregated
     /// again without it.
     pub(crate) async fn events_removed(
         &self,
@@ -414,7 +421,8 @@ impl Ingestor {
         self.mark_slices(marks).await
     }
 
-    /// Marks the slices a write changed after they closed.
+    /// Marks the slices a write changed after they closed (or after the piece it reached back
+    /// to settled, by [`SliceRule::marks`]).
     async fn mark_slices(&self, marks: SliceMarks) -> Result<(), StoreError> {
         let now = Utc::now();
         let store = &self.store;
@@ -471,7 +479,7 @@ impl Ingestor {
         let mut looked_up: BTreeMap<(CampaignKey, ImpressionId), Vec<(ClickWritten, bool)>> =
             BTreeMap::new();
         for click in clicked {
-            let late_slice = self.slices.is_late(click.slice(), now);
+            let late_slice = self.slices.marks(click.at, now);
             if late_slice {
                 add_marks(&mut marks, click.campaign, vec![click.slice()]);
             }
@@ -502,7 +510,7 @@ impl Ingestor {
             .try_collect()
             .await?;
         for (campaign, at) in moved.into_iter().flatten() {
-            if self.slices.is_late(slice_of(at), now) {
+            if self.slices.marks(at, now) {
                 add_marks(&mut marks, campaign, vec![slice_of(at)]);
             }
             let day = Day::new(at.date_naive());

@@ -38,6 +38,14 @@ pub(crate) fn slice_of_piece(piece: Piece) -> Slice {
     piece.div_euclid(SLICE_MILLIS / PIECE_MILLIS)
 }
 
+/// On a store other processes write, how long after a piece's end a write reaching back to
+/// it marks its slice although the slice is still open: a summary keeps what it read raw of
+/// a piece only once this has passed (with the seals' margin), so every write it did not see
+/// leaves a mark it reads with the next slice states (docs/DESIGN.md, "Open days from closed
+/// slices"). Ten seconds: an ad server's batch of events just served reaches the store well
+/// within it and marks nothing.
+pub(crate) const PIECE_SETTLE: TimeDelta = TimeDelta::seconds(10);
+
 /// How finely a stretch's counts are kept apart: by slice (what is stored), or by piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Grain {
@@ -59,6 +67,9 @@ impl Grain {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SliceRule {
     grace: TimeDelta,
+    /// Whether writes mark the open slices of settled pieces too ([`PIECE_SETTLE`]): on a
+    /// store other processes write, where summaries learn of writes from marks alone.
+    marks_settled_pieces: bool,
 }
 
 impl Default for SliceRule {
@@ -67,6 +78,7 @@ impl Default for SliceRule {
     fn default() -> Self {
         Self {
             grace: TimeDelta::minutes(2),
+            marks_settled_pieces: false,
         }
     }
 }
@@ -76,7 +88,25 @@ impl SliceRule {
     pub fn new(grace: Duration) -> Self {
         Self {
             grace: TimeDelta::from_std(grace).unwrap_or(TimeDelta::minutes(2)),
+            marks_settled_pieces: false,
         }
+    }
+
+    /// The rule for writes to a store other processes write: a write reaching back to a
+    /// settled piece marks its slice, open or closed.
+    pub(crate) fn marking_settled_pieces(self) -> Self {
+        Self {
+            marks_settled_pieces: true,
+            ..self
+        }
+    }
+
+    /// Whether a write that changes counts from `at` on, done `now`, marks the slice of `at`:
+    /// when the slice is closed, or (by [`Self::marking_settled_pieces`]) when the piece of
+    /// `at` ended [`PIECE_SETTLE`] ago or more.
+    pub(crate) fn marks(&self, at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        self.is_late(slice_of(at), now)
+            || self.marks_settled_pieces && Span::of_piece(piece_of(at)).to + PIECE_SETTLE <= now
     }
 
     /// Whether an event in `slice` arriving `now` is late: the slice may be aggregated
@@ -92,7 +122,7 @@ impl SliceRule {
     }
 
     /// The slices a write of an event at `at` must mark when it arrives `now`: its own slice
-    /// if that is closed, and the next one too when the event's billable window (`window`
+    /// if [`Self::marks`] says so, and the next one too when the event's billable window (`window`
     /// long, aligned at the epoch) reaches past the slice's end, since that slice counts the
     /// window only if no impression of it came before.
     pub(crate) fn late_slices(
@@ -101,8 +131,7 @@ impl SliceRule {
         window: TimeDelta,
         now: DateTime<Utc>,
     ) -> Vec<Slice> {
-        let slice = slice_of(at);
-        if !self.is_late(slice, now) {
+        if !self.marks(at, now) {
             return Vec::new();
         }
         touched_slices(at, window)
@@ -179,6 +208,22 @@ mod tests {
         assert!(rule.is_late(slice, at("2026-11-28T10:17:00Z")));
         assert!(!rule.may_aggregate(slice, at("2026-11-28T10:17:04Z")));
         assert!(rule.may_aggregate(slice, at("2026-11-28T10:17:05Z")));
+    }
+
+    #[test]
+    fn writes_to_a_shared_store_mark_the_open_slices_of_settled_pieces() {
+        let now = at("2026-11-28T10:05:00Z");
+        let shared = SliceRule::default().marking_settled_pieces();
+        // The piece 10:04:48–10:04:50 ended ten seconds ago; the next one has not settled.
+        assert!(shared.marks(at("2026-11-28T10:04:49Z"), now));
+        assert!(!shared.marks(at("2026-11-28T10:04:50Z"), now));
+        assert!(!SliceRule::default().marks(at("2026-11-28T10:04:49Z"), now));
+        // A closed slice is marked by either rule.
+        assert!(SliceRule::default().marks(at("2026-11-28T09:40:00Z"), now));
+        assert_eq!(
+            shared.late_slices(at("2026-11-28T10:04:49Z"), TimeDelta::seconds(40), now),
+            [slice_of(now)]
+        );
     }
 
     #[test]

@@ -57,8 +57,7 @@ pub(crate) struct Reader {
     pub(crate) open_days: Option<SliceRule>,
     /// How long after an impression its view reports count.
     pub(crate) view_window: ViewWindow,
-    /// What summaries read raw of open days, kept by piece, over a store no other process
-    /// writes.
+    /// What summaries read raw of open days, kept by piece.
     pub(crate) kept_stretches: Option<Arc<stretch_cache::StretchCache>>,
     /// What summaries decoded of open days' slice aggregates.
     pub(crate) slice_memo: Arc<slice_memo::SliceMemo>,
@@ -109,10 +108,13 @@ pub struct Queries {
 
 impl Queries {
     pub fn new(store: Arc<dyn Store>, settings: Arc<SettingsCache>, options: QueryOptions) -> Self {
-        let kept_stretches = store
-            .changes()
-            .filter(|_| options.keep_open_stretches)
-            .map(|changes| Arc::new(stretch_cache::StretchCache::new(changes)));
+        // Over a store other processes write, the slices' marks say what changed.
+        let kept_stretches = options.keep_open_stretches.then(|| {
+            Arc::new(match store.changes() {
+                Some(changes) => stretch_cache::StretchCache::new(changes),
+                None => stretch_cache::StretchCache::over_marks(),
+            })
+        });
         Self {
             reader: Reader {
                 kept_stretches,

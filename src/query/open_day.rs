@@ -7,7 +7,7 @@
 use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
 use super::slice_memo::{Decoded, MemoKey, Signature, SliceMemo};
 use super::span::{Duplicates, SpanAggregate, aggregate_spans};
-use super::stretch_cache::{ReadWith, StretchCache};
+use super::stretch_cache::{Marks, ReadWith, StretchCache};
 use crate::domain::bucket::BucketCount;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::partition::EventPartition;
@@ -110,7 +110,7 @@ pub(crate) async fn read_open_day(
     // Kept pieces were read without looking their ids up: a seal looks every id up.
     let kept = kept.filter(|_| read.find_duplicates.is_none());
     // Before anything is read: a write after it may have changed what this read counts.
-    let sequence = kept.map(StretchCache::sequence);
+    let sequence = kept.map(|kept| kept.sequence(read.now));
     let per_ad = per_ad(&read.levels);
     let aggregates = from_aggregates(store, read, memo).await?;
     let from_aggregates = aggregates.answered.len();
@@ -141,7 +141,7 @@ pub(crate) async fn read_open_day(
                 kept.plan(
                     (read.campaign, read.day, sequence),
                     &read_with,
-                    &stretches,
+                    (&stretches, &aggregates.marks),
                     read.now,
                 )
             });
@@ -175,13 +175,18 @@ pub(crate) async fn read_open_day(
             rows_read += aggregate.rows_read;
         }
         if let Some((kept, plan)) = kept.zip(plan) {
-            if !kept.still_right(read.campaign, &plan) {
+            if !kept.still_right((read.campaign, read.day), &plan, &aggregate) {
                 continue;
             }
             metrics::counter!("adevents_open_day_pieces_total", "from" => "kept")
                 .increment(plan.kept_pieces as u64);
             day.add_span(&plan.kept, per_ad);
-            kept.keep((read.campaign, read.day), &read_with, plan, &aggregate);
+            kept.keep(
+                (read.campaign, read.day),
+                (&read_with, &aggregates.marks),
+                plan,
+                &aggregate,
+            );
             aggregate = aggregate.into_slices();
         }
         day.add_span(&aggregate, per_ad);
@@ -205,6 +210,16 @@ struct FromAggregates {
     /// The slices whose aggregates answered (closed, current, and decoded).
     answered: HashSet<Slice>,
     duplicates: Vec<CopyRow>,
+    /// Each slice's latest mark.
+    marks: Marks,
+}
+
+/// Each slice's latest mark among `states`.
+fn marks_of(states: &[(Slice, SealState)]) -> Marks {
+    states
+        .iter()
+        .filter_map(|(slice, state)| state.late_at.map(|at| (*slice, at)))
+        .collect()
 }
 
 /// The slices whose aggregates may answer `now`, and each one's aggregate's read start.
@@ -236,12 +251,14 @@ async fn from_aggregates(
         let rows = store
             .read_open_day(read.campaign, read.day, OpenDayParts::States)
             .await?;
+        let marks = marks_of(&rows.states);
         let (_, signature) = answering(read, rows.states);
         if let Some(decoded) = memo.get(&key, &signature) {
             return Ok(FromAggregates {
                 day: decoded.aggregate,
                 answered: decoded.answered,
                 duplicates: rows.duplicates,
+                marks,
             });
         }
         kept_under = Some((memo, signature));
@@ -253,6 +270,7 @@ async fn from_aggregates(
         OpenDayParts::Aggregates
     };
     let rows = store.read_open_day(read.campaign, read.day, parts).await?;
+    let marks = marks_of(&rows.states);
     let (answering, signature) = answering(read, rows.states);
     let mut day = BySlice::default();
     // A slice with a sketch that does not decode (or missing) is read raw, every ad of it.
@@ -306,6 +324,7 @@ async fn from_aggregates(
         day: decoded.aggregate,
         answered: decoded.answered,
         duplicates: rows.duplicates,
+        marks,
     })
 }
 

@@ -73,6 +73,9 @@ pub(crate) struct SpanAggregate {
     /// Read by piece: each piece's billable windows, at the earliest impression of each
     /// there (what a later read can take instead of reading back to its window's start).
     pub(crate) openers: BTreeMap<Slice, Vec<Opener>>,
+    /// Read by piece: each impression counted in the spans, at the copy counted (what a
+    /// later read meets again if the id is stored once more, at another time).
+    pub(crate) counted: Vec<CopyRow>,
 }
 
 /// A user's earliest valid impression in a billable window, within some stretch.
@@ -177,6 +180,9 @@ pub(crate) async fn aggregate_spans(
     for row in earliest.into_values() {
         let at = row.timestamp;
         let in_span = in_spans(at);
+        if in_span && grain == Grain::Piece {
+            aggregate.counted.push(copy_of(&row));
+        }
         if row.invalid.is_some() {
             if in_span {
                 aggregate

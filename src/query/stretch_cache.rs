@@ -1,23 +1,28 @@
 //! What summaries read raw of open days, kept by 2-second piece (docs/DESIGN.md, "Open days
 //! from closed slices"): the next summary of the day reads raw only the pieces a write may
 //! have changed since, and the seconds that were not over yet, so its cost follows what
-//! changed since the last summary rather than the minutes of the open stretch. Only over a
-//! store no other process writes, whose change log (`SliceStore::changes`) says from which
-//! event time on each write could change the counts.
+//! changed since the last summary rather than the minutes of the open stretch. Over a store
+//! no other process writes, its change log (`SliceStore::changes`) says from which event time
+//! on each write could change the counts; over one other processes write, the slices' marks
+//! do, since every write reaching back to a settled piece marks its slice
+//! (`SliceRule::marking_settled_pieces`), and pieces are kept only once settled.
 //!
 //! Every read raw counts an id once, at its earliest copy among the rows it read; kept pieces
 //! were read apart, so the copies each read met with several timestamps are kept beside
 //! them, and later reads count a copy only where the earliest known one lies. A copy written
 //! after a piece was read changes the log from its earliest copy on (the store learns the
-//! id's copies while writing), so the piece is read again with it.
+//! id's copies while writing), so the piece is read again with it. Where marks say what
+//! changed, writers do not learn of copies: the ids each kept piece counted are kept too, and
+//! a later read meeting one of them at another time reads again from the earlier copy.
 
 use super::aggregate::BillableWindow;
 use super::aggregate::SliceCounts;
 use super::span::{Opened, Opener, SpanAggregate};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
+use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::slices::{Piece, Span, piece_of};
+use crate::domain::slices::{PIECE_SETTLE, Piece, Slice, Span, piece_of, slice_start};
 use crate::domain::time::{Day, EventTime};
 use crate::domain::view::ViewWindow;
 use crate::store::{ChangeLog, CopyRow};
@@ -26,8 +31,41 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// A piece is kept once it ended this long ago: the events stamped "now" that reach it late
-/// would only throw it away.
+/// would only throw it away (over a change log; marks need [`PIECE_SETTLE`] and a margin).
 const SETTLE: TimeDelta = TimeDelta::seconds(1);
+/// What one id a kept piece counted is taken to cost in memory, where they are kept.
+const ID_BYTES: usize = 48;
+
+/// The latest mark of each slice of a campaign-day, as its slice states were read.
+pub(crate) type Marks = BTreeMap<Slice, DateTime<Utc>>;
+
+/// How the cache learns what writes changed since a piece was read.
+enum Watch {
+    /// The store's change log: every write of the one process writing the store.
+    Log(Arc<ChangeLog>),
+    /// The slices' marks, read with each summary's slice states: a write reaching back to a
+    /// piece [`PIECE_SETTLE`] after its end marks its slice, and pieces are kept only past
+    /// that and the margin for servers' clocks, so a write a read did not see has marked.
+    /// Sequence numbers are the reads' start times, in milliseconds.
+    Marks,
+}
+
+impl Watch {
+    /// How long after its end a piece may be kept.
+    fn settle(&self) -> TimeDelta {
+        match self {
+            Self::Log(_) => SETTLE,
+            Self::Marks => PIECE_SETTLE + marks_margin(),
+        }
+    }
+}
+
+/// A mark this much older than a read's start may still be of a write the read missed: the
+/// seals' margin for servers' clocks, and the second for which a view report reuses a mark
+/// of its slice (`ingest::VIEW_MARK_REUSE`).
+fn marks_margin() -> TimeDelta {
+    SealState::MARGIN + TimeDelta::seconds(1)
+}
 /// Campaign-days kept; past this, the one read least recently goes.
 const DAYS_KEPT: usize = 1_024;
 /// The memory all kept pieces may take (their counts and sketches, estimated); past it, the
@@ -51,7 +89,7 @@ pub(crate) struct ReadWith {
 
 /// The pieces kept of open days, by campaign and UTC day.
 pub(crate) struct StretchCache {
-    changes: Arc<ChangeLog>,
+    watch: Watch,
     days: Mutex<Days>,
 }
 
@@ -73,6 +111,9 @@ struct KeptDay {
     /// the sequence number of the read that met it.
     copies: HashMap<ImpressionId, Vec<(CopyRow, u64)>>,
     copy_count: usize,
+    /// Each id the kept pieces counted, at the copy they counted (kept where marks say
+    /// what changed: writers there do not learn of an id's other copies).
+    ids: HashMap<ImpressionId, CopyRow>,
     last_read: u64,
     /// Bumped whenever a kept piece goes or is replaced: what was merged of them is stale.
     generation: u64,
@@ -103,6 +144,7 @@ impl KeptDay {
             bytes: 0,
             copies: HashMap::new(),
             copy_count: 0,
+            ids: HashMap::new(),
             last_read: 0,
             generation: 0,
             merged: None,
@@ -117,7 +159,24 @@ struct KeptPiece {
     aggregate: SpanAggregate,
     /// Its billable windows at their earliest impression in it.
     openers: Vec<Opener>,
+    /// The ids it counted, where they are kept ([`KeptDay::ids`]).
+    ids: Vec<ImpressionId>,
     bytes: usize,
+}
+
+impl KeptDay {
+    /// Forgets the ids that piece `number` counted (`ids`).
+    fn forget_ids(&mut self, number: Piece, ids: &[ImpressionId]) {
+        for id in ids {
+            if self
+                .ids
+                .get(id)
+                .is_some_and(|copy| piece_of(copy.timestamp.instant()) == number)
+            {
+                self.ids.remove(id);
+            }
+        }
+    }
 }
 
 /// About what `aggregate` holds in memory.
@@ -148,6 +207,8 @@ pub(crate) struct StretchPlan {
     pub(crate) raw: Vec<Span>,
     /// Pieces read raw that are over and may be kept.
     to_keep: Vec<Piece>,
+    /// The last kept piece that answers.
+    last_used: Option<Piece>,
     /// Every copy of the ids earlier reads met with more than one timestamp.
     pub(crate) copies: Vec<CopyRow>,
     /// The windows the kept pieces opened before the raw read's start, within its window:
@@ -156,17 +217,52 @@ pub(crate) struct StretchPlan {
 }
 
 impl StretchCache {
+    /// A cache over a store no other process writes, which records its writes in `changes`.
     pub(crate) fn new(changes: Arc<ChangeLog>) -> Self {
         Self {
-            changes,
+            watch: Watch::Log(changes),
             days: Mutex::new(Days::default()),
         }
     }
 
-    /// The sequence number a read starting now takes: taken before anything of the day is
+    /// A cache over a store other processes write, whose writes reaching back to settled
+    /// pieces mark their slices.
+    pub(crate) fn over_marks() -> Self {
+        Self {
+            watch: Watch::Marks,
+            days: Mutex::new(Days::default()),
+        }
+    }
+
+    /// The sequence number a read starting `now` takes: taken before anything of the day is
     /// read, so whatever a write changes after it, that read did not count.
-    pub(crate) fn sequence(&self) -> u64 {
-        self.changes.sequence()
+    pub(crate) fn sequence(&self, now: DateTime<Utc>) -> u64 {
+        match &self.watch {
+            Watch::Log(changes) => changes.sequence(),
+            Watch::Marks => u64::try_from(now.timestamp_millis()).unwrap_or(0),
+        }
+    }
+
+    /// The earliest time from which a write after `sequence` changed `campaign`'s counts, as
+    /// far as the cache can tell (`marks`: the day's, read after `sequence` was taken).
+    fn changed_since(
+        &self,
+        campaign: CampaignKey,
+        sequence: u64,
+        marks: &Marks,
+    ) -> Option<DateTime<Utc>> {
+        match &self.watch {
+            Watch::Log(changes) => changes.changed_since(campaign, sequence),
+            Watch::Marks => {
+                let read_at = i64::try_from(sequence).unwrap_or(i64::MAX);
+                let since = read_at - marks_margin().num_milliseconds();
+                marks
+                    .iter()
+                    .filter(|(_, marked)| marked.timestamp_millis() >= since)
+                    .map(|(slice, _)| slice_start(*slice))
+                    .min()
+            }
+        }
     }
 
     /// Which pieces of `stretches` (the day's runs of slices no aggregate answers for) are
@@ -177,9 +273,10 @@ impl StretchCache {
         &self,
         (campaign, day, sequence): (CampaignKey, Day, u64),
         read_with: &ReadWith,
-        stretches: &[Span],
+        (stretches, marks): (&[Span], &Marks),
         now: DateTime<Utc>,
     ) -> StretchPlan {
+        let settle = self.watch.settle();
         let mut days = self.lock();
         let days = &mut *days;
         days.reads += 1;
@@ -187,7 +284,7 @@ impl StretchCache {
         let mut plan = StretchPlan {
             sequence,
             raw: stretches.to_vec(),
-            to_keep: over_pieces(stretches, now),
+            to_keep: over_pieces(stretches, now, settle),
             until: DateTime::<Utc>::MIN_UTC,
             ..StretchPlan::default()
         };
@@ -199,10 +296,8 @@ impl StretchCache {
             *kept = KeptDay::new(read_with.clone());
         }
         kept.last_read = reads;
-        let changes = &self.changes;
         let changed_before = |sequence: u64, until: DateTime<Utc>| {
-            changes
-                .changed_since(campaign, sequence)
+            self.changed_since(campaign, sequence, marks)
                 .is_some_and(|at| at < until)
         };
         // A piece holding an id's earliest copy counts what the id's later copies bring (their
@@ -246,6 +341,7 @@ impl StretchCache {
                 .any(|stretch| stretch.from <= span.from && span.to <= stretch.to)
         };
         let (mut entries, mut bytes) = (0, 0);
+        let mut gone = Vec::new();
         kept.pieces.retain(|piece, held| {
             let right = in_stretches(*piece)
                 && wrong_from.is_none_or(|wrong| *piece < wrong)
@@ -253,9 +349,13 @@ impl StretchCache {
             if !right {
                 entries += held.aggregate.counts.len();
                 bytes += held.bytes;
+                gone.push((*piece, std::mem::take(&mut held.ids)));
             }
             right
         });
+        for (piece, ids) in gone {
+            kept.forget_ids(piece, &ids);
+        }
         if entries > 0 || bytes > 0 {
             kept.generation += 1;
         }
@@ -270,7 +370,7 @@ impl StretchCache {
             .collect();
         plan.to_keep.clear();
         let mut used = Vec::new();
-        for piece in over_pieces(stretches, now) {
+        for piece in over_pieces(stretches, now, settle) {
             if plan.to_keep.is_empty() && kept.pieces.contains_key(&piece) {
                 plan.until = plan.until.max(until_of(piece));
                 used.push(piece);
@@ -314,6 +414,7 @@ impl StretchCache {
         }
         plan.kept = merged;
         plan.kept_pieces = used.len();
+        plan.last_used = used.last().copied();
         plan.opened = opened_before(&kept.pieces, &used, stretches, read_with.window);
         plan.raw = without_pieces(stretches, used.into_iter().collect());
         // The copies passed on are right only while no write reaches back to them either.
@@ -329,13 +430,78 @@ impl StretchCache {
     }
 
     /// Whether the kept pieces and copies `plan` answered with are still right once the rest
-    /// was read raw: a write during that read, reaching back to them, makes the two disagree.
-    pub(crate) fn still_right(&self, campaign: CampaignKey, plan: &StretchPlan) -> bool {
-        plan.kept_pieces == 0 && plan.copies.is_empty()
-            || self
-                .changes
-                .changed_since(campaign, plan.sequence)
-                .is_none_or(|at| at >= plan.until)
+    /// was read raw (`read`): a write during that read, reaching back to them, makes the two
+    /// disagree. Where marks say what changed, a write during the read is seen by the next
+    /// summary; there the read is checked for an id a kept piece counted at another time (a
+    /// copy written since, which its writer did not mark): the id's copies are then kept as
+    /// met, and everything from its earliest copy's piece on is read again.
+    pub(crate) fn still_right(
+        &self,
+        (campaign, day): (CampaignKey, Day),
+        plan: &StretchPlan,
+        read: &SpanAggregate,
+    ) -> bool {
+        match &self.watch {
+            Watch::Log(changes) => {
+                plan.kept_pieces == 0 && plan.copies.is_empty()
+                    || changes
+                        .changed_since(campaign, plan.sequence)
+                        .is_none_or(|at| at >= plan.until)
+            }
+            Watch::Marks => {
+                let Some(last_used) = plan.last_used else {
+                    return true;
+                };
+                let mut days = self.lock();
+                let days = &mut *days;
+                let Some(kept) = days.by_day.get_mut(&(campaign, day)) else {
+                    return true;
+                };
+                let mut met = Vec::new();
+                for counted in &read.counted {
+                    if let Some(held) = kept.ids.get(&counted.impression_id)
+                        && held.timestamp != counted.timestamp
+                        && piece_of(held.timestamp.instant()) <= last_used
+                    {
+                        met.push((*held, *counted));
+                    }
+                }
+                let Some(from) = met
+                    .iter()
+                    .map(|(held, counted)| held.timestamp.min(counted.timestamp))
+                    .min()
+                else {
+                    return true;
+                };
+                for (held, counted) in met {
+                    let copies = kept.copies.entry(held.impression_id).or_default();
+                    for copy in [held, counted] {
+                        if !copies
+                            .iter()
+                            .any(|(known, _)| known.timestamp == copy.timestamp)
+                        {
+                            copies.push((copy, plan.sequence));
+                            kept.copy_count += 1;
+                            kept.bytes += COPY_BYTES;
+                            days.bytes += COPY_BYTES;
+                        }
+                    }
+                }
+                let gone: Vec<(Piece, KeptPiece)> = kept
+                    .pieces
+                    .split_off(&piece_of(from.instant()))
+                    .into_iter()
+                    .collect();
+                for (piece, held) in gone {
+                    kept.forget_ids(piece, &held.ids);
+                    kept.entries -= held.aggregate.counts.len().min(kept.entries);
+                    kept.bytes -= held.bytes.min(kept.bytes);
+                    days.bytes -= held.bytes.min(days.bytes);
+                }
+                kept.generation += 1;
+                false
+            }
+        }
     }
 
     /// Keeps the pieces `plan` read raw that no write has changed since, from `read` (the
@@ -344,13 +510,13 @@ impl StretchCache {
     pub(crate) fn keep(
         &self,
         (campaign, day): (CampaignKey, Day),
-        read_with: &ReadWith,
+        (read_with, marks): (&ReadWith, &Marks),
         plan: StretchPlan,
         read: &SpanAggregate,
     ) {
-        let changed = self.changes.changed_since(campaign, plan.sequence);
+        let changed = self.changed_since(campaign, plan.sequence, marks);
         let still_right = |piece: Piece| changed.is_none_or(|at| at >= Span::of_piece(piece).to);
-        let mut by_piece: BTreeMap<Piece, (SpanAggregate, Vec<Opener>)> = plan
+        let mut by_piece: BTreeMap<Piece, (SpanAggregate, Vec<Opener>, Vec<CopyRow>)> = plan
             .to_keep
             .iter()
             .copied()
@@ -358,25 +524,42 @@ impl StretchCache {
             .map(|piece| (piece, Default::default()))
             .collect();
         for (piece, openers) in &read.openers {
-            if let Some((_, kept)) = by_piece.get_mut(piece) {
+            if let Some((_, kept, _)) = by_piece.get_mut(piece) {
                 kept.clone_from(openers);
             }
         }
         for (key, counts) in &read.counts {
-            if let Some((aggregate, _)) = by_piece.get_mut(&key.0) {
+            if let Some((aggregate, _, _)) = by_piece.get_mut(&key.0) {
                 aggregate.counts.insert(*key, counts.clone());
             }
         }
         for (key, users) in &read.users {
-            if let Some((aggregate, _)) = by_piece.get_mut(&key.0) {
+            if let Some((aggregate, _, _)) = by_piece.get_mut(&key.0) {
                 aggregate.users.insert(*key, users.clone());
             }
         }
-        let pieces: Vec<(Piece, SpanAggregate, Vec<Opener>, usize)> = by_piece
+        if matches!(self.watch, Watch::Marks) {
+            for counted in &read.counted {
+                if let Some((_, _, ids)) = by_piece.get_mut(&piece_of(counted.timestamp.instant()))
+                {
+                    ids.push(*counted);
+                }
+            }
+        }
+        let pieces: Vec<(Piece, KeptPiece, Vec<CopyRow>)> = by_piece
             .into_iter()
-            .map(|(piece, (aggregate, openers))| {
-                let bytes = bytes_of(&aggregate) + openers.len() * std::mem::size_of::<Opener>();
-                (piece, aggregate, openers, bytes)
+            .map(|(piece, (aggregate, openers, ids))| {
+                let bytes = bytes_of(&aggregate)
+                    + openers.len() * std::mem::size_of::<Opener>()
+                    + ids.len() * ID_BYTES;
+                let held = KeptPiece {
+                    sequence: plan.sequence,
+                    aggregate,
+                    openers,
+                    ids: ids.iter().map(|copy| copy.impression_id).collect(),
+                    bytes,
+                };
+                (piece, held, ids)
             })
             .collect();
         let mut days = self.lock();
@@ -409,23 +592,28 @@ impl StretchCache {
             days.by_day.remove(&(campaign, day));
             return;
         }
-        for (piece, aggregate, openers, bytes) in pieces {
-            let entries = aggregate.counts.len();
+        for (piece, held, ids) in pieces {
+            let (entries, bytes) = (held.aggregate.counts.len(), held.bytes);
             if kept.entries + entries > ENTRIES_PER_DAY || days.bytes + added + bytes > KEPT_BYTES {
                 break;
             }
             kept.entries += entries;
             kept.bytes += bytes;
             added += bytes;
-            let replaced = kept.pieces.insert(
-                piece,
-                KeptPiece {
-                    sequence: plan.sequence,
-                    aggregate,
-                    openers,
-                    bytes,
-                },
-            );
+            let replaced = kept.pieces.insert(piece, held);
+            if let Some(replaced) = &replaced {
+                kept.forget_ids(piece, &replaced.ids);
+            }
+            for copy in ids {
+                kept.ids
+                    .entry(copy.impression_id)
+                    .and_modify(|held| {
+                        if copy.timestamp < held.timestamp {
+                            *held = copy;
+                        }
+                    })
+                    .or_insert(copy);
+            }
             if let Some(replaced) = replaced {
                 kept.generation += 1;
                 kept.entries -= replaced.aggregate.counts.len().min(kept.entries);
@@ -458,9 +646,9 @@ impl StretchCache {
     }
 }
 
-/// The pieces of `stretches` that ended at least [`SETTLE`] before `now`, oldest first.
-fn over_pieces(stretches: &[Span], now: DateTime<Utc>) -> Vec<Piece> {
-    let settled = now - SETTLE;
+/// The pieces of `stretches` that ended at least `settle` before `now`, oldest first.
+fn over_pieces(stretches: &[Span], now: DateTime<Utc>, settle: TimeDelta) -> Vec<Piece> {
+    let settled = now - settle;
     stretches
         .iter()
         .flat_map(|stretch| piece_of(stretch.from)..piece_of(stretch.to.min(settled)))
@@ -528,7 +716,7 @@ fn without_pieces(stretches: &[Span], pieces: BTreeSet<Piece>) -> Vec<Span> {
 mod tests {
     use super::*;
     use crate::domain::ids::{AdId, AdvertiserId, CampaignId, ImpressionId};
-    use crate::domain::slices::PIECE_MILLIS;
+    use crate::domain::slices::{PIECE_MILLIS, slice_of_piece};
     use uuid::Uuid;
 
     fn at(text: &str) -> DateTime<Utc> {
@@ -609,13 +797,18 @@ mod tests {
         }
 
         fn plan(&self) -> StretchPlan {
-            let key = (campaign(), self.day, self.cache.sequence());
-            self.cache.plan(key, &read_with(), &self.stretch, self.now)
+            let key = (campaign(), self.day, self.cache.sequence(self.now));
+            self.cache
+                .plan(key, &read_with(), (&self.stretch, &Marks::new()), self.now)
         }
 
         fn keep(&self, plan: StretchPlan, read: &SpanAggregate) {
-            self.cache
-                .keep((campaign(), self.day), &read_with(), plan, read);
+            self.cache.keep(
+                (campaign(), self.day),
+                (&read_with(), &Marks::new()),
+                plan,
+                read,
+            );
         }
 
         fn write_at(&self, time: &str) {
@@ -681,10 +874,10 @@ mod tests {
             window: BillableWindow::new(std::time::Duration::from_secs(60)).expect("a window"),
             ..read_with()
         };
-        let key = (campaign(), quarter.day, quarter.cache.sequence());
+        let key = (campaign(), quarter.day, quarter.cache.sequence(quarter.now));
         let plan = quarter
             .cache
-            .plan(key, &other, &quarter.stretch, quarter.now);
+            .plan(key, &other, (&quarter.stretch, &Marks::new()), quarter.now);
         assert_eq!((plan.kept_pieces, plan.copies.len()), (0, 0));
         assert_eq!(plan.raw, quarter.stretch);
     }
@@ -719,10 +912,18 @@ mod tests {
             (plan.kept_pieces as i64, plan.copies.len()),
             (quarter.over, 2)
         );
-        assert!(quarter.cache.still_right(campaign(), &plan));
+        assert!(quarter.cache.still_right(
+            (campaign(), quarter.day),
+            &plan,
+            &SpanAggregate::default()
+        ));
         // A write while the rest is read, reaching back to a kept copy: read again.
         quarter.write_at("2026-11-29T10:03:00Z");
-        assert!(!quarter.cache.still_right(campaign(), &plan));
+        assert!(!quarter.cache.still_right(
+            (campaign(), quarter.day),
+            &plan,
+            &SpanAggregate::default()
+        ));
     }
 
     #[test]
@@ -782,6 +983,99 @@ mod tests {
         assert!(plan.opened.is_none_or(|opened| opened.before != before));
     }
 
+    /// A plan of the quarter's day by a cache over marks, read `now` with the day's `marks`.
+    fn plan_over_marks(
+        cache: &StretchCache,
+        quarter: &Quarter,
+        now: DateTime<Utc>,
+        marks: &Marks,
+    ) -> StretchPlan {
+        let key = (campaign(), quarter.day, cache.sequence(now));
+        cache.plan(key, &read_with(), (&quarter.stretch, marks), now)
+    }
+
+    #[test]
+    fn over_marks_pieces_are_kept_once_settled_until_a_mark_may_be_of_a_write_since() {
+        let quarter = Quarter::new();
+        let cache = StretchCache::over_marks();
+        let first = quarter.first;
+        let plan = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
+        // Settled, with the margin for clocks: the pieces that ended by 10:04:44.
+        let settled = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:04:44Z");
+        assert_eq!(plan.to_keep, (first..first + settled).collect::<Vec<_>>());
+        cache.keep(
+            (campaign(), quarter.day),
+            (&read_with(), &Marks::new()),
+            plan,
+            &read_of(first..first + quarter.over + 1),
+        );
+
+        let later = at("2026-11-29T10:05:10Z");
+        let slice = slice_of_piece(first);
+        // A mark older than the read's start less the margin was seen by it.
+        let seen: Marks = [(slice, at("2026-11-29T10:04:53Z"))].into();
+        let plan = plan_over_marks(&cache, &quarter, later, &seen);
+        assert_eq!(plan.kept_pieces as i64, settled);
+        assert_eq!(plan.raw[0].from, at("2026-11-29T10:04:44Z"));
+        // A later one may be of a write the read missed: the slice is read again.
+        let since: Marks = [(slice, at("2026-11-29T10:04:55Z"))].into();
+        assert_eq!(
+            plan_over_marks(&cache, &quarter, later, &since).kept_pieces,
+            0
+        );
+    }
+
+    #[test]
+    fn over_marks_an_id_met_again_at_another_time_is_read_again_from_its_earlier_copy() {
+        let quarter = Quarter::new();
+        let cache = StretchCache::over_marks();
+        let first = quarter.first;
+        let settled = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:04:44Z");
+        let plan = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
+        let mut read = read_of(first..first + settled);
+        read.counted = vec![
+            copy(7, "2026-11-29T10:01:00Z"),
+            copy(8, "2026-11-29T10:02:00Z"),
+        ];
+        cache.keep(
+            (campaign(), quarter.day),
+            (&read_with(), &Marks::new()),
+            plan,
+            &read,
+        );
+        let plan = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
+        assert_eq!(plan.kept_pieces as i64, settled);
+        // The rest, read raw, counts another id and id 7 again, stored since at 10:04:50
+        // (a copy its writer did not know of, so marked nothing).
+        let rest = SpanAggregate {
+            counted: vec![
+                copy(9, "2026-11-29T10:04:46Z"),
+                copy(7, "2026-11-29T10:04:50Z"),
+            ],
+            ..SpanAggregate::default()
+        };
+        assert!(!cache.still_right((campaign(), quarter.day), &plan, &rest));
+        let plan = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
+        assert_eq!(
+            plan.kept_pieces as i64,
+            pieces("2026-11-29T10:00:00Z", "2026-11-29T10:01:00Z")
+        );
+        assert_eq!(plan.raw[0].from, at("2026-11-29T10:01:00Z"));
+        let mut copies = plan.copies.clone();
+        copies.sort_by_key(|copy| copy.timestamp);
+        assert_eq!(
+            copies,
+            [
+                copy(7, "2026-11-29T10:01:00Z"),
+                copy(7, "2026-11-29T10:04:50Z")
+            ]
+        );
+        // Read again from there with both copies known, it holds.
+        let mut again = read_of(first + 30..first + settled);
+        again.counted = vec![copy(7, "2026-11-29T10:01:00Z")];
+        assert!(cache.still_right((campaign(), quarter.day), &plan, &again));
+    }
+
     #[test]
     fn the_days_read_least_recently_go_first() {
         let quarter = Quarter::new();
@@ -792,12 +1086,17 @@ mod tests {
         };
         let (first, over) = (quarter.first, quarter.over);
         let read = |n: u128| {
-            let key = (campaign_n(n), quarter.day, cache.sequence());
-            let plan = cache.plan(key, &read_with(), &quarter.stretch, quarter.now);
+            let key = (campaign_n(n), quarter.day, cache.sequence(quarter.now));
+            let plan = cache.plan(
+                key,
+                &read_with(),
+                (&quarter.stretch, &Marks::new()),
+                quarter.now,
+            );
             let kept = plan.kept_pieces;
             cache.keep(
                 (campaign_n(n), quarter.day),
-                &read_with(),
+                (&read_with(), &Marks::new()),
                 plan,
                 &read_of(first..first + over),
             );
