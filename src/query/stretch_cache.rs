@@ -33,8 +33,9 @@ use std::sync::{Arc, Mutex};
 /// A piece is kept once it ended this long ago: the events stamped "now" that reach it late
 /// would only throw it away (over a change log; marks need [`PIECE_SETTLE`] and a margin).
 const SETTLE: TimeDelta = TimeDelta::seconds(1);
-/// What one id a kept piece counted is taken to cost in memory, where they are kept.
-const ID_BYTES: usize = 48;
+/// What one id a kept piece counted is taken to cost in memory, where they are kept: its
+/// entry in the day's map and in its piece's list.
+const ID_BYTES: usize = 72;
 
 /// The latest mark of each slice of a campaign-day, as its slice states were read.
 pub(crate) type Marks = BTreeMap<Slice, DateTime<Utc>>;
@@ -61,8 +62,8 @@ impl Watch {
 }
 
 /// A mark this much older than a read's start may still be of a write the read missed: the
-/// seals' margin for servers' clocks, and the second for which a view report reuses a mark
-/// of its slice (`ingest::VIEW_MARK_REUSE`).
+/// seals' margin for servers' clocks, and the second for which a write reuses a mark
+/// of its slice (`ingest::MARK_REUSE`).
 fn marks_margin() -> TimeDelta {
     SealState::MARGIN + TimeDelta::seconds(1)
 }
@@ -71,6 +72,9 @@ const DAYS_KEPT: usize = 1_024;
 /// The memory all kept pieces may take (their counts and sketches, estimated); past it, the
 /// days read least recently go.
 const KEPT_BYTES: usize = 64 * 1024 * 1024;
+/// The memory one campaign-day's pieces may take: a day far busier than the rest keeps its
+/// first pieces and reads the others raw, rather than pushing every other day out.
+const DAY_BYTES: usize = 16 * 1024 * 1024;
 /// (piece, ad) entries kept of one campaign-day: half an hour of pieces of 24 ads, or two
 /// hours of 6. A stretch longer than that (the aggregator far behind) or wider is read raw
 /// beyond it.
@@ -98,6 +102,9 @@ struct Days {
     by_day: HashMap<(CampaignKey, Day), KeptDay>,
     /// Plans made, so that each day knows when it was last read.
     reads: u64,
+    /// Campaign-days kept so far: each kept day's number, so that a day dropped and kept again
+    /// is not taken for the one before.
+    created: u64,
     /// The estimated memory of every kept piece.
     bytes: usize,
 }
@@ -115,6 +122,8 @@ struct KeptDay {
     /// what changed: writers there do not learn of an id's other copies).
     ids: HashMap<ImpressionId, CopyRow>,
     last_read: u64,
+    /// Its number among the days kept ([`Days::created`]).
+    created: u64,
     /// Bumped whenever a kept piece goes or is replaced: what was merged of them is stale.
     generation: u64,
     /// The kept pieces a plan last answered with, merged by slice, so the next plan merges
@@ -136,9 +145,10 @@ impl KeptDay {
         self.bytes + self.merged.as_ref().map_or(0, |merged| merged.bytes)
     }
 
-    fn new(read_with: ReadWith) -> Self {
+    fn new(read_with: ReadWith, created: u64) -> Self {
         Self {
             read_with,
+            created,
             pieces: BTreeMap::new(),
             entries: 0,
             bytes: 0,
@@ -209,6 +219,9 @@ pub(crate) struct StretchPlan {
     to_keep: Vec<Piece>,
     /// The last kept piece that answers.
     last_used: Option<Piece>,
+    /// The kept day's number and generation as planned: another summary changed its pieces
+    /// since if they differ.
+    stamp: Option<(u64, u64)>,
     /// Every copy of the ids earlier reads met with more than one timestamp.
     pub(crate) copies: Vec<CopyRow>,
     /// The windows the kept pieces opened before the raw read's start, within its window:
@@ -293,7 +306,8 @@ impl StretchCache {
         };
         if kept.read_with != *read_with {
             days.bytes -= kept.held_bytes().min(days.bytes);
-            *kept = KeptDay::new(read_with.clone());
+            days.created += 1;
+            *kept = KeptDay::new(read_with.clone(), days.created);
         }
         kept.last_read = reads;
         let changed_before = |sequence: u64, until: DateTime<Utc>| {
@@ -415,6 +429,7 @@ impl StretchCache {
         plan.kept = merged;
         plan.kept_pieces = used.len();
         plan.last_used = used.last().copied();
+        plan.stamp = Some((kept.created, kept.generation));
         plan.opened = opened_before(&kept.pieces, &used, stretches, read_with.window);
         plan.raw = without_pieces(stretches, used.into_iter().collect());
         // The copies passed on are right only while no write reaches back to them either.
@@ -454,8 +469,14 @@ impl StretchCache {
                 };
                 let mut days = self.lock();
                 let days = &mut *days;
-                let Some(kept) = days.by_day.get_mut(&(campaign, day)) else {
-                    return true;
+                // Another summary may have dropped the pieces this one answered with since
+                // its plan, for an id met again that this read counted too: read again.
+                let Some(kept) = days
+                    .by_day
+                    .get_mut(&(campaign, day))
+                    .filter(|kept| plan.stamp == Some((kept.created, kept.generation)))
+                else {
+                    return false;
                 };
                 let mut met = Vec::new();
                 for counted in &read.counted {
@@ -486,6 +507,11 @@ impl StretchCache {
                             days.bytes += COPY_BYTES;
                         }
                     }
+                }
+                if kept.copy_count > COPIES_PER_DAY {
+                    days.bytes -= kept.held_bytes().min(days.bytes);
+                    days.by_day.remove(&(campaign, day));
+                    return false;
                 }
                 let gone: Vec<(Piece, KeptPiece)> = kept
                     .pieces
@@ -565,15 +591,28 @@ impl StretchCache {
         let mut days = self.lock();
         let days = &mut *days;
         let reads = days.reads;
+        let next = days.created + 1;
         let kept = days
             .by_day
             .entry((campaign, day))
-            .or_insert_with(|| KeptDay::new(read_with.clone()));
+            .or_insert_with(|| KeptDay::new(read_with.clone(), next));
         if kept.read_with != *read_with {
             days.bytes -= kept.held_bytes().min(days.bytes);
-            *kept = KeptDay::new(read_with.clone());
+            *kept = KeptDay::new(read_with.clone(), next);
+        }
+        if kept.created == next {
+            days.created = next;
         }
         kept.last_read = reads;
+        // Where marks say what changed, pieces another summary dropped since this one's plan
+        // (an id met again) may be what this read counted wrongly: it keeps nothing.
+        if matches!(self.watch, Watch::Marks)
+            && plan
+                .stamp
+                .is_some_and(|stamp| stamp != (kept.created, kept.generation))
+        {
+            return;
+        }
         let mut added = 0;
         for copy in &read.read_duplicates {
             let copies = kept.copies.entry(copy.impression_id).or_default();
@@ -594,7 +633,10 @@ impl StretchCache {
         }
         for (piece, held, ids) in pieces {
             let (entries, bytes) = (held.aggregate.counts.len(), held.bytes);
-            if kept.entries + entries > ENTRIES_PER_DAY || days.bytes + added + bytes > KEPT_BYTES {
+            if kept.entries + entries > ENTRIES_PER_DAY
+                || kept.bytes + bytes > DAY_BYTES
+                || days.bytes + added + bytes > KEPT_BYTES
+            {
                 break;
             }
             kept.entries += entries;
@@ -1074,6 +1116,46 @@ mod tests {
         let mut again = read_of(first + 30..first + settled);
         again.counted = vec![copy(7, "2026-11-29T10:01:00Z")];
         assert!(cache.still_right((campaign(), quarter.day), &plan, &again));
+    }
+
+    #[test]
+    fn over_marks_a_summary_whose_pieces_another_dropped_meanwhile_reads_again_and_keeps_nothing() {
+        let quarter = Quarter::new();
+        let cache = StretchCache::over_marks();
+        let first = quarter.first;
+        let settled = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:04:44Z");
+        let plan = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
+        let read = SpanAggregate {
+            counted: vec![copy(7, "2026-11-29T10:01:00Z")],
+            ..read_of(first..first + settled)
+        };
+        cache.keep(
+            (campaign(), quarter.day),
+            (&read_with(), &Marks::new()),
+            plan,
+            &read,
+        );
+        // Two summaries at once, both answering with the kept pieces, both meeting id 7 again.
+        let later = at("2026-11-29T10:05:10Z");
+        let one = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
+        let other = plan_over_marks(&cache, &quarter, later, &Marks::new());
+        assert_eq!(
+            other.to_keep.len(),
+            5,
+            "10:04:44 to 10:04:54, settled since"
+        );
+        let rest = SpanAggregate {
+            counted: vec![copy(7, "2026-11-29T10:04:50Z")],
+            ..SpanAggregate::default()
+        };
+        assert!(!cache.still_right((campaign(), quarter.day), &one, &rest));
+        // The id is forgotten with the pieces the first dropped; the other must not answer.
+        assert!(!cache.still_right((campaign(), quarter.day), &other, &rest));
+        let key = (campaign(), quarter.day);
+        let newer = read_of(first + settled..first + settled + 5);
+        cache.keep(key, (&read_with(), &Marks::new()), other, &newer);
+        let kept = cache.lock().by_day.get(&key).map(|day| day.pieces.len());
+        assert_eq!(kept, Some(30), "the pieces before 10:01 alone");
     }
 
     #[test]
