@@ -47,7 +47,8 @@ pub struct Ingestor {
     slices: SliceRule,
     window: BillableWindow,
     /// When this process last marked each slice for a view report (see [`Self::view_reports`]).
-    view_marks: std::sync::Mutex<HashMap<(CampaignKey, Slice), DateTime<Utc>>>,
+    /// The slices this process marked lately, and when ([`MARK_REUSE`]).
+    recent_marks: std::sync::Mutex<HashMap<(CampaignKey, Slice), DateTime<Utc>>>,
     /// The event index attribution reads, fed with every stored impression and click (none in
     /// a standalone ingestor).
     indexer: Option<Arc<EventIndexer>>,
@@ -55,12 +56,13 @@ pub struct Ingestor {
     erased: Option<Arc<ErasedSubjects>>,
 }
 
-/// A slice marked this recently for a view report is not marked again for the next: a mark
-/// keeps the slice's aggregate from answering for the margin after it, so any aggregation that
-/// could answer reads after this write.
-const VIEW_MARK_REUSE: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+/// A slice this process marked this recently is not marked again by its next write: a mark
+/// keeps the slice's aggregate from answering for the margin after it (and kept pieces of it,
+/// for the margin and this), so any aggregation or summary that could answer reads after this
+/// write. A steady flow of late events or view reports then costs a mark a second per slice.
+const MARK_REUSE: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 /// Slices remembered as marked; past this, the memory starts over.
-const VIEW_MARKS_REMEMBERED: usize = 10_000;
+const MARKS_REMEMBERED: usize = 10_000;
 
 /// The slices to mark, by campaign and UTC day.
 type SliceMarks = BTreeMap<(CampaignKey, Day), BTreeSet<Slice>>;
@@ -101,7 +103,7 @@ impl Ingestor {
             registry,
             slices,
             window,
-            view_marks: std::sync::Mutex::new(HashMap::new()),
+            recent_marks: std::sync::Mutex::new(HashMap::new()),
             indexer: None,
             erased: None,
         }
@@ -350,34 +352,12 @@ impl Ingestor {
         .await?;
         let now = Utc::now();
         let mut marks = SliceMarks::new();
-        {
-            let mut recent = self
-                .view_marks
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if recent.len() >= VIEW_MARKS_REMEMBERED {
-                recent.clear();
-            }
-            for (campaign, at) in times {
-                let slice = slice_of(at);
-                let marked = recent.get(&(campaign, slice));
-                if self.slices.marks(at, now)
-                    && marked.is_none_or(|marked| now - *marked >= VIEW_MARK_REUSE)
-                {
-                    add_marks(&mut marks, campaign, vec![slice]);
-                }
+        for (campaign, at) in times {
+            if self.slices.marks(at, now) {
+                add_marks(&mut marks, campaign, vec![slice_of(at)]);
             }
         }
-        let marked: Vec<(CampaignKey, Slice)> = marks
-            .iter()
-            .flat_map(|((campaign, _), slices)| slices.iter().map(|slice| (*campaign, *slice)))
-            .collect();
         self.mark_slices(marks).await?;
-        // Remembered once written, at the time the marks carry (set before they were written).
-        self.view_marks
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .extend(marked.into_iter().map(|key| (key, now)));
         self.mark_late(late).await
     }
 
@@ -423,8 +403,26 @@ impl Ingestor {
 
     /// Marks the slices a write changed after they closed (or after the piece it reached back
     /// to settled, by [`SliceRule::marks`]).
-    async fn mark_slices(&self, marks: SliceMarks) -> Result<(), StoreError> {
+    async fn mark_slices(&self, mut marks: SliceMarks) -> Result<(), StoreError> {
         let now = Utc::now();
+        {
+            let mut recent = self.recent_marks();
+            if recent.len() >= MARKS_REMEMBERED {
+                recent.clear();
+            }
+            for ((campaign, _), slices) in marks.iter_mut() {
+                slices.retain(|slice| {
+                    recent
+                        .get(&(*campaign, *slice))
+                        .is_none_or(|marked| now - *marked >= MARK_REUSE)
+                });
+            }
+            marks.retain(|_, slices| !slices.is_empty());
+        }
+        let marked: Vec<(CampaignKey, Slice)> = marks
+            .iter()
+            .flat_map(|((campaign, _), slices)| slices.iter().map(|slice| (*campaign, *slice)))
+            .collect();
         let store = &self.store;
         stream::iter(marks)
             .map(|((campaign, day), slices)| async move {
@@ -433,7 +431,19 @@ impl Ingestor {
             })
             .buffer_unordered(self.write_concurrency)
             .try_collect::<()>()
-            .await
+            .await?;
+        // Remembered once written, at the time the marks carry (set before they were written).
+        self.recent_marks()
+            .extend(marked.into_iter().map(|key| (key, now)));
+        Ok(())
+    }
+
+    fn recent_marks(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(CampaignKey, Slice), DateTime<Utc>>> {
+        self.recent_marks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub async fn clicks(&self, mut events: Vec<Click>) -> Result<(), StoreError> {
