@@ -92,7 +92,12 @@ impl SliceStatements {
                     "SELECT impression_id, timestamp, valid, invalid FROM {keyspace}.impression_copy \
                      WHERE {EVENT_PARTITION} AND impression_id = ?"
                 ),
-                format!("UPDATE {keyspace}.slice_state SET marked_at = ? WHERE {CAMPAIGN_DAY} AND slice = ?"),
+                // Written at the mark's own time: of two marks landing out of order, the later
+                // one stays, and summaries that kept pieces of the slice see it.
+                format!(
+                    "UPDATE {keyspace}.slice_state USING TIMESTAMP ? SET marked_at = ? \
+                     WHERE {CAMPAIGN_DAY} AND slice = ?"
+                ),
                 format!(
                     "UPDATE {keyspace}.slice_state SET aggregated_from = ? WHERE {CAMPAIGN_DAY} AND slice = ?"
                 ),
@@ -372,7 +377,16 @@ impl SliceStore for CassandraStore {
             statement,
             slices,
             ROWS_IN_FLIGHT,
-            |slice| (at, advertiser_id, campaign_id, date, day_slice(day, *slice)),
+            |slice| {
+                (
+                    at.timestamp_micros(),
+                    at,
+                    advertiser_id,
+                    campaign_id,
+                    date,
+                    day_slice(day, *slice),
+                )
+            },
             "marking slices",
         )
         .await
