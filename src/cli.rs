@@ -167,6 +167,12 @@ pub struct ServeArgs {
     /// off (summaries then read every day not yet sealed raw).
     #[arg(long, env = "ADEVENTS_SLICE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     pub(crate) slice_interval: Duration,
+    /// Summaries read the open stretch of days not yet sealed raw every time, instead of
+    /// keeping what they read by 2-second piece. For a rolling upgrade on Cassandra from a
+    /// build without this flag: such servers do not mark the open slices that kept pieces
+    /// rely on, so what they write could be missed until its slice is aggregated.
+    #[arg(long, env = "ADEVENTS_READ_OPEN_STRETCH_RAW", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub(crate) read_open_stretch_raw: bool,
     /// How long after a conversion arrives its attribution is decided and fixed: a click or
     /// impression stored on any server within it still counts (say the click reaches the
     /// server after the advertiser's postback).
@@ -349,7 +355,7 @@ impl ServeArgs {
                 open_days: (!self.slice_interval.is_zero())
                     .then(|| SliceRule::new(self.slice_grace)),
                 view_window: ViewWindow::new(self.view_window),
-                keep_open_stretches: true,
+                keep_open_stretches: !self.read_open_stretch_raw,
             },
             sealer: SealerOptions {
                 // The composition root lengthens it by --tag-ttl and --view-window.
