@@ -552,13 +552,29 @@ async fn ingest_with_and_without(name: &str, store: Arc<dyn Store>, rounds: usiz
                                 })
                             })
                             .collect();
-                        let response = client
-                            .post(format!("http://{address}/v1/impressions"))
-                            .json(&batch)
-                            .send()
-                            .await
-                            .expect("answered");
-                        assert!(response.status().is_success(), "{}", response.status());
+                        // As an ad server does: a 503 (the event index behind, pushing
+                        // back) is sent again after its Retry-After.
+                        loop {
+                            let response = client
+                                .post(format!("http://{address}/v1/impressions"))
+                                .json(&batch)
+                                .send()
+                                .await
+                                .expect("answered");
+                            let status = response.status();
+                            if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                                let after = response
+                                    .headers()
+                                    .get(reqwest::header::RETRY_AFTER)
+                                    .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+                                    .unwrap_or(1);
+                                tokio::time::sleep(std::time::Duration::from_secs(after)).await;
+                                continue;
+                            }
+                            let body = response.text().await.unwrap_or_default();
+                            assert!(status.is_success(), "{status} {body}");
+                            break;
+                        }
                         sent.fetch_add(batch.len(), Ordering::Relaxed);
                     }
                 })
