@@ -386,8 +386,8 @@ impl Ingestor {
     }
 
     /// Marks what removing stored events (an erasure) changes: each closed slice (or settled
-    /// piece's) that counted one, as a late event of that time would, so the slice is read raw until aggregated
-    /// again without it.
+    /// piece's) that counted one, as a late event of that time would, so the slice is read
+    /// raw until aggregated again without it.
     pub(crate) async fn events_removed(
         &self,
         removed: &[(CampaignKey, DateTime<Utc>)],
