@@ -1025,6 +1025,17 @@ mod tests {
         assert!(plan.opened.is_none_or(|opened| opened.before != before));
     }
 
+    /// Keeps what `read` holds of `plan` in a cache over marks, with no marks read.
+    fn keep_over_marks(
+        cache: &StretchCache,
+        quarter: &Quarter,
+        plan: StretchPlan,
+        read: &SpanAggregate,
+    ) {
+        let key = (campaign(), quarter.day);
+        cache.keep(key, (&read_with(), &Marks::new()), plan, read);
+    }
+
     /// A plan of the quarter's day by a cache over marks, read `now` with the day's `marks`.
     fn plan_over_marks(
         cache: &StretchCache,
@@ -1045,9 +1056,9 @@ mod tests {
         // Settled, with the margin for clocks: the pieces that ended by 10:04:44.
         let settled = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:04:44Z");
         assert_eq!(plan.to_keep, (first..first + settled).collect::<Vec<_>>());
-        cache.keep(
-            (campaign(), quarter.day),
-            (&read_with(), &Marks::new()),
+        keep_over_marks(
+            &cache,
+            &quarter,
             plan,
             &read_of(first..first + quarter.over + 1),
         );
@@ -1079,12 +1090,7 @@ mod tests {
             copy(7, "2026-11-29T10:01:00Z"),
             copy(8, "2026-11-29T10:02:00Z"),
         ];
-        cache.keep(
-            (campaign(), quarter.day),
-            (&read_with(), &Marks::new()),
-            plan,
-            &read,
-        );
+        keep_over_marks(&cache, &quarter, plan, &read);
         let plan = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
         assert_eq!(plan.kept_pieces as i64, settled);
         // The rest, read raw, counts another id and id 7 again, stored since at 10:04:50
@@ -1129,12 +1135,7 @@ mod tests {
             counted: vec![copy(7, "2026-11-29T10:01:00Z")],
             ..read_of(first..first + settled)
         };
-        cache.keep(
-            (campaign(), quarter.day),
-            (&read_with(), &Marks::new()),
-            plan,
-            &read,
-        );
+        keep_over_marks(&cache, &quarter, plan, &read);
         // Two summaries at once, both answering with the kept pieces, both meeting id 7 again.
         let later = at("2026-11-29T10:05:10Z");
         let one = plan_over_marks(&cache, &quarter, quarter.now, &Marks::new());
@@ -1151,9 +1152,9 @@ mod tests {
         assert!(!cache.still_right((campaign(), quarter.day), &one, &rest));
         // The id is forgotten with the pieces the first dropped; the other must not answer.
         assert!(!cache.still_right((campaign(), quarter.day), &other, &rest));
-        let key = (campaign(), quarter.day);
         let newer = read_of(first + settled..first + settled + 5);
-        cache.keep(key, (&read_with(), &Marks::new()), other, &newer);
+        keep_over_marks(&cache, &quarter, other, &newer);
+        let key = (campaign(), quarter.day);
         let kept = cache.lock().by_day.get(&key).map(|day| day.pieces.len());
         assert_eq!(kept, Some(30), "the pieces before 10:01 alone");
     }
