@@ -6,6 +6,7 @@
 //! a single row, so they cost the engine one key, not one each.
 
 use super::engine::{Rows, Table, Tables, engine_error, engine_failure};
+use super::recent::{self, RecentRows};
 use crate::store::StoreError;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -78,14 +79,15 @@ pub(crate) struct Committer {
 
 impl Committer {
     /// Starts the commit thread; it ends when the last handle to the store is dropped.
-    pub(crate) fn start(tables: Arc<Tables>) -> Result<Self, StoreError> {
+    /// Every commit that succeeds is applied to `recent` before its callers hear of it.
+    pub(crate) fn start(tables: Arc<Tables>, recent: Arc<RecentRows>) -> Result<Self, StoreError> {
         let (queue, pending) = mpsc::sync_channel(MAX_WAITING_CALLS);
         let failing = Arc::new(Mutex::new(None));
         let outcomes = Arc::clone(&failing);
         let next_log_number = stored_log_number(&tables)?;
         let thread = std::thread::Builder::new()
             .name("adevents-commit".into())
-            .spawn(move || run(&tables, &pending, &outcomes, next_log_number))
+            .spawn(move || run(&tables, &recent, &pending, &outcomes, next_log_number))
             .map_err(|error| StoreError::internal("cannot start the commit thread", error))?;
         Ok(Self {
             queue,
@@ -332,6 +334,7 @@ fn log_rows(appended: Vec<Appended>, number: u64) -> Rows {
 
 fn run(
     tables: &Tables,
+    recent: &RecentRows,
     pending: &mpsc::Receiver<Pending>,
     failing: &Mutex<Option<String>>,
     mut next_log_number: u64,
@@ -415,6 +418,12 @@ fn run(
             ));
             logs
         };
+        let held = recent.gather(
+            &removals,
+            &recent::written(&rows, &kept),
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let future_row = held.future_row();
         // A panic inside the engine (an assertion on a key) fails this group, not the thread:
         // later writes still commit.
         // Only a commit that wrote something proves the journal takes writes again: an empty
@@ -428,7 +437,8 @@ fn run(
             for (table, key) in removals {
                 batch.remove(tables.get(table), key);
             }
-            for (table, key, value) in rows.into_iter().flatten().chain(kept).chain(logs) {
+            let rows = rows.into_iter().flatten().chain(kept).chain(logs);
+            for (table, key, value) in rows.chain(future_row) {
                 batch.insert(tables.get(table), key, value);
             }
             batch.commit()
@@ -439,6 +449,12 @@ fn run(
             Ok(Err(error)) => Err(Some(Arc::new(error))),
             Err(_) => Err(None),
         };
+        // Before any caller hears of it: a summary told of a write finds it held.
+        let now = chrono::Utc::now().timestamp_millis();
+        match &outcome {
+            Ok(()) => recent.apply(held, now),
+            Err(_) => recent.forget(now),
+        }
         {
             let mut failing = failing
                 .lock()
@@ -522,7 +538,11 @@ mod tests {
             .expect("opened"),
         );
         for text in [&b"one"[..], b"two"] {
-            let committer = Committer::start(Arc::clone(&tables)).expect("started");
+            let committer = Committer::start(
+                Arc::clone(&tables),
+                Arc::new(RecentRows::opened(&tables).expect("read")),
+            )
+            .expect("started");
             committer
                 .commit_appended_with(
                     "test",
@@ -567,7 +587,11 @@ mod tests {
             })
             .expect("opened"),
         );
-        let committer = Committer::start(Arc::clone(&tables)).expect("started");
+        let committer = Committer::start(
+            Arc::clone(&tables),
+            Arc::new(RecentRows::opened(&tables).expect("read")),
+        )
+        .expect("started");
         let merged = |value: &[u8], merge| Merged {
             table: Table::ImpressionCopy,
             key: b"row".to_vec(),

@@ -25,6 +25,7 @@ mod keys;
 mod listings;
 mod open;
 mod processes;
+mod recent;
 mod retention;
 mod rollup_keys;
 mod rollup_retention;
@@ -102,6 +103,8 @@ pub struct EmbeddedStore {
     /// What this process wrote to counted rows, by campaign and event time: it is the only
     /// writer, so a summary may keep what it read raw (`SliceStore::changes`).
     changes: Arc<crate::store::ChangeLog>,
+    /// The newest seconds of the tables a raw read of an open stretch reads, as committed.
+    recent: Arc<recent::RecentRows>,
 }
 
 #[cfg(test)]
@@ -135,13 +138,15 @@ impl EmbeddedStore {
     /// Opens (or creates) the store in `config.data_dir`, refusing a folder another process holds.
     pub fn open(config: &EmbeddedConfig) -> Result<Self, StoreError> {
         let tables = Arc::new(open::open_tables(config)?);
-        let committer = Arc::new(Committer::start(Arc::clone(&tables))?);
+        let recent = Arc::new(recent::RecentRows::opened(&tables)?);
+        let committer = Arc::new(Committer::start(Arc::clone(&tables), Arc::clone(&recent))?);
         Ok(Self {
             tables,
             committer,
             engine_slots: Arc::new(tokio::sync::Semaphore::new(ENGINE_CALLS_IN_FLIGHT)),
             listing_writes: Arc::new(tokio::sync::Mutex::new(())),
             changes: Arc::new(crate::store::ChangeLog::new()),
+            recent,
         })
     }
 }

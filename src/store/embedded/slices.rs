@@ -5,7 +5,7 @@
 //! few prefix scans (each ad's users only when asked for) and are dropped with one.
 
 use super::committer::Removals;
-use super::engine::{Rows, Table, corrupt};
+use super::engine::{KeyValues, Rows, Table, corrupt};
 use super::events::{click_row, summary_row};
 use super::keys::{self, decode_ordered_i64, ordered_i64};
 use super::rollup_keys::{campaign_day_prefix, decode_row_value, row_value};
@@ -74,6 +74,30 @@ pub(super) fn span_range(partition: &EventPartition, span: Span) -> (Vec<u8>, Ve
     (start, end)
 }
 
+impl EmbeddedStore {
+    /// The rows of `table` in `partition` stamped within `span`: from the rows held in memory
+    /// when they reach back that far (the newest seconds), else from the engine.
+    pub(super) async fn scan_span(
+        &self,
+        table: Table,
+        partition: &EventPartition,
+        span: Span,
+        context: &'static str,
+    ) -> Result<KeyValues, StoreError> {
+        let (start, end) = span_range(partition, span);
+        if let Some(rows) = self
+            .recent
+            .range(table, span.from.timestamp_millis(), &start, &end)
+        {
+            metrics::counter!("adevents_embedded_span_reads_total", "from" => "memory")
+                .increment(1);
+            return Ok(rows);
+        }
+        metrics::counter!("adevents_embedded_span_reads_total", "from" => "engine").increment(1);
+        self.scan_range(table, start, Some(end), context).await
+    }
+}
+
 /// A copy back from its key's id and time, and its value's reason code.
 fn decode_copy(id_and_time: &[u8], value: &[u8]) -> Option<CopyRow> {
     let id = Uuid::from_slice(id_and_time.get(..16)?).ok()?;
@@ -139,9 +163,8 @@ impl SliceStore for EmbeddedStore {
         span: Span,
     ) -> Result<Vec<ImpressionSummaryRow>, StoreError> {
         const CONTEXT: &str = "reading impressions";
-        let (start, end) = span_range(partition, span);
         let rows = self
-            .scan_range(Table::ImpressionSummary, start, Some(end), CONTEXT)
+            .scan_span(Table::ImpressionSummary, partition, span, CONTEXT)
             .await?;
         rows.iter()
             .map(|(key, value)| {
@@ -158,9 +181,8 @@ impl SliceStore for EmbeddedStore {
         span: Span,
     ) -> Result<Vec<ClickRow>, StoreError> {
         const CONTEXT: &str = "reading clicks";
-        let (start, end) = span_range(partition, span);
         let rows = self
-            .scan_range(Table::Click, start, Some(end), CONTEXT)
+            .scan_span(Table::Click, partition, span, CONTEXT)
             .await?;
         rows.iter()
             .map(|(key, value)| {

@@ -3,7 +3,6 @@
 //! report sent twice is two rows the join reads as one at its first arrival.
 
 use super::engine::{Table, corrupt};
-use super::slices::span_range;
 use super::{EmbeddedStore, keys, rows};
 use crate::domain::partition::EventPartition;
 use crate::domain::slices::Span;
@@ -110,8 +109,7 @@ impl ViewStore for EmbeddedStore {
                 .await?
             }
             Some(span) => {
-                let (start, end) = span_range(partition, span);
-                self.scan_range(Table::ViewReport, start, Some(end), CONTEXT)
+                self.scan_span(Table::ViewReport, partition, span, CONTEXT)
                     .await?
             }
         };
