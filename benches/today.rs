@@ -268,6 +268,10 @@ struct OpenDayMetrics {
     aggregates: f64,
     raw: f64,
     rows: f64,
+    /// The embedded store's range reads of events by time answered from the newest seconds
+    /// it holds in memory, and from its engine.
+    from_memory: f64,
+    from_engine: f64,
 }
 
 impl OpenDayMetrics {
@@ -283,6 +287,8 @@ impl OpenDayMetrics {
             aggregates: value("adevents_open_day_read_seconds_sum{part=\"aggregates\"}"),
             raw: value("adevents_open_day_read_seconds_sum{part=\"raw\"}"),
             rows: value("adevents_open_day_rows_read_total"),
+            from_memory: value("adevents_embedded_span_reads_total{from=\"memory\"}"),
+            from_engine: value("adevents_embedded_span_reads_total{from=\"engine\"}"),
         }
     }
 
@@ -291,6 +297,8 @@ impl OpenDayMetrics {
             aggregates: self.aggregates - before.aggregates,
             raw: self.raw - before.raw,
             rows: self.rows - before.rows,
+            from_memory: self.from_memory - before.from_memory,
+            from_engine: self.from_engine - before.from_engine,
         }
     }
 }
@@ -416,6 +424,7 @@ async fn phases(
         let mut timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
         let mut unkept_timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
         let mut answered = (0, 0);
+        let timed_from = OpenDayMetrics::now(metrics);
         for round in 0..rounds {
             for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
                 // Side by side, the order alternating; the kept one first in the first round.
@@ -436,6 +445,7 @@ async fn phases(
                 }
             }
         }
+        let span_reads = OpenDayMetrics::now(metrics).since(&timed_from);
         stop.store(true, Ordering::Relaxed);
         trickling.await.expect("trickle");
         let open_events = backlog + written.load(Ordering::Relaxed);
@@ -449,10 +459,12 @@ async fn phases(
             unkept_timings,
         ));
         println!(
-            "  phase {}: {size} impressions loaded in {load_seconds:.0} s, {slices} slices aggregated in {aggregate_seconds:.1} s, open stretch {open_events} events, answer {} impressions from {} aggregated slices",
+            "  phase {}: {size} impressions loaded in {load_seconds:.0} s, {slices} slices aggregated in {aggregate_seconds:.1} s, open stretch {open_events} events, answer {} impressions from {} aggregated slices; range reads by time while timing (embedded): {:.0} from memory, {:.0} from the engine",
             phase + 1,
             answered.0,
-            answered.1
+            answered.1,
+            span_reads.from_memory,
+            span_reads.from_engine
         );
     }
     println!(

@@ -418,12 +418,7 @@ fn run(
             ));
             logs
         };
-        let held = recent.gather(
-            &removals,
-            &recent::written(&rows, &kept),
-            chrono::Utc::now().timestamp_millis(),
-        );
-        let future_row = held.future_row();
+        let held = recent.gather(&removals, &recent::written(&rows, &kept));
         // A panic inside the engine (an assertion on a key) fails this group, not the thread:
         // later writes still commit.
         // Only a commit that wrote something proves the journal takes writes again: an empty
@@ -437,8 +432,7 @@ fn run(
             for (table, key) in removals {
                 batch.remove(tables.get(table), key);
             }
-            let rows = rows.into_iter().flatten().chain(kept).chain(logs);
-            for (table, key, value) in rows.chain(future_row) {
+            for (table, key, value) in rows.into_iter().flatten().chain(kept).chain(logs) {
                 batch.insert(tables.get(table), key, value);
             }
             batch.commit()
@@ -538,11 +532,9 @@ mod tests {
             .expect("opened"),
         );
         for text in [&b"one"[..], b"two"] {
-            let committer = Committer::start(
-                Arc::clone(&tables),
-                Arc::new(RecentRows::opened(&tables).expect("read")),
-            )
-            .expect("started");
+            let committer =
+                Committer::start(Arc::clone(&tables), Arc::new(RecentRows::new(0, true)))
+                    .expect("started");
             committer
                 .commit_appended_with(
                     "test",
@@ -587,11 +579,8 @@ mod tests {
             })
             .expect("opened"),
         );
-        let committer = Committer::start(
-            Arc::clone(&tables),
-            Arc::new(RecentRows::opened(&tables).expect("read")),
-        )
-        .expect("started");
+        let committer = Committer::start(Arc::clone(&tables), Arc::new(RecentRows::new(0, true)))
+            .expect("started");
         let merged = |value: &[u8], merge| Merged {
             table: Table::ImpressionCopy,
             key: b"row".to_vec(),

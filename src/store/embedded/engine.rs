@@ -72,6 +72,8 @@ pub(crate) struct Tables {
     /// The folder's format version and markers kept once (the bootstrap admin key).
     pub(crate) meta: Keyspace,
     pub(crate) persist: PersistMode,
+    /// Whether this opening created the folder: it holds no rows yet.
+    pub(crate) created: bool,
 }
 
 /// Derived rows in one engine batch at most (see [`EmbeddedStore::write_derived`]).

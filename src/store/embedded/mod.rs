@@ -138,7 +138,10 @@ impl EmbeddedStore {
     /// Opens (or creates) the store in `config.data_dir`, refusing a folder another process holds.
     pub fn open(config: &EmbeddedConfig) -> Result<Self, StoreError> {
         let tables = Arc::new(open::open_tables(config)?);
-        let recent = Arc::new(recent::RecentRows::opened(&tables)?);
+        let recent = Arc::new(recent::RecentRows::new(
+            chrono::Utc::now().timestamp_millis(),
+            tables.created,
+        ));
         let committer = Arc::new(Committer::start(Arc::clone(&tables), Arc::clone(&recent))?);
         Ok(Self {
             tables,

@@ -139,6 +139,7 @@ pub(crate) fn open_tables(config: &EmbeddedConfig) -> Result<Tables, StoreError>
             Fsync::Always => PersistMode::SyncData,
             Fsync::Never => PersistMode::Buffer,
         },
+        created: stored.is_none(),
         db,
     };
     if upgrade_from.is_some_and(|version| version < 3) {

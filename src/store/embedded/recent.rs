@@ -4,13 +4,12 @@
 //! however many segments the engine's tables hold after a busy hour.
 //!
 //! What is held mirrors the engine exactly from a floor on: every row of a held table whose
-//! event time is at or after the floor is here, as the engine holds it, and a read of a time
-//! range starting at or after the floor is answered from here or not at all.
+//! event time is at or after its campaign's floor is here, as the engine holds it, and a read
+//! of a time range starting at or after that floor is answered from here or not at all.
 
-use super::engine::{KeyValues, Rows, Table, Tables, engine_error};
-use super::keys::{self, PARTITION_LEN};
+use super::engine::{KeyValues, Rows, Table};
+use super::keys::{self, CAMPAIGN_LEN, PARTITION_LEN};
 use crate::domain::time::MAX_FUTURE_SKEW;
-use crate::store::StoreError;
 use fjall::Slice;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -20,21 +19,18 @@ use std::sync::Mutex;
 const HELD_MILLIS: i64 = 10_000;
 /// The floor moves at most this often: moving it walks every partition held.
 const MOVE_EVERY_MILLIS: i64 = 1_000;
-/// The memory held rows may take; past it the oldest seconds go first, and their reads go to
-/// the engine (a burst of events stamped now, or stamped minutes ahead, bounds it, not the
-/// rate).
+/// The memory held rows may take; past it the campaign holding the most gives its rows up,
+/// and its reads go to the engine until the floor passes them (a burst of one campaign's
+/// events, stamped now or minutes ahead, costs that campaign speed, and nobody memory).
 const HELD_BYTES: usize = 32 * 1024 * 1024;
-/// What one held row is taken to cost besides its key and value: the tree's share of a node
-/// and the two slices' headers.
-const ROW_OVERHEAD: usize = 64;
-/// How far the clock may step back across a restart: rows stamped ahead of the clock of
-/// their write are recorded ([`FUTURE_KEY`]), and the floor after a restart starts past them
-/// and this far past the clock.
+/// What one held row is taken to cost besides its key and value: its entry in a tree node
+/// (two slices' headers), the slices' heap allocations and the allocator's share.
+const ROW_OVERHEAD: usize = 128;
+/// What a partition's tree costs with a single row: a node of eleven entries and its map
+/// entry.
+const PARTITION_OVERHEAD: usize = 1_024;
+/// How far the clock may step back across a restart (the seals' margin for clocks).
 const CLOCK_MARGIN_MILLIS: i64 = 5_000;
-
-/// Where the latest event time of a held table's row written ahead of its commit's clock is
-/// kept, in the meta table: rows stored before a restart with a time past the new floor.
-pub(crate) const FUTURE_KEY: &str = "recent_rows_future_until";
 
 /// Whether rows of `table` are held: the tables a raw read of an open stretch reads by time.
 fn holds(table: Table) -> bool {
@@ -49,49 +45,14 @@ fn key_millis(key: &[u8]) -> Option<i64> {
     keys::decode_event_key(key).map(|(at, _)| at.timestamp_millis())
 }
 
-/// The rows of the held tables from the floor on.
-pub(crate) struct RecentRows {
-    held: Mutex<Held>,
-}
-
-struct Held {
-    /// Every row of a held table with an event time at or after this (milliseconds) is here.
-    floor: i64,
-    /// By table and partition, in key order, as the engine keeps them.
-    partitions: HashMap<(Table, [u8; PARTITION_LEN]), BTreeMap<Slice, Slice>>,
-    bytes: usize,
-    /// The latest row time stamped ahead of its commit that [`FUTURE_KEY`] holds.
-    future_until: i64,
-}
-
-/// What a commit changes of the held tables, gathered before the commit and applied once it
-/// succeeded.
-#[derive(Default)]
-pub(crate) struct HeldChanges {
-    removed: Vec<(Table, Vec<u8>)>,
-    written: Vec<(Table, Vec<u8>, Vec<u8>)>,
-    /// Some key both removed and written in the commit: which one the engine kept is its
-    /// business, so nothing held can be trusted.
-    ambiguous: bool,
-    /// A later time of a row written ahead of the commit's clock than [`FUTURE_KEY`] holds.
-    future_until: Option<i64>,
-}
-
-impl HeldChanges {
-    /// The row the commit must carry to record [`Self::future_until`].
-    pub(crate) fn future_row(&self) -> Option<(Table, Vec<u8>, Vec<u8>)> {
-        self.future_until.map(|until| {
-            (
-                Table::Meta,
-                FUTURE_KEY.as_bytes().to_vec(),
-                until.to_be_bytes().to_vec(),
-            )
-        })
-    }
-}
-
 fn partition_of(key: &[u8]) -> Option<[u8; PARTITION_LEN]> {
     key.get(..PARTITION_LEN)?.try_into().ok()
+}
+
+fn campaign_of(partition: &[u8; PARTITION_LEN]) -> [u8; CAMPAIGN_LEN] {
+    let mut campaign = [0; CAMPAIGN_LEN];
+    campaign.copy_from_slice(&partition[..CAMPAIGN_LEN]);
+    campaign
 }
 
 fn row_bytes(key: &[u8], value: &[u8]) -> usize {
@@ -101,38 +62,60 @@ fn row_bytes(key: &[u8], value: &[u8]) -> usize {
 /// The first key of a partition's rows stamped before `millis` (events are newest first).
 fn before_key(partition: &[u8; PARTITION_LEN], millis: i64) -> Vec<u8> {
     let mut key = partition.to_vec();
-    key.extend_from_slice(&keys::ordered_i64(!(millis - 1)));
+    key.extend_from_slice(&keys::ordered_i64(!(millis.saturating_sub(1))));
     key
 }
 
+/// How far past the clock a stored row may be stamped, and the clock step back with it.
+fn max_ahead() -> i64 {
+    MAX_FUTURE_SKEW.num_milliseconds() + CLOCK_MARGIN_MILLIS
+}
+
+/// The rows of the held tables from the floor on.
+pub(crate) struct RecentRows {
+    held: Mutex<Held>,
+}
+
+struct Held {
+    /// Every held row stamped at or after this is here, unless its campaign's own floor is
+    /// later.
+    floor: i64,
+    campaigns: HashMap<[u8; CAMPAIGN_LEN], CampaignRows>,
+    bytes: usize,
+}
+
+struct CampaignRows {
+    /// Past the rows it gave up when it held the most memory.
+    floor: i64,
+    /// By table and partition, in key order, as the engine keeps them.
+    partitions: HashMap<(Table, [u8; PARTITION_LEN]), BTreeMap<Slice, Slice>>,
+    bytes: usize,
+}
+
+/// What a commit changes of the held tables, gathered before the commit and applied once it
+/// succeeded.
+#[derive(Default)]
+pub(crate) struct HeldChanges {
+    removed: Vec<(Table, Vec<u8>)>,
+    written: Vec<(Table, Vec<u8>, Vec<u8>)>,
+    /// A key both removed and written in the commit (which one the engine keeps is not for
+    /// the mirror to guess), or a held key that does not decode: nothing held can be trusted.
+    unknown: bool,
+}
+
 impl RecentRows {
-    /// Holds nothing yet: its floor starts `CLOCK_MARGIN_MILLIS` past `now` and past the latest
-    /// row stored ahead of its clock (`future_until`, from [`FUTURE_KEY`]).
-    pub(crate) fn new(now: i64, future_until: Option<i64>) -> Self {
-        let future_until = future_until.unwrap_or(i64::MIN);
+    /// Holds nothing yet, for a store opened at `now` (milliseconds). A folder created now
+    /// holds no rows, so its floor is now; rows stored before may be stamped up to ten
+    /// minutes ahead of the clock of their write, so an older folder's floor starts past
+    /// them.
+    pub(crate) fn new(now: i64, created: bool) -> Self {
         Self {
             held: Mutex::new(Held {
-                floor: (now + CLOCK_MARGIN_MILLIS).max(future_until.saturating_add(1)),
-                partitions: HashMap::new(),
+                floor: if created { now } else { now + max_ahead() },
+                campaigns: HashMap::new(),
                 bytes: 0,
-                future_until,
             }),
         }
-    }
-
-    /// Holds nothing yet, for a store opened on `tables` now.
-    pub(crate) fn opened(tables: &Tables) -> Result<Self, StoreError> {
-        let now = chrono::Utc::now().timestamp_millis();
-        let stored = tables
-            .meta
-            .get(FUTURE_KEY)
-            .map_err(|error| engine_error("reading the rows stored ahead of the clock", error))?;
-        let future_until = stored.map(|bytes| match <[u8; 8]>::try_from(bytes.as_ref()) {
-            Ok(bytes) => i64::from_be_bytes(bytes),
-            // Not known: past anything a row could have been stamped with.
-            Err(_) => now + max_ahead(),
-        });
-        Ok(Self::new(now, future_until))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -141,19 +124,14 @@ impl RecentRows {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// What a commit of `removals` and `written` at `now` will change of the held rows.
+    /// What a commit of `removals` and `written` will change of the held rows.
     pub(crate) fn gather(
         &self,
         removals: &[(Table, Vec<u8>)],
         written: &[&(Table, Vec<u8>, Vec<u8>)],
-        now: i64,
     ) -> HeldChanges {
-        let (floor, future_until) = {
-            let held = self.lock();
-            (held.floor, held.future_until)
-        };
+        let floor = self.lock().floor;
         let mut changes = HeldChanges::default();
-        let mut ahead = future_until;
         for (table, key) in removals {
             if holds(*table) {
                 changes.removed.push((*table, key.clone()));
@@ -163,14 +141,12 @@ impl RecentRows {
             if !holds(*table) {
                 continue;
             }
-            let Some(at) = key_millis(key) else {
-                continue;
-            };
-            if at > now {
-                ahead = ahead.max(at);
-            }
-            if at >= floor {
-                changes.written.push((*table, key.clone(), value.clone()));
+            match key_millis(key) {
+                Some(at) if at >= floor => {
+                    changes.written.push((*table, key.clone(), value.clone()));
+                }
+                Some(_) => {}
+                None => changes.unknown = true,
             }
         }
         if !changes.removed.is_empty() && !changes.written.is_empty() {
@@ -179,42 +155,32 @@ impl RecentRows {
                 .iter()
                 .map(|(table, key)| (*table, key.as_slice()))
                 .collect();
-            changes.ambiguous = changes
+            changes.unknown |= changes
                 .written
                 .iter()
                 .any(|(table, key, _)| removed.contains(&(*table, key.as_slice())));
         }
-        changes.future_until = (ahead > future_until).then_some(ahead);
         changes
     }
 
     /// Applies what a commit that succeeded changed; `now` moves the floor along.
     pub(crate) fn apply(&self, changes: HeldChanges, now: i64) {
         let mut held = self.lock();
-        if let Some(until) = changes.future_until {
-            held.future_until = held.future_until.max(until);
-        }
-        if changes.ambiguous {
+        if changes.unknown {
             held.forget(now);
             return;
         }
         for (table, key) in changes.removed {
             held.remove(table, &key);
         }
-        let floor = held.floor;
         for (table, key, value) in changes.written {
-            // Gathered under an older floor, perhaps.
-            if key_millis(&key).is_some_and(|at| at >= floor) {
-                held.insert(table, key, value);
-            }
+            held.insert(table, &key, &value);
         }
-        if now - HELD_MILLIS >= held.floor + MOVE_EVERY_MILLIS {
-            held.raise(now - HELD_MILLIS);
+        let passed = now.saturating_sub(HELD_MILLIS);
+        if passed >= held.floor.saturating_add(MOVE_EVERY_MILLIS) {
+            held.raise(passed);
         }
-        while held.bytes > HELD_BYTES && !held.partitions.is_empty() {
-            let next = held.floor.saturating_add(MOVE_EVERY_MILLIS);
-            held.raise(next);
-        }
+        held.bound();
     }
 
     /// A commit failed: what the engine holds now is not known, so nothing held answers
@@ -224,8 +190,8 @@ impl RecentRows {
     }
 
     /// The rows of `table` in `start..end` within one partition, whose event times are all
-    /// at or after `from`; `None` when rows before the floor may lie there (the engine
-    /// answers).
+    /// at or after `from`; `None` when rows before the campaign's floor may lie there (the
+    /// engine answers).
     pub(crate) fn range(
         &self,
         table: Table,
@@ -238,12 +204,16 @@ impl RecentRows {
             return None;
         }
         let held = self.lock();
-        if from < held.floor {
+        let campaign = held.campaigns.get(&campaign_of(&partition));
+        if from < held.floor_of(campaign) {
             return None;
         }
-        let Some(rows) = held.partitions.get(&(table, partition)) else {
+        let Some(rows) = campaign.and_then(|rows| rows.partitions.get(&(table, partition))) else {
             return Some(Vec::new());
         };
+        if start > end {
+            return Some(Vec::new());
+        }
         Some(
             rows.range::<[u8], _>((
                 std::ops::Bound::Included(start),
@@ -266,30 +236,42 @@ impl RecentRows {
 }
 
 impl Held {
-    fn insert(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) {
-        let Some(partition) = partition_of(&key) else {
+    fn floor_of(&self, campaign: Option<&CampaignRows>) -> i64 {
+        campaign.map_or(self.floor, |rows| rows.floor.max(self.floor))
+    }
+
+    fn insert(&mut self, table: Table, key: &[u8], value: &[u8]) {
+        let (Some(partition), Some(at)) = (partition_of(key), key_millis(key)) else {
             return;
         };
-        let added = row_bytes(&key, &value);
-        let rows = self.partitions.entry((table, partition)).or_default();
-        if let Some(old) = rows.insert(Slice::from(key.as_slice()), Slice::from(value.as_slice())) {
-            self.bytes = self.bytes.saturating_sub(row_bytes(&key, &old));
+        let campaign = campaign_of(&partition);
+        // Gathered under an older floor, perhaps.
+        if at < self.floor_of(self.campaigns.get(&campaign)) {
+            return;
         }
-        self.bytes += added;
+        let rows = self.campaigns.entry(campaign).or_insert(CampaignRows {
+            floor: i64::MIN,
+            partitions: HashMap::new(),
+            bytes: 0,
+        });
+        let before = rows.bytes;
+        rows.insert((table, partition), key, value);
+        self.bytes = (self.bytes + rows.bytes).saturating_sub(before);
     }
 
     fn remove(&mut self, table: Table, key: &[u8]) {
         let Some(partition) = partition_of(key) else {
             return;
         };
-        let Some(rows) = self.partitions.get_mut(&(table, partition)) else {
+        let campaign = campaign_of(&partition);
+        let Some(rows) = self.campaigns.get_mut(&campaign) else {
             return;
         };
-        if let Some(old) = rows.remove(key) {
-            self.bytes = self.bytes.saturating_sub(row_bytes(key, &old));
-        }
-        if rows.is_empty() {
-            self.partitions.remove(&(table, partition));
+        let before = rows.bytes;
+        rows.remove((table, partition), key);
+        self.bytes = (self.bytes + rows.bytes).saturating_sub(before);
+        if rows.partitions.is_empty() && rows.floor <= self.floor {
+            self.campaigns.remove(&campaign);
         }
     }
 
@@ -299,6 +281,64 @@ impl Held {
             return;
         }
         self.floor = floor;
+        self.campaigns.retain(|_, rows| {
+            rows.drop_before(floor);
+            !rows.partitions.is_empty() || rows.floor > floor
+        });
+        self.bytes = self.campaigns.values().map(|rows| rows.bytes).sum();
+    }
+
+    /// Past [`HELD_BYTES`], the campaigns holding the most give their rows up, one after
+    /// another.
+    fn bound(&mut self) {
+        while self.bytes > HELD_BYTES {
+            let Some(rows) = self.campaigns.values_mut().max_by_key(|rows| rows.bytes) else {
+                self.bytes = 0;
+                return;
+            };
+            let newest = rows.newest().unwrap_or(i64::MIN);
+            rows.floor = rows.floor.max(newest.saturating_add(1));
+            self.bytes = self.bytes.saturating_sub(rows.bytes);
+            rows.partitions.clear();
+            rows.bytes = 0;
+        }
+    }
+
+    fn forget(&mut self, now: i64) {
+        self.campaigns.clear();
+        self.bytes = 0;
+        // Rows are stamped at most ten minutes ahead: none of the commit's lies past that.
+        self.floor = self.floor.max(now.saturating_add(max_ahead()));
+    }
+}
+
+impl CampaignRows {
+    fn insert(&mut self, slot: (Table, [u8; PARTITION_LEN]), key: &[u8], value: &[u8]) {
+        let bytes = &mut self.bytes;
+        let rows = self.partitions.entry(slot).or_insert_with(|| {
+            *bytes += PARTITION_OVERHEAD;
+            BTreeMap::new()
+        });
+        if let Some(old) = rows.insert(Slice::from(key), Slice::from(value)) {
+            *bytes = bytes.saturating_sub(row_bytes(key, &old));
+        }
+        *bytes += row_bytes(key, value);
+    }
+
+    fn remove(&mut self, slot: (Table, [u8; PARTITION_LEN]), key: &[u8]) {
+        let Some(rows) = self.partitions.get_mut(&slot) else {
+            return;
+        };
+        if let Some(old) = rows.remove(key) {
+            self.bytes = self.bytes.saturating_sub(row_bytes(key, &old));
+        }
+        if rows.is_empty() {
+            self.partitions.remove(&slot);
+            self.bytes = self.bytes.saturating_sub(PARTITION_OVERHEAD);
+        }
+    }
+
+    fn drop_before(&mut self, floor: i64) {
         let mut freed = 0;
         self.partitions.retain(|(_, partition), rows| {
             let older = rows.split_off(before_key(partition, floor).as_slice());
@@ -306,30 +346,24 @@ impl Held {
                 .iter()
                 .map(|(key, value)| row_bytes(key, value))
                 .sum::<usize>();
+            if rows.is_empty() {
+                freed += PARTITION_OVERHEAD;
+            }
             !rows.is_empty()
         });
         self.bytes = self.bytes.saturating_sub(freed);
     }
 
-    fn forget(&mut self, now: i64) {
-        self.partitions.clear();
-        self.bytes = 0;
-        // Rows stamped up to ten minutes ahead are accepted: none of the failed commit's
-        // can lie past that.
-        let ahead = now + max_ahead();
-        self.floor = self
-            .floor
-            .max(ahead)
-            .max(self.future_until.saturating_add(1));
+    /// The time of its newest row.
+    fn newest(&self) -> Option<i64> {
+        self.partitions
+            .values()
+            .filter_map(|rows| rows.keys().next().and_then(|key| key_millis(key)))
+            .max()
     }
 }
 
-/// How far past the clock a row may be stamped (and the clock step back).
-fn max_ahead() -> i64 {
-    MAX_FUTURE_SKEW.num_milliseconds() + CLOCK_MARGIN_MILLIS
-}
-
-/// The rows of `rows` and `kept` a commit writes, for [`RecentRows::gather`].
+/// The rows of `rows` and `kept` a commit writes to held tables, for [`RecentRows::gather`].
 pub(crate) fn written<'a>(rows: &'a [Rows], kept: &'a Rows) -> Vec<&'a (Table, Vec<u8>, Vec<u8>)> {
     rows.iter()
         .flatten()
@@ -369,7 +403,7 @@ mod tests {
 
     fn commit(recent: &RecentRows, removals: &[(Table, Vec<u8>)], rows: &Rows, now: i64) {
         let written: Vec<_> = rows.iter().collect();
-        let changes = recent.gather(removals, &written, now);
+        let changes = recent.gather(removals, &written);
         recent.apply(changes, now);
     }
 
@@ -390,9 +424,18 @@ mod tests {
 
     #[test]
     fn rows_from_the_floor_on_answer_and_reads_reaching_before_it_do_not() {
-        let recent = RecentRows::new(NOW, None);
-        let floor = NOW + CLOCK_MARGIN_MILLIS;
-        assert_eq!(recent.floor(), floor);
+        assert_eq!(
+            RecentRows::new(NOW, true).floor(),
+            NOW,
+            "a new folder holds nothing"
+        );
+        let recent = RecentRows::new(NOW, false);
+        let floor = recent.floor();
+        assert_eq!(
+            floor,
+            NOW + max_ahead(),
+            "past rows stored ahead of the clock"
+        );
         let rows = vec![
             row(Table::ImpressionSummary, 1, floor - 1, 1),
             row(Table::ImpressionSummary, 1, floor, 2),
@@ -444,12 +487,18 @@ mod tests {
             Some(vec![]),
             "a partition with nothing from the floor on holds nothing"
         );
+        let (start, end) = (key(1, floor, 0), key(1, floor + 5_000, 0));
+        assert_eq!(
+            recent.range(Table::ImpressionSummary, floor, &start, &end),
+            Some(vec![]),
+            "a range ending before it starts holds nothing"
+        );
     }
 
     #[test]
     fn removals_and_new_values_are_held_as_the_engine_keeps_them() {
-        let recent = RecentRows::new(NOW, None);
-        let at = NOW + CLOCK_MARGIN_MILLIS + 1_000;
+        let recent = RecentRows::new(NOW, true);
+        let at = NOW + 1_000;
         commit(&recent, &[], &vec![row(Table::Click, 1, at, 1)], NOW);
         let mut again = row(Table::Click, 1, at, 1);
         again.2 = vec![9; 20];
@@ -459,21 +508,23 @@ mod tests {
         let held = recent.range(Table::Click, at, &start, &end).expect("held");
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].1.as_ref(), [9; 20].as_slice());
-        assert_eq!(recent.bytes(), row_bytes(&key(1, at, 1), &[9; 20]));
+        assert_eq!(
+            recent.bytes(),
+            row_bytes(&key(1, at, 1), &[9; 20]) + PARTITION_OVERHEAD
+        );
         commit(&recent, &[(Table::Click, key(1, at, 1))], &Vec::new(), NOW);
         assert_eq!(recent.range(Table::Click, at, &start, &end), Some(vec![]));
         assert_eq!(recent.bytes(), 0);
     }
 
     #[test]
-    fn the_floor_follows_the_clock_and_the_memory_bound() {
-        let recent = RecentRows::new(NOW, None);
-        let floor = NOW + CLOCK_MARGIN_MILLIS;
+    fn the_floor_follows_the_clock() {
+        let recent = RecentRows::new(NOW, true);
         let rows: Rows = (0..20)
-            .map(|n| row(Table::ImpressionSummary, 1, floor + n * 1_000, n as u8))
+            .map(|n| row(Table::ImpressionSummary, 1, NOW + n * 1_000, n as u8))
             .collect();
         commit(&recent, &[], &rows, NOW);
-        let later = floor + 15_000;
+        let later = NOW + 15_000;
         commit(&recent, &[], &Vec::new(), later);
         assert_eq!(recent.floor(), later - HELD_MILLIS);
         assert_eq!(
@@ -484,55 +535,71 @@ mod tests {
                 later - HELD_MILLIS,
                 later + 60_000
             ),
-            Some((5..20).rev().map(|n| floor + n * 1_000).collect::<Vec<_>>())
+            Some((5..20).rev().map(|n| NOW + n * 1_000).collect::<Vec<_>>())
         );
-        assert_eq!(recent.bytes(), 15 * row_bytes(&key(1, 0, 0), &[0; 8]));
+        assert_eq!(
+            recent.bytes(),
+            15 * row_bytes(&key(1, 0, 0), &[0; 8]) + PARTITION_OVERHEAD
+        );
+        commit(&recent, &[], &Vec::new(), later + 60_000);
+        assert_eq!(recent.bytes(), 0, "every row passed");
+    }
 
-        // A burst far larger than the bound keeps the newest seconds that fit.
-        let big: Rows = (0..40)
+    #[test]
+    fn past_the_memory_bound_the_campaign_holding_the_most_gives_way() {
+        let recent = RecentRows::new(NOW, true);
+        commit(
+            &recent,
+            &[],
+            &vec![row(Table::Click, 1, NOW + 1_000, 1)],
+            NOW,
+        );
+        // Another campaign's burst, stamped minutes ahead, far past the bound.
+        let ahead = NOW + 9 * 60_000;
+        let burst: Rows = (0..40)
             .map(|n| {
-                let mut row = row(Table::ViewReport, 2, later + n * 1_000, 1);
+                let mut row = row(Table::ViewReport, 2, ahead + n, 1);
                 row.2 = vec![0; 1024 * 1024];
                 row
             })
             .collect();
-        commit(&recent, &[], &big, later);
+        commit(&recent, &[], &burst, NOW);
         assert!(
             recent.bytes() <= HELD_BYTES,
             "{} bytes held",
             recent.bytes()
         );
-        let floor = recent.floor();
-        assert!(floor > later);
-        let held = times(&recent, Table::ViewReport, 2, floor, later + 60_000).expect("held");
-        assert!(held.len() >= 20 && held.iter().all(|at| *at >= floor));
+        assert_eq!(
+            times(&recent, Table::ViewReport, 2, NOW, ahead + 60_000),
+            None,
+            "the burst's campaign reads the engine"
+        );
+        assert_eq!(
+            times(&recent, Table::Click, 1, NOW, NOW + 60_000),
+            Some(vec![NOW + 1_000]),
+            "the other keeps its rows"
+        );
+        // Its new rows, past what it gave up, are held again.
+        commit(
+            &recent,
+            &[],
+            &vec![row(Table::ViewReport, 2, ahead + 100, 2)],
+            NOW,
+        );
+        assert_eq!(
+            times(&recent, Table::ViewReport, 2, ahead + 40, ahead + 60_000),
+            Some(vec![ahead + 100])
+        );
     }
 
     #[test]
     fn a_key_removed_and_written_in_one_commit_leaves_nothing_to_trust() {
-        let recent = RecentRows::new(NOW, None);
-        let at = NOW + CLOCK_MARGIN_MILLIS + 1_000;
+        let recent = RecentRows::new(NOW, true);
+        let at = NOW + 1_000;
         let rows = vec![row(Table::Click, 1, at, 1)];
         commit(&recent, &[(Table::Click, key(1, at, 1))], &rows, NOW);
         assert!(recent.floor() > NOW + MAX_FUTURE_SKEW.num_milliseconds());
         assert_eq!(recent.bytes(), 0);
-    }
-
-    #[test]
-    fn rows_stamped_ahead_of_the_clock_are_recorded_and_a_later_floor_starts_past_them() {
-        let recent = RecentRows::new(NOW, None);
-        let ahead = NOW + 60_000;
-        let rows = [row(Table::Click, 1, ahead, 1), row(Table::Click, 1, NOW, 2)];
-        let written: Vec<_> = rows.iter().collect();
-        let changes = recent.gather(&[], &written, NOW);
-        let record = changes.future_row().expect("a row ahead of the clock");
-        assert_eq!(record.1, FUTURE_KEY.as_bytes());
-        assert_eq!(record.2, ahead.to_be_bytes());
-        recent.apply(changes, NOW);
-        let changes = recent.gather(&[], &written, NOW + 1);
-        assert!(changes.future_row().is_none(), "recorded once");
-        let restarted = RecentRows::new(NOW + 1_000, Some(ahead));
-        assert_eq!(restarted.floor(), ahead + 1);
     }
 
     fn impression(id: u128, at: DateTime<Utc>) -> Impression {
@@ -559,7 +626,8 @@ mod tests {
     #[tokio::test]
     async fn the_store_answers_the_newest_seconds_as_its_engine_does() {
         let folder = tempfile::tempdir().expect("temporary folder");
-        // Past the floor of a store opened now.
+        // A new folder's floor is the moment it was opened; these are stamped ahead of it, as
+        // the rows a restart must not take for held are.
         let from = Utc::now() + TimeDelta::seconds(8);
         let partition = |at: DateTime<Utc>| EventPartition {
             campaign: impression(0, at).campaign,
@@ -636,6 +704,18 @@ mod tests {
             store.recent.floor() > latest.timestamp_millis(),
             "rows stored ahead of the clock before the restart lie below the new floor"
         );
-        assert_eq!(engine(&store).await.len(), 49);
+        let (start, end) = span_range(&partition, span);
+        let from = from.timestamp_millis();
+        assert_eq!(
+            store
+                .recent
+                .range(Table::ImpressionSummary, from, &start, &end),
+            None
+        );
+        let read = store
+            .read_impression_summaries_between(&partition, span)
+            .await
+            .expect("read from the engine");
+        assert_eq!(read.len(), 49);
     }
 }
