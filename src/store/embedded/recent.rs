@@ -292,8 +292,14 @@ impl Held {
     /// another.
     fn bound(&mut self) {
         while self.bytes > HELD_BYTES {
-            let Some(rows) = self.campaigns.values_mut().max_by_key(|rows| rows.bytes) else {
-                self.bytes = 0;
+            let Some(rows) = self
+                .campaigns
+                .values_mut()
+                .max_by_key(|rows| rows.bytes)
+                .filter(|rows| rows.bytes > 0)
+            else {
+                // Nothing left to give up: the count had drifted from what is held.
+                self.bytes = self.campaigns.values().map(|rows| rows.bytes).sum();
                 return;
             };
             let newest = rows.newest().unwrap_or(i64::MIN);
