@@ -6,7 +6,7 @@
 //! a single row, so they cost the engine one key, not one each.
 
 use super::engine::{Rows, Table, Tables, engine_error, engine_failure};
-use super::recent::{self, RecentRows};
+use super::recent::RecentRows;
 use crate::store::StoreError;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -418,21 +418,24 @@ fn run(
             ));
             logs
         };
-        let held = recent.gather(&removals, &recent::written(&rows, &kept));
-        // A panic inside the engine (an assertion on a key) fails this group, not the thread:
-        // later writes still commit.
         // Only a commit that wrote something proves the journal takes writes again: an empty
         // one (a background task with nothing to do) commits without touching it.
         let writes_something = !removals.is_empty()
             || !kept.is_empty()
             || !logs.is_empty()
             || rows.iter().any(|group| !group.is_empty());
+        let (rows, held) = recent.gather(
+            &removals,
+            rows.into_iter().flatten().chain(kept).chain(logs),
+        );
+        // A panic inside the engine (an assertion on a key) fails this group, not the thread:
+        // later writes still commit.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut batch = tables.db.batch().durability(Some(tables.persist));
             for (table, key) in removals {
                 batch.remove(tables.get(table), key);
             }
-            for (table, key, value) in rows.into_iter().flatten().chain(kept).chain(logs) {
+            for (table, key, value) in rows {
                 batch.insert(tables.get(table), key, value);
             }
             batch.commit()

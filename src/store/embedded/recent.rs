@@ -7,7 +7,7 @@
 //! event time is at or after its campaign's floor is here, as the engine holds it, and a read
 //! of a time range starting at or after that floor is answered from here or not at all.
 
-use super::engine::{KeyValues, Rows, Table};
+use super::engine::{KeyValues, Table};
 use super::keys::{self, CAMPAIGN_LEN, PARTITION_LEN};
 use crate::domain::time::MAX_FUTURE_SKEW;
 use fjall::Slice;
@@ -15,14 +15,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 /// How far back from now rows are held, by event time: a poll reads raw the last 1 to 3
-/// seconds, and again a piece that a write reaching a few seconds back changed.
-const HELD_MILLIS: i64 = 10_000;
+/// seconds, and again a piece that a write reaching a second or two back changed. Longer
+/// costs memory that ingestion at full speed fills.
+const HELD_MILLIS: i64 = 5_000;
 /// The floor moves at most this often: moving it walks every partition held.
 const MOVE_EVERY_MILLIS: i64 = 1_000;
 /// The memory held rows may take; past it the campaign holding the most gives its rows up,
 /// and its reads go to the engine until the floor passes them (a burst of one campaign's
 /// events, stamped now or minutes ahead, costs that campaign speed, and nobody memory).
-const HELD_BYTES: usize = 32 * 1024 * 1024;
+const HELD_BYTES: usize = 64 * 1024 * 1024;
 /// What one held row is taken to cost besides its key and value: its entry in a tree node
 /// (two slices' headers), the slices' heap allocations and the allocator's share.
 const ROW_OVERHEAD: usize = 128;
@@ -97,7 +98,7 @@ struct CampaignRows {
 #[derive(Default)]
 pub(crate) struct HeldChanges {
     removed: Vec<(Table, Vec<u8>)>,
-    written: Vec<(Table, Vec<u8>, Vec<u8>)>,
+    written: Vec<(Table, Slice, Slice)>,
     /// A key both removed and written in the commit (which one the engine keeps is not for
     /// the mirror to guess), or a held key that does not decode: nothing held can be trusted.
     unknown: bool,
@@ -124,12 +125,14 @@ impl RecentRows {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// What a commit of `removals` and `written` will change of the held rows.
+    /// What a commit of `removals` and `written` will change of the held rows, and its rows
+    /// as the engine takes them: the ones held share their bytes with what is held, so
+    /// holding them costs no copy.
     pub(crate) fn gather(
         &self,
         removals: &[(Table, Vec<u8>)],
-        written: &[&(Table, Vec<u8>, Vec<u8>)],
-    ) -> HeldChanges {
+        written: impl Iterator<Item = (Table, Vec<u8>, Vec<u8>)>,
+    ) -> (Vec<(Table, Slice, Slice)>, HeldChanges) {
         let floor = self.lock().floor;
         let mut changes = HeldChanges::default();
         for (table, key) in removals {
@@ -137,17 +140,21 @@ impl RecentRows {
                 changes.removed.push((*table, key.clone()));
             }
         }
-        for (table, key, value) in written.iter().copied() {
-            if !holds(*table) {
-                continue;
-            }
-            match key_millis(key) {
-                Some(at) if at >= floor => {
-                    changes.written.push((*table, key.clone(), value.clone()));
+        let mut rows = Vec::with_capacity(written.size_hint().0);
+        for (table, key, value) in written {
+            let (key_slice, value_slice) = (Slice::from(key), Slice::from(value));
+            if holds(table) {
+                match key_millis(&key_slice) {
+                    Some(at) if at >= floor => {
+                        changes
+                            .written
+                            .push((table, key_slice.clone(), value_slice.clone()));
+                    }
+                    Some(_) => {}
+                    None => changes.unknown = true,
                 }
-                Some(_) => {}
-                None => changes.unknown = true,
             }
+            rows.push((table, key_slice, value_slice));
         }
         if !changes.removed.is_empty() && !changes.written.is_empty() {
             let removed: HashSet<(Table, &[u8])> = changes
@@ -158,9 +165,9 @@ impl RecentRows {
             changes.unknown |= changes
                 .written
                 .iter()
-                .any(|(table, key, _)| removed.contains(&(*table, key.as_slice())));
+                .any(|(table, key, _)| removed.contains(&(*table, key.as_ref())));
         }
-        changes
+        (rows, changes)
     }
 
     /// Applies what a commit that succeeded changed; `now` moves the floor along.
@@ -174,7 +181,7 @@ impl RecentRows {
             held.remove(table, &key);
         }
         for (table, key, value) in changes.written {
-            held.insert(table, &key, &value);
+            held.insert(table, key, value);
         }
         let passed = now.saturating_sub(HELD_MILLIS);
         if passed >= held.floor.saturating_add(MOVE_EVERY_MILLIS) {
@@ -240,8 +247,8 @@ impl Held {
         campaign.map_or(self.floor, |rows| rows.floor.max(self.floor))
     }
 
-    fn insert(&mut self, table: Table, key: &[u8], value: &[u8]) {
-        let (Some(partition), Some(at)) = (partition_of(key), key_millis(key)) else {
+    fn insert(&mut self, table: Table, key: Slice, value: Slice) {
+        let (Some(partition), Some(at)) = (partition_of(&key), key_millis(&key)) else {
             return;
         };
         let campaign = campaign_of(&partition);
@@ -319,16 +326,17 @@ impl Held {
 }
 
 impl CampaignRows {
-    fn insert(&mut self, slot: (Table, [u8; PARTITION_LEN]), key: &[u8], value: &[u8]) {
+    fn insert(&mut self, slot: (Table, [u8; PARTITION_LEN]), key: Slice, value: Slice) {
         let bytes = &mut self.bytes;
         let rows = self.partitions.entry(slot).or_insert_with(|| {
             *bytes += PARTITION_OVERHEAD;
             BTreeMap::new()
         });
-        if let Some(old) = rows.insert(Slice::from(key), Slice::from(value)) {
-            *bytes = bytes.saturating_sub(row_bytes(key, &old));
+        let added = row_bytes(&key, &value);
+        if let Some(old) = rows.insert(key.clone(), value) {
+            *bytes = bytes.saturating_sub(row_bytes(&key, &old));
         }
-        *bytes += row_bytes(key, value);
+        *bytes += added;
     }
 
     fn remove(&mut self, slot: (Table, [u8; PARTITION_LEN]), key: &[u8]) {
@@ -369,15 +377,6 @@ impl CampaignRows {
     }
 }
 
-/// The rows of `rows` and `kept` a commit writes to held tables, for [`RecentRows::gather`].
-pub(crate) fn written<'a>(rows: &'a [Rows], kept: &'a Rows) -> Vec<&'a (Table, Vec<u8>, Vec<u8>)> {
-    rows.iter()
-        .flatten()
-        .chain(kept.iter())
-        .filter(|(table, _, _)| holds(*table))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +387,7 @@ mod tests {
     use crate::domain::slices::Span;
     use crate::domain::time::{Day, EventTime};
     use crate::domain::user_data::UserData;
+    use crate::store::embedded::engine::Rows;
     use crate::store::embedded::slices::span_range;
     use crate::store::embedded::{EmbeddedStore, Fsync};
     use crate::store::{EventStore, SliceStore};
@@ -408,8 +408,7 @@ mod tests {
     }
 
     fn commit(recent: &RecentRows, removals: &[(Table, Vec<u8>)], rows: &Rows, now: i64) {
-        let written: Vec<_> = rows.iter().collect();
-        let changes = recent.gather(removals, &written);
+        let (_, changes) = recent.gather(removals, rows.iter().cloned());
         recent.apply(changes, now);
     }
 
@@ -530,7 +529,7 @@ mod tests {
             .map(|n| row(Table::ImpressionSummary, 1, NOW + n * 1_000, n as u8))
             .collect();
         commit(&recent, &[], &rows, NOW);
-        let later = NOW + 15_000;
+        let later = NOW + 5_000 + HELD_MILLIS;
         commit(&recent, &[], &Vec::new(), later);
         assert_eq!(recent.floor(), later - HELD_MILLIS);
         assert_eq!(
@@ -562,7 +561,7 @@ mod tests {
         );
         // Another campaign's burst, stamped minutes ahead, far past the bound.
         let ahead = NOW + 9 * 60_000;
-        let burst: Rows = (0..40)
+        let burst: Rows = (0..80)
             .map(|n| {
                 let mut row = row(Table::ViewReport, 2, ahead + n, 1);
                 row.2 = vec![0; 1024 * 1024];
@@ -593,7 +592,7 @@ mod tests {
             NOW,
         );
         assert_eq!(
-            times(&recent, Table::ViewReport, 2, ahead + 40, ahead + 60_000),
+            times(&recent, Table::ViewReport, 2, ahead + 80, ahead + 60_000),
             Some(vec![ahead + 100])
         );
     }
