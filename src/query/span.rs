@@ -169,12 +169,6 @@ pub(crate) async fn aggregate_spans(
         ..SpanAggregate::default()
     };
     let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
-    for opener in opened.iter().flat_map(|opened| &opened.openers) {
-        windows
-            .entry((opener.user, opener.window))
-            .and_modify(|first| *first = (*first).min((opener.at, opener.ad)))
-            .or_insert((opener.at, opener.ad));
-    }
     // Read by piece: each piece's windows at their earliest impression there.
     let mut piece_openers: HashMap<(i64, UserId, i64), (EventTime, AdId)> = HashMap::new();
     for row in earliest.into_values() {
@@ -212,6 +206,13 @@ pub(crate) async fn aggregate_spans(
             .entry((row.user_id, window.of(at)))
             .and_modify(|first| *first = (*first).min((at, row.ad_id)))
             .or_insert((at, row.ad_id));
+    }
+    // A window opened before the spans counts there, not here. Only the windows read here
+    // are looked up: a busy campaign's kept pieces opened thousands.
+    for opener in opened.iter().flat_map(|opened| &opened.openers) {
+        if let Some(first) = windows.get_mut(&(opener.user, opener.window)) {
+            *first = (*first).min((opener.at, opener.ad));
+        }
     }
     for (at, ad) in windows.into_values() {
         if in_spans(at) {
