@@ -14,7 +14,9 @@
 //! BENCH_CASSANDRA_PHASES (default "200000,1000000,3000000"), BENCH_ROUNDS (default 5),
 //! BENCH_INGEST_ROUNDS (default 6, 0 skips the ingest comparison), BENCH_OPEN_BACKLOG (default
 //! 1; 0 leaves out the open stretch's events before timing, so it holds only the trickle's),
-//! BENCH_QUIET_CAMPAIGNS (default 2000, 0 skips the pass over quiet campaigns).
+//! BENCH_QUIET_CAMPAIGNS (default 2000, 0 skips the pass over quiet campaigns),
+//! BENCH_COMPARE_RAW (default 1; 0 times the kept summaries alone, as for a profile of them:
+//! "timing phase N" is printed as their rounds begin).
 //! Each run uses fresh campaigns: the day moves on.
 
 mod support;
@@ -425,10 +427,15 @@ async fn phases(
         let mut unkept_timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
         let mut answered = (0, 0);
         let timed_from = OpenDayMetrics::now(metrics);
+        let compare_raw = support::env_knob("BENCH_COMPARE_RAW", 1) != 0;
+        println!("  timing phase {}", phase + 1);
         for round in 0..rounds {
             for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
                 // Side by side, the order alternating; the kept one first in the first round.
                 for kept in [round % 2 == 0, round % 2 == 1] {
+                    if !kept && !compare_raw {
+                        continue;
+                    }
                     let before = OpenDayMetrics::now(metrics);
                     let (seconds, impressions, aggregated) = if kept {
                         summary(&queries, campaign, *grouping).await
