@@ -777,21 +777,31 @@ async fn a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it(backe
         store.clone(),
         std::time::Duration::from_secs(10),
     ));
+    // A conversion whose listing ended late (a slow store) is listed again, and deciding that
+    // copy marks the day once more (it repairs a process that died between its decision and
+    // its mark), so a seal may have to run again after it, as the sealer does each round.
     let seal = || async {
-        // A seal is current once its read started past the latest late mark and the margin.
-        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-        Sealer::new(
-            store.clone(),
-            Arc::clone(&settings),
-            SealerOptions::default(),
-            Default::default(),
-        )
-        .seal_campaign_day(campaign.key(), Day::new(day))
-        .await
-        .expect("sealed");
+        let mut answer = Value::Null;
+        for _ in 0..5 {
+            // A seal is current once its read started past the latest late mark and the margin.
+            tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+            Sealer::new(
+                store.clone(),
+                Arc::clone(&settings),
+                SealerOptions::default(),
+                Default::default(),
+            )
+            .seal_campaign_day(campaign.key(), Day::new(day))
+            .await
+            .expect("sealed");
+            answer = summary(&server, &campaign, &range).await;
+            if answer["sealed_days"] == 1 {
+                break;
+            }
+        }
+        answer
     };
-    seal().await;
-    let sealed = summary(&server, &campaign, &range).await;
+    let sealed = seal().await;
     assert_eq!(sealed["sealed_days"], 1, "{sealed}");
     assert_eq!(measures(&sealed["totals"]), measures(&raw["totals"]));
     // A conversion of that day decided after its seal marks it: read raw, then sealed with it.
@@ -812,8 +822,7 @@ async fn a_sealed_day_keeps_its_conversions_and_a_late_decision_reseals_it(backe
         json!([2, 2, 0, 2.0, {"EUR": "10.30"}]),
         "{marked}"
     );
-    seal().await;
-    let resealed = summary(&server, &campaign, &range).await;
+    let resealed = seal().await;
     assert_eq!(resealed["sealed_days"], 1, "{resealed}");
     assert_eq!(measures(&resealed["totals"]), measures(&marked["totals"]));
 }
