@@ -4,7 +4,9 @@
 use std::{env, error::Error, fs, path::Path};
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read when it runs, not baked in when it compiles: a build cache shared by clones at
+    // different paths may run a script another clone compiled.
+    let dir = Path::new(&env::var("CARGO_MANIFEST_DIR")?).join("migrations");
     println!("cargo::rerun-if-changed={}", dir.display());
     let mut files = Vec::new();
     for entry in fs::read_dir(&dir)? {
