@@ -25,6 +25,9 @@ pub(crate) async fn connect(config: &CassandraConfig) -> Result<Session, StoreEr
         .build();
     let mut builder = SessionBuilder::new()
         .known_nodes(&config.nodes)
+        // The driver reads the schema it routes by at connect and again on every schema change
+        // in the cluster: only this keyspace's, not every other application's of a shared one.
+        .keyspaces_to_fetch([config.keyspace.as_str()])
         .connection_timeout(config.connect_timeout)
         .default_execution_profile_handle(profile.into_handle());
     if let Some(credentials) = &config.credentials {
