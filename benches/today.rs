@@ -358,6 +358,7 @@ async fn phases(
     rounds: usize,
     metrics: &PrometheusHandle,
 ) {
+    let compare_raw = support::env_knob("BENCH_COMPARE_RAW", 1) != 0;
     let (settings, ingestor) = ingestor_for(&store);
     let ingestor = Arc::new(ingestor);
     let queries = Queries::new(
@@ -427,7 +428,6 @@ async fn phases(
         let mut unkept_timings: Vec<Timing> = vec![Timing::default(); GROUPINGS.len()];
         let mut answered = (0, 0);
         let timed_from = OpenDayMetrics::now(metrics);
-        let compare_raw = support::env_knob("BENCH_COMPARE_RAW", 1) != 0;
         println!("  timing phase {}", phase + 1);
         for round in 0..rounds {
             for (index, (grouping, _)) in GROUPINGS.iter().enumerate() {
