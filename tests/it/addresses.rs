@@ -439,7 +439,6 @@ async fn the_rewrite_brings_addresses_stored_whole_under_the_policy(backend: Bac
     let answered = answered_addresses(&server, &campaign).await;
     assert!(answered.values().all(Value::is_null), "{answered:?}");
     drop((server, store));
-    private.remove().await;
 }
 
 /// The command as an operator runs it on an embedded folder a server wrote, stopped.

@@ -5,7 +5,7 @@
 
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents};
-use crate::common::{cassandra_nodes, drop_keyspace, eventually, http, private_keyspace};
+use crate::common::{cassandra_nodes, eventually, http, private_keyspace};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -135,7 +135,6 @@ async fn two_processes_count_each_others_impressions_and_a_killed_one_is_repaire
     }
     drop(restarted);
     drop(first);
-    drop_keyspace(&keyspace).await;
 }
 
 #[tokio::test]
@@ -198,7 +197,6 @@ async fn a_window_counted_by_both_processes_counts_once() {
     );
     drop(second);
     drop(first);
-    drop_keyspace(&keyspace).await;
 }
 
 #[tokio::test]
@@ -224,5 +222,4 @@ async fn a_process_stopping_cleanly_gives_up_the_open_windows_another_counted_fi
         "{answer}"
     );
     drop(staying);
-    drop_keyspace(&keyspace).await;
 }

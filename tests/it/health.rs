@@ -1,8 +1,6 @@
 //! Liveness, readiness and the error shape, through HTTP on a real socket.
 
-use crate::common::{
-    Backend, TestServer, config, drop_keyspace, eventually, http, private_keyspace, store_for,
-};
+use crate::common::{Backend, TestServer, config, eventually, http, private_keyspace, store_for};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;
@@ -71,7 +69,6 @@ async fn readyz_is_503_with_retry_after_until_migrations_run() {
         eventually(Duration::from_secs(30), ready).await,
         "/readyz answers 200 once the migrations are applied"
     );
-    drop_keyspace(&keyspace).await;
 }
 
 async fn unknown_paths_answer_404_in_the_error_shape(backend: Backend) {

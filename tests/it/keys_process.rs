@@ -2,7 +2,7 @@
 //! Cassandra's `adevents keys create-admin`.
 
 use crate::common::process::{ServerProcess, adevents, embedded_server, run_to_end};
-use crate::common::{anonymous_http, cassandra_nodes, drop_keyspace, private_keyspace};
+use crate::common::{anonymous_http, cassandra_nodes, private_keyspace};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
@@ -125,5 +125,4 @@ async fn cassandra_serves_with_keys_only_once_an_admin_key_exists() {
     assert_eq!(status, StatusCode::OK, "{own}");
     assert_eq!(own["scope"], "admin");
     stop(server).await;
-    drop_keyspace(&keyspace).await;
 }

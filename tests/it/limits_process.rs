@@ -6,7 +6,7 @@ use crate::common::beacons::{register_site, within_accuracy};
 use crate::common::events::Campaign;
 use crate::common::process::{ServerProcess, adevents};
 use crate::common::{
-    Backend, cassandra_nodes, drop_keyspace, eventually, http, private_keyspace, shared_keyspace,
+    Backend, cassandra_nodes, eventually, http, private_keyspace, shared_keyspace,
 };
 use adevents::store::cassandra::config::KeyspaceName;
 use chrono::{Duration, Utc};
@@ -26,28 +26,23 @@ conformance!(
 struct Place {
     args: Vec<String>,
     _folder: Option<tempfile::TempDir>,
-    /// A keyspace of the test's own, dropped by [`Place::clean_up`].
-    private: Option<KeyspaceName>,
 }
 
 impl Place {
     fn new(backend: Backend) -> Self {
-        Self::with_keyspace(backend, shared_keyspace(), None)
+        Self::with_keyspace(backend, shared_keyspace)
     }
 
     /// A place no other test's process uses: a fresh folder, or a keyspace of its own. For
     /// tests whose answer another process would change by doing its job (a sealer seals every
     /// marked day of its keyspace, whoever's it is).
     fn isolated(backend: Backend, purpose: &str) -> Self {
-        let keyspace = private_keyspace(purpose);
-        Self::with_keyspace(backend, keyspace.clone(), Some(keyspace))
+        Self::with_keyspace(backend, || private_keyspace(purpose))
     }
 
-    fn with_keyspace(
-        backend: Backend,
-        keyspace: KeyspaceName,
-        private: Option<KeyspaceName>,
-    ) -> Self {
+    /// `keyspace` is asked for on Cassandra only: a private keyspace is named once a test
+    /// needs it.
+    fn with_keyspace(backend: Backend, keyspace: impl FnOnce() -> KeyspaceName) -> Self {
         match backend {
             Backend::Embedded => {
                 let folder = tempfile::tempdir().expect("a temporary folder");
@@ -59,7 +54,6 @@ impl Place {
                 Self {
                     args,
                     _folder: Some(folder),
-                    private: None,
                 }
             }
             Backend::Cassandra => Self {
@@ -67,19 +61,12 @@ impl Place {
                     "--store".into(),
                     "cassandra".into(),
                     "--keyspace".into(),
-                    keyspace.to_string(),
+                    keyspace().to_string(),
                     "--cassandra-nodes".into(),
                     cassandra_nodes().join(","),
                 ],
                 _folder: None,
-                private,
             },
-        }
-    }
-
-    async fn clean_up(self) {
-        if let Some(keyspace) = &self.private {
-            drop_keyspace(keyspace).await;
         }
     }
 
@@ -282,7 +269,6 @@ async fn a_kill_9_after_beacons_ten_days_old_is_repaired_before_the_restart_is_r
     assert_eq!(answer["total"]["visits"], 30, "{answer}");
     assert_eq!(answer["total"]["unique_visitors"], 30, "{answer}");
     drop(restarted);
-    place.clean_up().await;
 }
 
 async fn a_backfilled_month_a_year_ago_is_sealed_by_the_background_sealer_alone(backend: Backend) {
@@ -362,7 +348,6 @@ async fn a_backfilled_month_a_year_ago_is_sealed_by_the_background_sealer_alone(
     assert_eq!(uniques["total"]["visits"], 60, "{uniques}");
     assert_eq!(uniques["total"]["unique_visitors"], 60, "{uniques}");
     drop(server);
-    place.clean_up().await;
 }
 
 /// Runs `prlimit` on a running process: lowers its file-size limit.

@@ -2,8 +2,8 @@
 //! serialised, and that an edited applied file is refused.
 
 use crate::common::{
-    config, drop_keyspace, embedded_migrations, migrated_store, private_keyspace, raw_session,
-    shared_keyspace, store_for,
+    config, embedded_migrations, migrated_store, private_keyspace, raw_session, shared_keyspace,
+    store_for,
 };
 use adevents::migrations::Migration;
 use adevents::store::cassandra::migrator::{MigrateError, applied_migrations};
@@ -250,7 +250,6 @@ async fn a_new_keyspace_is_created_and_pending_files_apply_in_order_once() {
         );
     }
     assert_eq!(key_of(keyspace.as_str(), "later_table").await.0, ["k"]);
-    drop_keyspace(&keyspace).await;
 }
 
 /// Turning keys on keeps a deployment's traffic: the migration that adds registered sites
@@ -306,5 +305,4 @@ async fn the_access_migration_registers_the_sites_already_stored() {
         sites,
         ["beacons.example", "configured.example", "more.example"]
     );
-    drop_keyspace(&keyspace).await;
 }

@@ -709,7 +709,7 @@ async fn store_unindexed(
 
 async fn events_stored_before_the_index_are_found_once_indexed(backend: Backend) {
     // The command reads every campaign and site of each day: a store of this test's own.
-    let (private, store) = PrivateStore::open(backend, "backfill", Retention::Forever).await;
+    let (_private, store) = PrivateStore::open(backend, "backfill", Retention::Forever).await;
     let server = TestServer::start(Arc::clone(&store)).await;
     let campaign = Campaign::fresh();
     let site = registered_site(&server.url("")).await;
@@ -752,7 +752,6 @@ async fn events_stored_before_the_index_are_found_once_indexed(backend: Backend)
         .expect("indexed again");
     assert!(access(&server, &format!("user_id={user}")).await.is_empty());
     drop(server);
-    private.remove().await;
 }
 
 async fn a_users_conversions_are_listed_and_erased_with_the_user(backend: Backend) {

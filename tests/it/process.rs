@@ -3,8 +3,8 @@
 
 use crate::common::process::{ServerProcess, adevents, run_to_end};
 use crate::common::{
-    cassandra_nodes, drop_keyspace, first_node_address, http, migrated_store, private_keyspace,
-    proxy::TcpProxy, shared_keyspace,
+    cassandra_nodes, first_node_address, http, migrated_store, private_keyspace, proxy::TcpProxy,
+    shared_keyspace,
 };
 use reqwest::StatusCode;
 use std::time::Duration;
@@ -37,7 +37,6 @@ async fn migrate_applies_pending_files_then_is_a_no_op() {
         second_output.contains("no migration to apply"),
         "{second_output}"
     );
-    drop_keyspace(&keyspace).await;
 }
 
 #[tokio::test]

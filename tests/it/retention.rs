@@ -405,7 +405,6 @@ async fn rollups_past_retain_aggregates_go_and_lifetime_delivery_stays(backend: 
     let after = delivery(&restarted, &campaign).await["lifetime"].clone();
     assert_eq!(after, lifetime, "lifetime caps never start again");
     drop(restarted);
-    private.remove().await;
 }
 
 /// What the store keeps of a conversion: its copies as received, and whether it is decided.
