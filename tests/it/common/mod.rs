@@ -476,22 +476,30 @@ pub fn anonymous_http() -> reqwest::Client {
         .expect("HTTP client")
 }
 
-/// Polls `check` every 200 ms until it returns true or `limit` passes; returns the last
-/// result, so the caller asserts on it with its own message.
+/// Polls `check` until it returns true or `limit` passes; returns the last result, so the
+/// caller asserts on it with its own message. The pause between checks starts at 200 ms and
+/// grows by half up to a second: a quick answer is seen quickly, and a long wait (a batch of
+/// decisions, a seal) does not keep a busy node and server answering a check five times a
+/// second, CPU the suite's other tests need.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    const LONGEST_PAUSE: Duration = Duration::from_secs(1);
     let deadline = tokio::time::Instant::now() + limit;
+    let mut pause = Duration::from_millis(200);
     loop {
         if check().await {
             return true;
         }
-        if tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The last check comes at the deadline, not up to a second after it.
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 3 / 2).min(LONGEST_PAUSE);
     }
 }
 
