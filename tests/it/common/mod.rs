@@ -23,8 +23,9 @@ use adevents::store::cassandra::config::{
     CassandraConfig, ConsistencyLevel, KeyspaceName, WriteMode,
 };
 use adevents::store::embedded::{EmbeddedConfig, EmbeddedStore, EngineMemory, Fsync};
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -87,8 +88,8 @@ pub fn private_keyspace(purpose: &str) -> KeyspaceName {
 
 /// The private keyspaces this test process named, which the sweep never drops (it names one
 /// before the keyspace is created).
-fn this_runs_keyspaces() -> &'static std::sync::Mutex<std::collections::HashSet<String>> {
-    static NAMED: OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+fn this_runs_keyspaces() -> &'static Mutex<HashSet<String>> {
+    static NAMED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     NAMED.get_or_init(Default::default)
 }
 
@@ -139,11 +140,7 @@ async fn keyspace_names(session: &scylla::client::session::Session) -> Result<Ve
 
 async fn drop_earlier_private_keyspaces() {
     let shared = shared_keyspace();
-    let session = match scylla::client::session_builder::SessionBuilder::new()
-        .known_nodes(cassandra_nodes())
-        .build()
-        .await
-    {
+    let session = match try_raw_session().await {
         Ok(session) => session,
         Err(error) => {
             eprintln!("warning: cannot sweep old test keyspaces: {error}");
@@ -519,11 +516,17 @@ pub async fn clear_of_midnight(margin: Duration) {
 
 /// A plain driver session, for inspecting `system_schema` and cleaning up private keyspaces.
 pub async fn raw_session() -> scylla::client::session::Session {
+    try_raw_session()
+        .await
+        .expect("connect to the Cassandra node under test")
+}
+
+async fn try_raw_session()
+-> Result<scylla::client::session::Session, scylla::errors::NewSessionError> {
     scylla::client::session_builder::SessionBuilder::new()
         .known_nodes(cassandra_nodes())
         .build()
         .await
-        .expect("connect to the Cassandra node under test")
 }
 
 /// Drops a private keyspace of an earlier run. A loaded node has answered a schema change
