@@ -244,6 +244,11 @@ impl UniqueSketch {
 
     /// Adds every member of `other`.
     pub(crate) fn merge(&mut self, other: &UniqueSketch) {
+        if self.is_empty() {
+            // A copy: what merging into nothing comes to, without walking a sparse list.
+            self.clone_from(other);
+            return;
+        }
         match (&mut self.0, &other.0) {
             (Repr::Dense(registers), Repr::Dense(others)) => {
                 for (register, other) in registers.iter_mut().zip(others.iter()) {

@@ -7,7 +7,7 @@
 use super::aggregate::{BillableWindow, DayAggregate, Reach, SliceCounts};
 use super::slice_memo::{Decoded, MemoKey, Signature, SliceMemo};
 use super::span::{Duplicates, SpanAggregate, aggregate_spans};
-use super::stretch_cache::{Marks, ReadWith, StretchCache};
+use super::stretch_cache::{KeptSlices, Marks, ReadWith, StretchCache};
 use crate::domain::bucket::BucketCount;
 use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::partition::EventPartition;
@@ -65,6 +65,22 @@ impl BySlice {
             self.users.entry(*slice).or_default().merge(users);
             if per_ad {
                 self.ad_users.entry((*slice, *ad)).or_default().merge(users);
+            }
+        }
+    }
+
+    /// Adds the kept pieces' counts and users: each slice's users, every ad together, were
+    /// merged as the pieces were kept.
+    fn add_kept(&mut self, kept: &KeptSlices, per_ad: bool) {
+        for (key, counts) in &kept.by_ad.counts {
+            self.counts.entry(*key).or_default().add(counts);
+        }
+        for (slice, users) in &kept.users {
+            self.users.entry(*slice).or_default().merge(users);
+        }
+        if per_ad {
+            for (key, users) in &kept.by_ad.users {
+                self.ad_users.entry(*key).or_default().merge(users);
             }
         }
     }
@@ -180,7 +196,7 @@ pub(crate) async fn read_open_day(
             }
             metrics::counter!("adevents_open_day_pieces_total", "from" => "kept")
                 .increment(plan.kept_pieces as u64);
-            day.add_span(&plan.kept, per_ad);
+            day.add_kept(&plan.kept, per_ad);
             kept.keep(
                 (read.campaign, read.day),
                 (&read_with, &aggregates.marks),
