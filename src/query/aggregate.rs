@@ -21,6 +21,7 @@ use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
 use crate::domain::traffic::any_valid;
 use crate::domain::view::{ViewCounts, ViewWindow};
 use crate::query::clicks::first_clicks;
+use crate::query::id_map::IdMap;
 use crate::query::views::ViewJoin;
 use crate::store::{
     ClickRow, EventStore, ImpressionSummaryRow, ReachLevel, Rollup, RollupReach, RollupSlice,
@@ -29,6 +30,7 @@ use crate::store::{
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 /// The billable-impression window: a whole number of seconds that divides a day.
@@ -368,8 +370,8 @@ impl DayRead {
 }
 
 /// Keeps `row` if it is its id's earliest copy so far; the kept copy is valid if any is.
-pub(crate) fn keep_earliest(
-    earliest: &mut HashMap<ImpressionId, ImpressionSummaryRow>,
+pub(crate) fn keep_earliest<S: BuildHasher>(
+    earliest: &mut HashMap<ImpressionId, ImpressionSummaryRow, S>,
     row: ImpressionSummaryRow,
 ) {
     earliest
@@ -391,13 +393,15 @@ async fn earliest_impressions(
     partitions: &[EventPartition],
     concurrency: usize,
     mut views: Option<&mut ViewJoin>,
-) -> Result<HashMap<ImpressionId, ImpressionSummaryRow>, StoreError> {
-    let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
+) -> Result<IdMap<ImpressionId, ImpressionSummaryRow>, StoreError> {
+    let mut earliest: IdMap<ImpressionId, ImpressionSummaryRow> = IdMap::default();
     let mut reads = stream::iter(partitions.iter().copied())
         .map(|partition| async move { store.read_impression_summaries(&partition).await })
         .buffer_unordered(concurrency.max(1));
     while let Some(rows) = reads.next().await {
-        for row in rows? {
+        let rows = rows?;
+        earliest.reserve(rows.len());
+        for row in rows {
             if let Some(views) = views.as_deref_mut() {
                 views.see(&row);
             }
@@ -414,9 +418,9 @@ pub(crate) async fn billable_windows_of_day(
     read: &DayRead,
     window: BillableWindow,
     concurrency: usize,
-) -> Result<HashMap<(UserId, i64), EventTime>, StoreError> {
+) -> Result<IdMap<(UserId, i64), EventTime>, StoreError> {
     let earliest = earliest_impressions(store, &read.partitions, concurrency, None).await?;
-    let mut windows: HashMap<(UserId, i64), EventTime> = HashMap::new();
+    let mut windows: IdMap<(UserId, i64), EventTime> = IdMap::default();
     for row in earliest.into_values().filter(|row| row.invalid.is_none()) {
         windows
             .entry((row.user_id, window.of(row.timestamp)))
@@ -447,7 +451,7 @@ pub(crate) async fn aggregate_day(
         slices: BTreeMap::new(),
         reach: Reach::with_levels(levels),
     };
-    let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
+    let mut windows: IdMap<(UserId, i64), (EventTime, AdId)> = IdMap::default();
     for row in earliest.into_values() {
         if row.invalid.is_some() {
             // Kept and counted apart: never an impression, a user reached or billable.

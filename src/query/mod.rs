@@ -10,6 +10,7 @@ pub(crate) mod clicks;
 pub(crate) mod conversions;
 pub(crate) mod export;
 pub(crate) mod features;
+pub(crate) mod id_map;
 pub(crate) mod impressions;
 pub(crate) mod open_day;
 pub(crate) mod plan;

@@ -21,14 +21,15 @@ use crate::domain::time::EventTime;
 use crate::domain::traffic::{InvalidReason, any_valid};
 use crate::domain::view::ViewWindow;
 use crate::query::aggregate::{BillableWindow, SliceCounts, keep_earliest};
+use crate::query::id_map::{IdMap, IdSet};
 use crate::query::views::ViewJoin;
 use crate::store::{CopyRow, ImpressionSummaryRow, Store, StoreError};
 use futures::{StreamExt, TryStreamExt, stream};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The copies of every id a campaign-day stored with more than one timestamp.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Duplicates(HashMap<ImpressionId, Vec<CopyRow>>);
+pub(crate) struct Duplicates(IdMap<ImpressionId, Vec<CopyRow>>);
 
 impl Duplicates {
     pub(crate) fn new(rows: Vec<CopyRow>) -> Self {
@@ -87,12 +88,17 @@ pub(crate) struct Opener {
     pub(crate) ad: AdId,
 }
 
+/// A user's window (numbered as [`BillableWindow::of`] does) and its earliest valid
+/// impression, with the ad it was of.
+pub(crate) type Windows = IdMap<(UserId, i64), (EventTime, AdId)>;
+
 /// The windows opened before `before`, within the window holding it: the first span read
 /// need not read back to its window's start for them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Opened {
     pub(crate) before: chrono::DateTime<chrono::Utc>,
-    pub(crate) openers: Vec<Opener>,
+    /// Shared with the cache that gathered them, which adds to them as pieces are kept.
+    pub(crate) windows: std::sync::Arc<Windows>,
 }
 
 impl SpanAggregate {
@@ -168,9 +174,10 @@ pub(crate) async fn aggregate_spans(
         read_duplicates,
         ..SpanAggregate::default()
     };
-    let mut windows: HashMap<(UserId, i64), (EventTime, AdId)> = HashMap::new();
+    let mut windows: Windows = IdMap::default();
+    windows.reserve(earliest.len());
     // Read by piece: each piece's windows at their earliest impression there.
-    let mut piece_openers: HashMap<(i64, UserId, i64), (EventTime, AdId)> = HashMap::new();
+    let mut piece_openers: IdMap<(i64, UserId, i64), (EventTime, AdId)> = IdMap::default();
     for row in earliest.into_values() {
         let at = row.timestamp;
         let in_span = in_spans(at);
@@ -209,9 +216,11 @@ pub(crate) async fn aggregate_spans(
     }
     // A window opened before the spans counts there, not here. Only the windows read here
     // are looked up: a busy campaign's kept pieces opened thousands.
-    for opener in opened.iter().flat_map(|opened| &opened.openers) {
-        if let Some(first) = windows.get_mut(&(opener.user, opener.window)) {
-            *first = (*first).min((opener.at, opener.ad));
+    if let Some(opened) = opened {
+        for (key, first) in &mut windows {
+            if let Some(earlier) = opened.windows.get(key) {
+                *first = (*first).min(*earlier);
+            }
         }
     }
     for (at, ad) in windows.into_values() {
@@ -285,14 +294,14 @@ async fn earliest_copies(
     (concurrency, views): (usize, &mut ViewJoin),
 ) -> Result<
     (
-        HashMap<ImpressionId, ImpressionSummaryRow>,
+        IdMap<ImpressionId, ImpressionSummaryRow>,
         usize,
         (Vec<CopyRow>, Vec<CopyRow>),
     ),
     StoreError,
 > {
-    let mut earliest: HashMap<ImpressionId, ImpressionSummaryRow> = HashMap::new();
-    let mut read_copies: HashMap<ImpressionId, Vec<CopyRow>> = HashMap::new();
+    let mut earliest: IdMap<ImpressionId, ImpressionSummaryRow> = IdMap::default();
+    let mut read_copies: IdMap<ImpressionId, Vec<CopyRow>> = IdMap::default();
     let mut rows_read = 0;
     let mut read_ids: Vec<(EventPartition, Vec<ImpressionId>)> = Vec::new();
     let mut reads = stream::iter(partition_spans(partitions, reads))
@@ -306,6 +315,7 @@ async fn earliest_copies(
     while let Some(result) = reads.next().await {
         let (partition, rows) = result?;
         rows_read += rows.len();
+        earliest.reserve(rows.len());
         if find.is_some() && !rows.is_empty() {
             read_ids.push((
                 partition,
@@ -397,7 +407,7 @@ async fn found_duplicates(
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
-    let mut by_id: HashMap<ImpressionId, Vec<CopyRow>> = HashMap::new();
+    let mut by_id: IdMap<ImpressionId, Vec<CopyRow>> = IdMap::default();
     for copy in found.into_iter().flatten() {
         by_id.entry(copy.impression_id).or_default().push(copy);
     }
@@ -430,7 +440,7 @@ async fn first_clicks_in(
     let mut reads = stream::iter(partition_spans(partitions, spans))
         .map(|(partition, span)| async move { store.read_clicks_between(&partition, span).await })
         .buffer_unordered(concurrency);
-    let mut clicked = HashSet::new();
+    let mut clicked: IdSet<ImpressionId> = IdSet::default();
     let mut rows_read = 0;
     while let Some(rows) = reads.next().await {
         let rows = rows?;

@@ -17,7 +17,7 @@
 
 use super::aggregate::BillableWindow;
 use super::aggregate::SliceCounts;
-use super::span::{Opened, Opener, SpanAggregate};
+use super::span::{Opened, Opener, SpanAggregate, Windows};
 use crate::domain::ids::{CampaignKey, ImpressionId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
@@ -131,6 +131,19 @@ struct KeptDay {
     /// The kept pieces a plan last answered with, merged by slice, so the next plan merges
     /// only the pieces kept since.
     merged: Option<Merged>,
+    /// The windows the kept pieces opened in the window a plan's raw read last started in,
+    /// so the next plan adds only the pieces kept since.
+    opened: Option<OpenedWindows>,
+}
+
+struct OpenedWindows {
+    generation: u64,
+    /// The window's number, its first piece and the last piece gathered.
+    number: i64,
+    first: Piece,
+    last: Piece,
+    windows: Arc<Windows>,
+    bytes: usize,
 }
 
 struct Merged {
@@ -177,7 +190,9 @@ impl KeptSlices {
 impl KeptDay {
     /// What the day holds in memory: its pieces and copies, and what was merged of them.
     fn held_bytes(&self) -> usize {
-        self.bytes + self.merged.as_ref().map_or(0, |merged| merged.bytes)
+        self.bytes
+            + self.merged.as_ref().map_or(0, |merged| merged.bytes)
+            + self.opened.as_ref().map_or(0, |opened| opened.bytes)
     }
 
     fn new(read_with: ReadWith, created: u64) -> Self {
@@ -193,6 +208,7 @@ impl KeptDay {
             last_read: 0,
             generation: 0,
             merged: None,
+            opened: None,
         }
     }
 }
@@ -238,6 +254,8 @@ fn bytes_of(aggregate: &SpanAggregate) -> usize {
 
 /// What one kept copy is taken to cost in memory.
 const COPY_BYTES: usize = 64;
+/// What one window gathered for a plan's raw read is taken to cost: its entry in the map.
+const WINDOW_BYTES: usize = 56;
 
 /// How one summary reads a campaign-day's raw stretches with what is kept.
 #[derive(Debug, Default)]
@@ -470,7 +488,10 @@ impl StretchCache {
         plan.kept_pieces = used.len();
         plan.last_used = used.last().copied();
         plan.stamp = Some((kept.created, kept.generation));
-        plan.opened = opened_before(&kept.pieces, &used, stretches, read_with.window);
+        let held = kept.opened.as_ref().map_or(0, |opened| opened.bytes);
+        plan.opened = opened_before(kept, &used, stretches, read_with.window);
+        let now_held = kept.opened.as_ref().map_or(0, |opened| opened.bytes);
+        days.bytes = (days.bytes + now_held).saturating_sub(held);
         plan.raw = without_pieces(stretches, used.into_iter().collect());
         // The copies passed on are right only while no write reaches back to them either.
         if let Some(latest) = plan
@@ -741,11 +762,12 @@ fn over_pieces(stretches: &[Span], now: DateTime<Utc>, settle: TimeDelta) -> Vec
 /// before the first piece after them, within that piece's window, if they cover the window's
 /// start up to it: what the read of the rest would otherwise read back for.
 fn opened_before(
-    pieces: &BTreeMap<Piece, KeptPiece>,
+    kept: &mut KeptDay,
     used: &[Piece],
     stretches: &[Span],
     window: BillableWindow,
 ) -> Option<Opened> {
+    let gathered = kept.opened.take();
     let last = *used.last()?;
     let before = Span::of_piece(last + 1).from;
     // The rest must start right after the pieces, in the same stretch.
@@ -757,13 +779,41 @@ fn opened_before(
     }
     let number = window.of(EventTime::from_stored(before));
     let back_to = piece_of(window.start_of(number));
-    let mut openers = Vec::new();
+    // What the last plan gathered of this window, if no piece of it went since.
+    let (mut windows, from) = match gathered {
+        Some(held)
+            if held.generation == kept.generation
+                && held.number == number
+                && held.first == back_to
+                && held.last <= last =>
+        {
+            (held.windows, held.last + 1)
+        }
+        _ => (Arc::default(), back_to),
+    };
     for piece in back_to..=last {
         used.binary_search(&piece).ok()?;
-        let held = pieces.get(&piece)?;
-        openers.extend(held.openers.iter().filter(|opener| opener.window == number));
+        if piece < from {
+            continue;
+        }
+        let held = kept.pieces.get(&piece)?;
+        let gathering = Arc::make_mut(&mut windows);
+        for opener in held.openers.iter().filter(|opener| opener.window == number) {
+            gathering
+                .entry((opener.user, opener.window))
+                .and_modify(|first| *first = (*first).min((opener.at, opener.ad)))
+                .or_insert((opener.at, opener.ad));
+        }
     }
-    Some(Opened { before, openers })
+    kept.opened = Some(OpenedWindows {
+        generation: kept.generation,
+        number,
+        first: back_to,
+        last,
+        bytes: windows.capacity() * WINDOW_BYTES,
+        windows: Arc::clone(&windows),
+    });
+    Some(Opened { before, windows })
 }
 
 /// `stretches` less the time of `pieces`, oldest first and apart.
@@ -1104,7 +1154,13 @@ mod tests {
         let opened = plan.opened.expect("the window's start is kept");
         assert_eq!(opened.before, before);
         assert_eq!(plan.raw[0].from, before);
-        assert_eq!(opened.openers, [opener(inside)]);
+        let held = opener(inside);
+        let windows: Vec<_> = opened
+            .windows
+            .iter()
+            .map(|(key, first)| (*key, *first))
+            .collect();
+        assert_eq!(windows, [((held.user, held.window), (held.at, held.ad))]);
         // A piece of that window gone: the rest reads back for itself.
         quarter.write_at(&(inside + TimeDelta::seconds(2)).to_rfc3339());
         let plan = quarter.plan();
