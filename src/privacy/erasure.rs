@@ -324,11 +324,12 @@ impl Erasures {
                 .iter()
                 .filter(|impression| !impression.copies.is_empty())
                 .count() as u64,
+            // A click's identity is its impression's: clicked three times, one click.
             clicks: found
                 .impressions
                 .iter()
-                .map(|impression| impression.clicks.len() as u64)
-                .sum(),
+                .filter(|impression| !impression.clicks.is_empty())
+                .count() as u64,
             view_reports: reports.len() as u64,
             conversions: found.conversions.len() as u64,
             visits: 0,

@@ -343,11 +343,21 @@ async fn a_click_of_an_erased_impression_is_dropped_whenever_it_comes(backend: B
     ];
     post_all(&server, "/v1/impressions", &impressions, 2).await;
     post_all(&server, "/v1/clicks", &clicks, 2).await;
-    access_listing(&server, &format!("user_id={user}"), 2).await;
+    // Clicked again: still one click, the impression's.
+    post_all(
+        &server,
+        "/v1/clicks",
+        &[click(&campaign, &theirs, minutes_ago(4))],
+        1,
+    )
+    .await;
+    // Found through the index, written off the request path: the impression and both clicks.
+    access_listing(&server, &format!("user_id={user}"), 3).await;
     let before = summary(&server, &campaign, &day_range()).await;
     assert_eq!(before["totals"]["clicks"], 2, "{before}");
 
     let record = erase(&server, json!({"user_id": user})).await;
+    // Each identity once: the impression clicked twice erases one click.
     assert_eq!(record["erased"]["clicks"], 1, "{record}");
 
     // The ad server re-sends both batches; then the erased impression is clicked again.
