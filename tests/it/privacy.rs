@@ -5,8 +5,9 @@
 use crate::common::beacons::registered_site;
 use crate::common::events::{Campaign, export_records, get, post, post_all, summary};
 use crate::common::process::{ServerProcess, embedded_server};
+use crate::common::tags::{create_secret, fire_pixel, pixel_query, signed};
 use crate::common::{
-    Backend, PrivateStore, TestServer, eventually, http, raw_session, shared_keyspace,
+    Backend, PrivateStore, TestServer, eventually, http, metrics_text, raw_session, shared_keyspace,
 };
 use adevents::domain::beacon::{Beacon, Features, Guid, SiteId};
 use adevents::domain::bucket::BucketCount;
@@ -31,6 +32,7 @@ conformance!(
     a_scoped_erasure_leaves_the_users_other_advertisers_alone,
     a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept,
     a_click_of_an_erased_impression_is_dropped_whenever_it_comes,
+    a_pixel_fired_again_after_the_erasure_is_dropped,
     bad_requests_are_refused_naming_the_field,
     events_stored_before_the_index_are_found_once_indexed,
     a_users_conversions_are_listed_and_erased_with_the_user,
@@ -325,6 +327,49 @@ async fn a_resent_old_event_of_an_erased_user_is_dropped_and_a_new_one_is_kept(b
     let exported = export_records(&server, &campaign, &day_range()).await;
     assert_eq!(exported.len(), 1);
     assert!(exported.contains_key(new["impression_id"].as_str().expect("id")));
+}
+
+/// A signed pixel fired again after its user's erasure (a cached page reloaded, a URL
+/// replayed) brings nothing back: ingestion drops it, as it drops a re-sent batch, and counts
+/// it with the other dropped events.
+async fn a_pixel_fired_again_after_the_erasure_is_dropped(backend: Backend) {
+    let server = backend.server().await;
+    let campaign = Campaign::fresh();
+    let secret = create_secret(&server, campaign.advertiser_id).await;
+    let unsigned = pixel_query(
+        &campaign,
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+        minutes_ago(2).timestamp_millis(),
+        &secret,
+    );
+    let user = unsigned
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("u="))
+        .expect("the pixel names its user")
+        .to_owned();
+    let pixel = signed(&secret, &unsigned);
+    fire_pixel(&server, &pixel, &[]).await;
+    access_listing(&server, &format!("user_id={user}"), 1).await;
+    erase(&server, json!({"user_id": user})).await;
+    let dropped_before = dropped_as_erased(&server).await;
+
+    fire_pixel(&server, &pixel, &[]).await;
+
+    assert!(access(&server, &format!("user_id={user}")).await.is_empty());
+    let totals = summary(&server, &campaign, &day_range()).await["totals"].clone();
+    assert_eq!(totals["impressions"], 0, "{totals}");
+    assert!(dropped_as_erased(&server).await > dropped_before);
+}
+
+/// `adevents_erased_events_dropped_total` of every kind together.
+async fn dropped_as_erased(server: &TestServer) -> f64 {
+    metrics_text(server)
+        .await
+        .lines()
+        .filter(|line| line.starts_with("adevents_erased_events_dropped_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// A click names only its impression, not the user: once the user's impression is erased, its

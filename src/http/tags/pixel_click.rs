@@ -120,7 +120,7 @@ async fn pixel(state: &AppState, parts: &Parts) -> &'static str {
         impression.campaign.advertiser_id,
         impression.timestamp.instant(),
     ) {
-        return "erased";
+        return dropped_as_erased();
     }
     let Some(_slot) = state.limiters.try_write_slot() else {
         return "overloaded";
@@ -261,7 +261,7 @@ async fn record_click(state: &AppState, parts: &Parts, click: Click) -> &'static
         .ingestor
         .is_of_erased_impression(click.campaign.advertiser_id, click.impression_id)
     {
-        return "erased";
+        return dropped_as_erased();
     }
     let Some(_slot) = state.limiters.try_write_slot() else {
         return "overloaded";
@@ -358,6 +358,12 @@ fn web_location(url: &str) -> Result<HeaderValue, TagRefusal> {
         .all(|byte| byte.is_ascii_graphic() && byte != b'\\');
     let text = if plain { url } else { parsed.as_str() };
     HeaderValue::from_str(text).map_err(|_| TagRefusal::NotWebUrl)
+}
+
+/// A tag's event an erasure removed: counted with the dropped events of every other path.
+fn dropped_as_erased() -> &'static str {
+    metrics::counter!("adevents_erased_events_dropped_total").increment(1);
+    "erased"
 }
 
 #[cfg(test)]
