@@ -76,6 +76,17 @@ fn row(key: &RowKey, counts: &ConversionCounts) -> ConversionRow {
     }
 }
 
+/// The values of `group_by`, for the document.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(crate) enum ConversionGroupBy {
+    Day,
+    Action,
+    Campaign,
+    None,
+}
+
 #[utoipa::path(
     get,
     path = "/v1/advertisers/{advertiser_id}/conversions",
@@ -87,7 +98,7 @@ fn row(key: &RowKey, counts: &ConversionCounts) -> ConversionRow {
     params(
         ("advertiser_id" = inline(Id), Path),
         RangeQuery,
-        ("group_by" = Option<String>, Query, description = "day (default), action, campaign, none"),
+        ("group_by" = inline(Option<ConversionGroupBy>), Query, description = "day (default), action, campaign, none"),
     ),
     responses(
         (status = 200, description = "OK", body = ConversionsAnswer),
