@@ -14,5 +14,6 @@ pub(crate) mod metrics;
 pub(super) mod openapi;
 pub(super) mod params;
 pub(super) mod request_id;
+mod schema_mend;
 pub(super) mod unread_body;
 pub(super) mod viewer;

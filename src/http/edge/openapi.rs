@@ -3,6 +3,7 @@
 //! docs/API.md says the same in prose; a test checks the document names every route served.
 
 use crate::http::edge::error::{ErrorAnswer, ErrorDetail, FieldError};
+use crate::http::edge::schema_mend;
 use axum::http::header;
 use axum::response::IntoResponse;
 use std::sync::OnceLock;
@@ -100,7 +101,12 @@ static DOCUMENT: OnceLock<String> = OnceLock::new();
 /// process builds the same one).
 pub(crate) fn publish(mut document: utoipa::openapi::OpenApi) {
     KeysEverywhere.modify(&mut document);
-    DOCUMENT.get_or_init(|| document.to_pretty_json().unwrap_or_default());
+    DOCUMENT.get_or_init(|| {
+        serde_json::to_value(&document)
+            .map(schema_mend::mended)
+            .and_then(|document| serde_json::to_string_pretty(&document))
+            .unwrap_or_default()
+    });
 }
 
 #[utoipa::path(
