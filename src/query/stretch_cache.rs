@@ -81,6 +81,14 @@ const DAY_BYTES: usize = 16 * 1024 * 1024;
 /// hours of 6. A stretch longer than that (the aggregator far behind) or wider is read raw
 /// beyond it.
 const ENTRIES_PER_DAY: usize = 900 * 24;
+/// Only pieces that began this recently are kept: the open stretch and the slices marked
+/// since their aggregation, which the aggregator replaces within minutes. An older stretch
+/// read raw (a day no aggregate answers for, far in the past) is read whole each time: kept,
+/// its tens of thousands of mostly empty pieces would cost more than they spare.
+const KEPT_HORIZON: TimeDelta = TimeDelta::hours(1);
+/// What one kept piece is taken to cost in memory besides its counts: its entry in the day's
+/// map and its own fields (about 470 bytes each, measured over empty pieces).
+const PIECE_BYTES: usize = 512;
 /// Copies of ids with several timestamps kept of one campaign-day (within [`KEPT_BYTES`]); a
 /// day with more (a client re-sending ids at other times) keeps nothing and is read raw whole.
 const COPIES_PER_DAY: usize = 100_000;
@@ -636,7 +644,8 @@ impl StretchCache {
         let pieces: Vec<(Piece, KeptPiece, Vec<CopyRow>)> = by_piece
             .into_iter()
             .map(|(piece, (aggregate, openers, ids))| {
-                let bytes = bytes_of(&aggregate)
+                let bytes = PIECE_BYTES
+                    + bytes_of(&aggregate)
                     + openers.len() * std::mem::size_of::<Opener>()
                     + ids.len() * ID_BYTES;
                 let held = KeptPiece {
@@ -749,12 +758,14 @@ impl StretchCache {
     }
 }
 
-/// The pieces of `stretches` that ended at least `settle` before `now`, oldest first.
+/// The pieces of `stretches` that ended at least `settle` before `now` and began within
+/// [`KEPT_HORIZON`] of it, oldest first.
 fn over_pieces(stretches: &[Span], now: DateTime<Utc>, settle: TimeDelta) -> Vec<Piece> {
     let settled = now - settle;
+    let horizon = now - KEPT_HORIZON;
     stretches
         .iter()
-        .flat_map(|stretch| piece_of(stretch.from)..piece_of(stretch.to.min(settled)))
+        .flat_map(|stretch| piece_of(stretch.from.max(horizon))..piece_of(stretch.to.min(settled)))
         .collect()
 }
 
@@ -976,6 +987,37 @@ mod tests {
             plan.to_keep,
             (first + before..first + over).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn only_the_last_hours_pieces_are_kept_and_an_old_stretch_is_read_whole() {
+        let mut quarter = Quarter::new();
+        // The same quarter read a day later (a day no aggregate answers for): nothing to keep.
+        quarter.now = at("2026-11-30T10:05:00Z");
+        let plan = quarter.plan();
+        assert!(plan.to_keep.is_empty(), "{:?}", plan.to_keep.len());
+        quarter.keep(plan, &read_of(quarter.first..quarter.first + 450));
+        let plan = quarter.plan();
+        assert_eq!(plan.kept_pieces, 0);
+        assert_eq!(plan.raw, quarter.stretch);
+        assert_eq!(quarter.cache.lock().bytes, 0);
+
+        // Read at 11:14:30, only its pieces from 10:14:30 on are kept.
+        quarter.now = at("2026-11-29T11:14:30Z");
+        let plan = quarter.plan();
+        let first = piece_of(at("2026-11-29T10:14:30Z"));
+        let last = piece_of(quarter.stretch[0].to);
+        assert_eq!(plan.to_keep, (first..last).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn empty_pieces_count_against_the_memory_bound() {
+        let quarter = Quarter::new();
+        let plan = quarter.plan();
+        let kept = plan.to_keep.len();
+        quarter.keep(plan, &SpanAggregate::default());
+        assert_eq!(quarter.plan().kept_pieces, kept);
+        assert_eq!(quarter.cache.lock().bytes, kept * PIECE_BYTES);
     }
 
     #[test]
