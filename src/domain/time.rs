@@ -10,6 +10,8 @@ use std::fmt;
 pub(crate) const SLICE_MILLIS: i64 = 15 * 60 * 1000;
 /// Unique-count sketches are kept per UTC hour since the epoch.
 pub(crate) const HOUR_MILLIS: i64 = 60 * 60 * 1000;
+/// 15-minute slices in an hour.
+pub(crate) const SLICES_PER_HOUR: i64 = HOUR_MILLIS / SLICE_MILLIS;
 
 /// How far ahead of the server's clock an event may be (clock skew of ad servers).
 pub(crate) const MAX_FUTURE_SKEW: Duration = Duration::minutes(10);

@@ -14,15 +14,12 @@ use crate::domain::partition::EventPartition;
 use crate::domain::sealing::SealState;
 use crate::domain::sketch::UniqueSketch;
 use crate::domain::slices::{Grain, Slice, SliceRule, Span, slices_of_day};
-use crate::domain::time::Day;
+use crate::domain::time::{Day, SLICES_PER_HOUR};
 use crate::domain::view::ViewWindow;
 use crate::store::{CopyRow, OpenDayParts, ReachLevel, Store, StoreError};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
-
-/// Slices in an hour.
-const SLICES_PER_HOUR: i64 = 4;
 
 /// What an open day is read with.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use crate::domain::ids::{AdId, CampaignKey};
 use crate::domain::owner::Owner;
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::UniqueSketch;
-use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS};
+use crate::domain::time::{Day, HOUR_MILLIS, SLICE_MILLIS, SLICES_PER_HOUR};
 use crate::domain::view::ViewCounts;
 use crate::store::{ReachLevel, SealState, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
@@ -92,6 +92,10 @@ pub enum Grouping {
 struct Tally {
     counts: SliceCounts,
     users: UniqueSketch,
+    /// The impressions of the hours whose users the row counts (each hour's in the row of its
+    /// midpoint): the same as `counts.impressions` in whole-hour zones; in a half-hour zone
+    /// the hour across a row's edge puts its users in one row and its impressions in two.
+    impressions_of_users: u64,
 }
 
 impl Tally {
@@ -101,8 +105,9 @@ impl Tally {
             impressions: self.counts.impressions,
             clicks: self.counts.clicks,
             billable_impressions: self.counts.billable_impressions,
-            // Never more users than impressions (an estimate must not contradict exact counts).
-            unique_users: reached.min(self.counts.impressions),
+            // Never more users than the impressions they were counted from (an estimate must
+            // not contradict exact counts).
+            unique_users: reached.min(self.impressions_of_users),
             invalid_impressions: self.counts.invalid_impressions,
             invalid_clicks: self.counts.invalid_clicks,
             views: self.counts.views,
@@ -191,6 +196,21 @@ impl Rows {
             self.days[day_row].1.counts.add(counts);
             self.hours[hour_row].1.counts.add(counts);
             self.ads.entry(*ad).or_default().counts.add(counts);
+        }
+        for ((slice, ad), counts) in &day.slices {
+            let hour = slice.div_euclid(SLICES_PER_HOUR);
+            let Some((day_row, hour_row)) = self.slice_rows.get(&midpoint_slice(hour)).copied()
+            else {
+                continue;
+            };
+            for tally in [
+                &mut self.totals,
+                &mut self.days[day_row].1,
+                &mut self.hours[hour_row].1,
+            ] {
+                tally.impressions_of_users += counts.impressions;
+            }
+            self.ads.entry(*ad).or_default().impressions_of_users += counts.impressions;
         }
         let reach = day.reach;
         if let Some(users) = reach.day {
@@ -507,5 +527,53 @@ mod tests {
             hourly.reach_levels(day("2026-08-10")),
             [ReachLevel::CampaignHour]
         );
+    }
+
+    #[test]
+    fn in_a_half_hour_zone_the_users_of_the_hour_across_midnight_count_in_one_day() {
+        use crate::domain::sketch::MemberHash;
+        use crate::query::aggregate::Reach;
+        use std::collections::BTreeMap;
+        use uuid::Uuid;
+        // Kolkata's midnight of the 24th is 18:30 UTC: ten users at 18:10 (23:40 on the 23rd)
+        // and ten at 18:40 (00:10 on the 24th). The hour's users go to the 24th, the day
+        // holding its midpoint; none may be lost for the other ten's impressions.
+        let utc_day = Day::new("2026-11-23".parse().expect("date"));
+        let hour = utc_day.first_hour() + 18;
+        let ad = AdId::new(Uuid::from_u128(7));
+        let mut day = DayAggregate {
+            slices: BTreeMap::new(),
+            reach: Reach::with_levels(&[ReachLevel::CampaignHour]),
+        };
+        for slice in [hour * SLICES_PER_HOUR, hour * SLICES_PER_HOUR + 2] {
+            day.slices.insert(
+                (slice, ad),
+                SliceCounts {
+                    impressions: 10,
+                    ..SliceCounts::default()
+                },
+            );
+        }
+        let mut users = UniqueSketch::default();
+        for user in 0..20u8 {
+            users.insert(MemberHash::of(&[user]));
+        }
+        day.reach.hours = Some(BTreeMap::from([(hour, users)]));
+        let mut rows = Rows::new(
+            &range("2026-11-23", "2026-11-24", chrono_tz::Asia::Kolkata),
+            Grouping::Day,
+        );
+
+        rows.add_day(utc_day, day);
+        let summary = rows.finish();
+
+        let by_day: Vec<(u64, u64)> = summary
+            .by_day
+            .iter()
+            .map(|(_, counts)| (counts.impressions, counts.unique_users))
+            .collect();
+        assert_eq!(by_day, [(10, 0), (10, 20)]);
+        assert_eq!(summary.totals.impressions, 20);
+        assert_eq!(summary.totals.unique_users, 20);
     }
 }

@@ -93,6 +93,9 @@ struct Tally {
     /// Some of its visits are of an hour whose visitors are counted in another period (or
     /// outside the range): in a zone a half hour off UTC, the hour that straddles midnight.
     visitors_elsewhere: bool,
+    /// The valid visits of the hours whose visitors the period counts (each hour's in the
+    /// period of its midpoint): `visits` in whole-hour zones.
+    visits_of_visitors: u64,
 }
 
 impl Tally {
@@ -109,7 +112,7 @@ impl Tally {
             unique_visitors: if self.visits == 0 || !has_visitor {
                 0
             } else {
-                estimate.clamp(1, self.visits)
+                estimate.clamp(1, self.visits_of_visitors.max(1))
             },
             invalid_visits: self.invalid_visits,
         }
@@ -206,12 +209,18 @@ impl Tallies<'_> {
     /// Visits at `at` (exact: a beacon's time, or the start of a 15-minute slice, which lies
     /// within one local day in every zone).
     fn visits(&mut self, at: DateTime<Utc>, visits: SliceVisits) {
+        let visitors_in = self.period_of_visitors(at);
+        if self.range.contains(Self::midpoint(at)) {
+            self.total.visits_of_visitors += visits.valid;
+        }
+        if let Some(period) = visitors_in {
+            self.rows[period].visits_of_visitors += visits.valid;
+        }
         if !self.range.contains(at) {
             return;
         }
         self.total.visits += visits.valid;
         self.total.invalid_visits += visits.invalid;
-        let visitors_in = self.period_of_visitors(at);
         if visits.valid > 0 && !self.range.contains(Self::midpoint(at)) {
             self.total.visitors_elsewhere = true;
         }
@@ -411,10 +420,9 @@ mod tests {
         // A period whose visits' visitors are counted in a neighbour's hour (a zone a half
         // hour off UTC), in an answer that has visitors.
         let tally = Tally {
-            invalid_visits: 0,
             visits: 3,
-            sketch: UniqueSketch::new(),
             visitors_elsewhere: true,
+            ..Tally::default()
         };
         assert_eq!(tally.finish(true).unique_visitors, 1);
     }
@@ -422,10 +430,9 @@ mod tests {
     #[test]
     fn visits_without_any_visitor_have_no_unique_visitor() {
         let tally = || Tally {
-            invalid_visits: 0,
             visits: 3,
-            sketch: UniqueSketch::new(),
             visitors_elsewhere: true,
+            ..Tally::default()
         };
         assert_eq!(tally().finish(false).unique_visitors, 0);
         // A period of GPC visits alone, beside periods with visitors.
@@ -463,5 +470,27 @@ mod tests {
         tallies.visits("2018-10-02T06:00:00Z".parse().expect("instant"), one);
         assert!(rows[0].visitors_elsewhere);
         assert!(!rows[1].visitors_elsewhere);
+        // Both visits' visitors are the 2nd's, and may be as many as its two visits.
+        assert_eq!(
+            (rows[0].visits_of_visitors, rows[1].visits_of_visitors),
+            (0, 2)
+        );
+    }
+
+    #[test]
+    fn a_period_may_count_more_visitors_than_its_visits_when_its_hours_hold_them() {
+        // The 2nd in Kolkata holds the visitors of 18:00-19:00 UTC on the 1st: ten visits
+        // on the 1st (18:10) and ten on the 2nd (18:40), twenty visitors.
+        let mut sketch = UniqueSketch::new();
+        for visitor in 0..20u8 {
+            sketch.insert(crate::domain::sketch::MemberHash::of(&[visitor]));
+        }
+        let second = Tally {
+            visits: 10,
+            sketch,
+            visits_of_visitors: 20,
+            ..Tally::default()
+        };
+        assert_eq!(second.finish(true).unique_visitors, 20);
     }
 }
