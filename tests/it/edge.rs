@@ -296,6 +296,43 @@ async fn errors_echo_at_most_64_characters_of_a_path() {
     );
 }
 
+/// Values and names a client chose, quoted by any check (the server's own, or the JSON
+/// parser's): at most 64 characters of each come back.
+#[tokio::test]
+async fn errors_echo_at_most_64_characters_of_a_value_or_a_name() {
+    let server = Backend::Embedded.server().await;
+    let client = crate::common::http();
+    let long = "q".repeat(300);
+    let campaign = Campaign::fresh();
+    let campaign_path = format!(
+        "/v1/advertisers/{}/campaigns/{}",
+        campaign.advertiser_id, campaign.campaign_id
+    );
+    let requests = [
+        client
+            .post(server.url("/v1/impressions"))
+            .json(&json!({"user_data": long})),
+        client.get(server.url(&format!(
+            "{campaign_path}/summary?from=2026-11-01&to=2026-11-02&{long}=1"
+        ))),
+        client
+            .put(server.url(&campaign_path))
+            .json(&json!({ long.clone(): 1 })),
+        client.get(server.url(&format!(
+            "/v1/sites/example.com/uniques?from=2026-11-01&to=2026-11-02&feature.{long}=1"
+        ))),
+        client.get(server.url(&format!("/track?site=example.com&guid=g&f{long}=1"))),
+    ];
+    for request in requests {
+        let answer = request.send().await.expect("answered");
+        let status = answer.status();
+        let body = answer.text().await.expect("a body");
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains(&"q".repeat(60)), "{body}");
+        assert!(!body.contains(&"q".repeat(65)), "{body}");
+    }
+}
+
 #[tokio::test]
 async fn a_request_id_is_echoed_only_when_short_and_printable() {
     let server = edge_server().await;

@@ -3,6 +3,7 @@
 //! ignored, every other name a feature. Every problem is named, not just the first.
 
 use crate::domain::beacon::{Beacon, BeaconRules, Features, Guid, SiteId};
+use crate::domain::echo::{MAX_ECHO_CHARS, cut};
 use crate::domain::time::{EventTime, EventTimeError};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -92,8 +93,9 @@ pub(crate) fn parse_beacon(
             ),
         ));
     }
-    let features =
-        Features::new(features).map_err(|(field, message)| BeaconError::new(field, message));
+    // A name the client chose, repeated at most as long as any value is.
+    let features = Features::new(features)
+        .map_err(|(field, message)| BeaconError::new(cut(&field, MAX_ECHO_CHARS), message));
     match (site, guid, timestamp, features) {
         // Who sent it is the request's business, not the parameters' (see `track`).
         (Ok(site), Ok(guid), Ok(timestamp), Ok(features)) if errors.is_empty() => Ok(Beacon {

@@ -4,7 +4,7 @@
 //! Details of server-side failures are not sent to clients: they travel in a response
 //! extension to [`log_server_errors`], which logs them once inside the request's span.
 
-use crate::domain::echo::{cut, echo};
+use crate::domain::echo::{cut, cut_quoted, echo};
 use crate::settings::ChangeError;
 use crate::store::StoreError;
 use axum::extract::Request;
@@ -20,8 +20,9 @@ const RETRY_AFTER_SECONDS: u64 = 5;
 const MAX_LISTED_ERRORS: usize = 1000;
 /// The longest message an answer carries (values in it are quoted at most 64 characters).
 const MAX_MESSAGE_CHARS: usize = 512;
-/// The longest field or parameter name an answer repeats.
-const MAX_FIELD_CHARS: usize = 128;
+/// The longest field or parameter name an answer repeats: a client's name (an unknown
+/// parameter, a `user_data` key) at most 64 characters after the server's prefix.
+const MAX_FIELD_CHARS: usize = 80;
 
 /// One problem with one item of a request (or with one parameter, without an index).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -107,7 +108,7 @@ impl ApiError {
     /// A 400 about one query parameter or body field.
     pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
         Self::InvalidRequest {
-            message: format!("{field} {message}"),
+            message: format!("{} {message}", cut(field, MAX_FIELD_CHARS)),
             errors: vec![FieldError {
                 index: None,
                 field: Some(field.to_owned()),
@@ -120,7 +121,7 @@ impl ApiError {
     pub(crate) fn invalid_fields(what: &str, problems: Vec<(String, String)>) -> Self {
         let message = problems
             .iter()
-            .map(|(field, problem)| format!("{field} {problem}"))
+            .map(|(field, problem)| format!("{} {problem}", cut(field, MAX_FIELD_CHARS)))
             .collect::<Vec<_>>()
             .join("; ");
         Self::InvalidRequest {
@@ -294,7 +295,7 @@ impl IntoResponse for ApiError {
         let body = ErrorAnswer {
             error: ErrorDetail {
                 code,
-                message: cut(&message, MAX_MESSAGE_CHARS),
+                message: cut(&cut_quoted(&message), MAX_MESSAGE_CHARS),
                 errors: listed.filter(|errors| !errors.is_empty()).map(|errors| {
                     errors
                         .iter()
@@ -304,7 +305,7 @@ impl IntoResponse for ApiError {
                                 .field
                                 .as_deref()
                                 .map(|field| cut(field, MAX_FIELD_CHARS)),
-                            message: cut(&error.message, MAX_MESSAGE_CHARS),
+                            message: cut(&cut_quoted(&error.message), MAX_MESSAGE_CHARS),
                         })
                         .collect()
                 }),

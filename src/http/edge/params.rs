@@ -2,7 +2,7 @@
 //! one or a malformed value is a 400 naming it.
 
 use crate::domain::beacon::{Features, SiteId};
-use crate::domain::echo::echo;
+use crate::domain::echo::{MAX_ECHO_CHARS, cut, echo};
 use crate::domain::ids::{CampaignKey, IdError};
 use crate::http::edge::error::ApiError;
 use crate::http::edge::openapi::texts::{LocalDay, TimeZone};
@@ -57,7 +57,10 @@ impl Params {
             }
         }
         let filter = Features::new(filter).map_err(|(feature, message)| {
-            ApiError::invalid(&format!("feature.{feature}"), message)
+            ApiError::invalid(
+                &format!("feature.{}", cut(&feature, MAX_ECHO_CHARS)),
+                message,
+            )
         })?;
         Ok((Self::from_pairs(rest, known)?, filter))
     }
@@ -67,7 +70,7 @@ impl Params {
         for (name, value) in pairs {
             if !known.contains(&name.as_str()) {
                 return Err(ApiError::invalid(
-                    &name,
+                    &cut(&name, MAX_ECHO_CHARS),
                     format!(
                         "is not a parameter of this endpoint (expected: {})",
                         known.join(", ")
