@@ -90,6 +90,7 @@ async fn load(store: Arc<dyn Store>, campaign: CampaignKey, impressions: usize) 
                 user_agent: None,
                 invalid: None,
                 pixel_arrival: None,
+                ip_is_viewers: true,
             };
             if i % 100 == 0 {
                 let click = |after: i64| Click {

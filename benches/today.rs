@@ -89,6 +89,7 @@ fn impression(
         user_agent: None,
         invalid: None,
         pixel_arrival: None,
+        ip_is_viewers: true,
     }
 }
 

@@ -201,6 +201,7 @@ pub async fn load_month(
             user_agent: None,
             invalid: None,
             pixel_arrival: None,
+            ip_is_viewers: true,
         };
         if attributes {
             let country = countries[rng.random_range(0..countries.len())];

@@ -537,6 +537,7 @@ mod tests {
             user_agent: None,
             invalid: None,
             pixel_arrival: None,
+            ip_is_viewers: true,
         }
     }
 

@@ -23,12 +23,17 @@ pub struct Impression {
     /// When the impression pixel of this copy arrived (`None`: an ad server's POST): a view
     /// report counts within the view window after the later of this and `timestamp`.
     pub pixel_arrival: Option<chrono::DateTime<chrono::Utc>>,
+    /// Whether `user_ip` is the viewer's address (a pixel's request, a posted `user_ip`)
+    /// rather than the one an ad server posted from, which `user_ip` defaults to: only the
+    /// viewer's is compared with view reports' clients, as only it is judged as traffic.
+    pub ip_is_viewers: bool,
 }
 
 impl Impression {
     /// The client the ad was rendered for, as far as this copy tells it.
     pub(crate) fn client(&self) -> super::view::Client {
-        super::view::Client::of(self.user_ip, self.user_agent.as_ref())
+        let viewer_ip = self.user_ip.filter(|_| self.ip_is_viewers);
+        super::view::Client::of(viewer_ip, self.user_agent.as_ref())
     }
 }
 

@@ -719,6 +719,7 @@ async fn store_unindexed(
         user_agent: None,
         invalid: None,
         pixel_arrival: None,
+        ip_is_viewers: true,
     };
     let click = Click {
         impression_id: impression.impression_id,

@@ -19,6 +19,7 @@ use uuid::Uuid;
 conformance!(
     reports_from_the_rendering_client_count_in_summaries_reports_and_exports,
     a_report_that_comes_before_its_impression_joins_it,
+    a_server_to_server_impression_without_user_ip_counts_its_viewers_reports,
     reports_of_another_client_a_bot_past_five_or_past_the_window_count_nowhere,
     a_report_with_a_bad_signature_or_body_is_refused_and_stores_nothing,
     a_sealed_day_keeps_its_view_measures_and_a_late_report_reseals_it,
@@ -289,6 +290,46 @@ async fn a_report_that_comes_before_its_impression_joins_it(backend: Backend) {
         expected(2, 2, Some(1200), 0),
         "{answer}"
     );
+}
+
+/// An ad server posting from its own address names no viewer: `user_ip` defaults to that
+/// address (and is stored so), but it is not the client a report must come from, as it is not
+/// the address judged as traffic.
+async fn a_server_to_server_impression_without_user_ip_counts_its_viewers_reports(
+    backend: Backend,
+) {
+    let (_, server) = server(backend, std::time::Duration::from_secs(3600)).await;
+    let campaign = Campaign::fresh();
+    let secret = create_secret(&server, campaign.advertiser_id).await;
+    let served = ad(&campaign, &secret, Uuid::new_v4(), Utc::now());
+    let posted = json!({
+        "impression_id": served.impression,
+        "advertiser_id": campaign.advertiser_id,
+        "campaign_id": campaign.campaign_id,
+        "ad_id": served.ad,
+        "user_id": Uuid::new_v4(),
+        "timestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    });
+    post_all(&server, "/v1/impressions", &[posted], 1).await;
+
+    accepted(
+        &server,
+        &served,
+        "e=viewable&in_view_ms=1500",
+        VIEWER,
+        BROWSER,
+    )
+    .await;
+
+    let answer = summary(&server, &campaign, &today_and_yesterday()).await;
+    assert_eq!(
+        measures(&answer["totals"]),
+        expected(1, 1, Some(1500), 0),
+        "{answer}"
+    );
+    let exported = export_records(&server, &campaign, &today_and_yesterday()).await;
+    let record = &exported[&served.impression.to_string()];
+    assert_eq!(record["user_ip"], "127.0.0.0", "{record}");
 }
 
 async fn reports_of_another_client_a_bot_past_five_or_past_the_window_count_nowhere(

@@ -329,6 +329,7 @@ impl<'de> IntoEvent<'de> for ImpressionWire<'de> {
             user_agent,
             invalid,
             pixel_arrival: None,
+            ip_is_viewers: viewer_ip.is_some(),
         })
     }
 

@@ -163,6 +163,7 @@ pub(super) async fn signed_impression(
         user_agent: None,
         invalid: None,
         pixel_arrival: None,
+        ip_is_viewers: true,
     })
 }
 

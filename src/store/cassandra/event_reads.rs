@@ -129,6 +129,7 @@ impl FullImpressionRow {
             invalid: validity(self.valid, self.invalid.as_deref()),
             // Kept in the thin row, which the view join reads.
             pixel_arrival: None,
+            ip_is_viewers: true,
         }
     }
 }

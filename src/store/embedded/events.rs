@@ -49,6 +49,7 @@ pub(super) fn full_impression(
         invalid: row.invalid,
         // Kept in the thin row, which the view join reads.
         pixel_arrival: None,
+        ip_is_viewers: true,
     })
 }
 

@@ -387,6 +387,7 @@ mod tests {
             user_agent: UserAgent::new("Mozilla/5.0 (X11; Linux x86_64)"),
             invalid: Some(InvalidReason::DeniedAddress),
             pixel_arrival: None,
+            ip_is_viewers: true,
         };
         for (stored, policy, expected) in [
             ("198.51.100.77", StoreIp::Truncated, Some("198.51.100.0")),
@@ -433,6 +434,7 @@ mod tests {
             user_agent: UserAgent::new("Mozilla/5.0 (X11; Linux x86_64)"),
             invalid: Some(InvalidReason::Prefetch),
             pixel_arrival: None,
+            ip_is_viewers: true,
         };
         let row = decode_impression_value(&impression_value(&event)).expect("decodes");
         assert_eq!(
