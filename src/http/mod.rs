@@ -27,10 +27,11 @@ pub use edge::limits::{ConnectionLimits, InFlight, RateLimits};
 pub(crate) use state::{AppState, EdgeOptions, Handlers};
 
 use crate::random_id::MakeRandomRequestId;
-use axum::http::{HeaderName, Method, Request, header};
+use axum::http::{HeaderName, HeaderValue, Method, Request, header};
 use axum::response::IntoResponse;
 use axum::routing::head;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
@@ -163,6 +164,7 @@ pub(crate) fn router(state: AppState) -> App {
         .split_for_parts();
     edge::openapi::publish(document);
     let body_timeout = state.options.body_timeout;
+    let cors_origins: Arc<[HeaderValue]> = state.options.cors_origins.clone().into();
     let routed = routes
         // After routing (they need the route template), before any handler reads a body: the
         // key first (a refused caller spends no slot), then the caps on work in flight.
@@ -210,6 +212,9 @@ pub(crate) fn router(state: AppState) -> App {
             edge::unread_body::close_after_unread_body,
         ))
         .layer(axum::middleware::from_fn(edge::json_errors::json_errors))
+        .option_layer((!cors_origins.is_empty()).then(|| {
+            axum::middleware::from_fn_with_state(cors_origins, edge::cors::refusals_readable)
+        }))
         .layer(axum::middleware::from_fn(edge::error::log_server_errors))
         // A body that does not arrive in time ends its request with a 408.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(

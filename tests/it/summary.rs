@@ -339,4 +339,23 @@ async fn query_endpoints_send_cors_headers_only_for_configured_origins() {
     assert_eq!(listed.as_deref(), Some("https://dash.example"));
     assert_eq!(unlisted, None);
     assert_eq!(by_default, None);
+
+    // A refusal too (no key here), so that the page can read why.
+    for (origin, expected) in [
+        ("https://dash.example", Some("https://dash.example")),
+        ("https://evil.example", None),
+    ] {
+        let refused = crate::common::anonymous_http()
+            .get(configured.url(&path))
+            .header("origin", origin)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        let allowed = refused
+            .headers()
+            .get("access-control-allow-origin")
+            .and_then(|value| value.to_str().ok());
+        assert_eq!(allowed, expected, "{origin}");
+    }
 }

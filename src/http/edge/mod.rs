@@ -6,6 +6,7 @@
 pub(super) mod auth;
 pub(super) mod body;
 pub(super) mod client_ip;
+pub(super) mod cors;
 pub(super) mod error;
 pub(super) mod health;
 pub(super) mod json_errors;
