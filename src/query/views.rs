@@ -64,10 +64,11 @@ impl ViewJoin {
     /// Notes one stored copy of an impression (any copy: each may carry its client).
     pub(crate) fn see(&mut self, row: &ImpressionSummaryRow) {
         if self.reports.contains_key(&row.impression_id) {
-            self.served
-                .entry(row.impression_id)
-                .or_default()
-                .add_copy(row.client, row.pixel_arrival);
+            self.served.entry(row.impression_id).or_default().add_copy(
+                row.timestamp.instant(),
+                row.client,
+                row.pixel_arrival,
+            );
         }
     }
 

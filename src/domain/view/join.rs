@@ -11,19 +11,27 @@ use std::collections::{BTreeMap, HashMap};
 /// The reports one client may have accepted per impression.
 pub(crate) const PLACES_PER_CLIENT: usize = 5;
 
-/// What the impression's stored copies say about where it was shown: the clients its copies
-/// carry and the latest arrival of its pixel.
+/// What the impression's stored copies say about where and when it was shown: the clients its
+/// copies carry, its time (the earliest copy's, where the impression counts) and the latest
+/// arrival of its pixel.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServedTo {
     networks: Vec<Network>,
     agents: Vec<AgentTag>,
+    at: Option<DateTime<Utc>>,
     pixel_at: Option<DateTime<Utc>>,
 }
 
 impl ServedTo {
     /// Adds one stored copy of the impression (invalid copies too: the client that rendered
     /// the ad is who it is, whatever the traffic rules say of it).
-    pub(crate) fn add_copy(&mut self, client: Client, pixel_at: Option<DateTime<Utc>>) {
+    pub(crate) fn add_copy(
+        &mut self,
+        at: DateTime<Utc>,
+        client: Client,
+        pixel_at: Option<DateTime<Utc>>,
+    ) {
+        self.at = Some(self.at.map_or(at, |earliest| earliest.min(at)));
         if let Some(network) = client.network
             && !self.networks.contains(&network)
         {
@@ -137,8 +145,10 @@ pub(crate) fn join(
     for report in distinct.values().filter(|report| {
         report.invalid.is_none()
             && served.admits(&report.client)
+            // From the impression's own time, as stored: the signed query's `t` is the one
+            // an ad server meant, but only the stored one is what the impression counts at.
             && window.admits(
-                report.impression_time.instant(),
+                served.at.unwrap_or(report.impression_time.instant()),
                 served.pixel_at,
                 report.received,
             )
@@ -197,7 +207,11 @@ mod tests {
 
     fn served_to(client: Client) -> ServedTo {
         let mut served = ServedTo::default();
-        served.add_copy(client, Some(at("2026-11-28T10:00:01Z")));
+        served.add_copy(
+            at("2026-11-28T10:00:00Z"),
+            client,
+            Some(at("2026-11-28T10:00:01Z")),
+        );
         served
     }
 
@@ -266,7 +280,11 @@ mod tests {
     #[test]
     fn the_window_runs_from_the_pixel_when_it_came_later() {
         let mut served = ServedTo::default();
-        served.add_copy(viewer(), Some(at("2026-11-28T10:30:00Z")));
+        served.add_copy(
+            at("2026-11-28T10:00:00Z"),
+            viewer(),
+            Some(at("2026-11-28T10:30:00Z")),
+        );
         let report = stored(
             viewer(),
             &[ViewKind::Viewable],
@@ -274,5 +292,19 @@ mod tests {
             1000,
         );
         assert!(join(&served, &[report], ViewWindow::default()).viewable());
+    }
+
+    #[test]
+    fn the_window_runs_from_the_impressions_stored_time_not_the_reports_query() {
+        // An ad server that signed its tag at 10:00 and posted the impression at 10:20.
+        let mut served = ServedTo::default();
+        served.add_copy(at("2026-11-28T10:20:00Z"), viewer(), None);
+        let report = |received: &str| stored(viewer(), &[ViewKind::Viewable], received, 1000);
+        let window = ViewWindow::default();
+        assert!(join(&served, &[report("2026-11-28T10:25:00Z")], window).viewable());
+        assert!(!join(&served, &[report("2026-11-28T10:30:01Z")], window).viewable());
+        // Its earliest copy's time, where it counts.
+        served.add_copy(at("2026-11-28T10:05:00Z"), viewer(), None);
+        assert!(!join(&served, &[report("2026-11-28T10:25:00Z")], window).viewable());
     }
 }
