@@ -40,6 +40,16 @@ async fn the_openapi_document_describes_every_route_and_every_route_exists(backe
         group_by,
         Some(serde_json::json!(["day", "action", "campaign", "none"]))
     );
+    // Each body form the server reads: one event, an array of them, or NDJSON.
+    for path in ["/v1/impressions", "/v1/clicks", "/v1/conversions"] {
+        let content = &doc["paths"][path]["post"]["requestBody"]["content"];
+        let forms = content["application/json"]["schema"]["oneOf"].as_array();
+        assert_eq!(forms.map(Vec::len), Some(2), "{path}: {content}");
+        assert!(
+            content["application/x-ndjson"]["schema"]["$ref"].is_string(),
+            "{path}: {content}"
+        );
+    }
     // Every schema can be met: no `allOf` asks a timestamp to be an object too, or a row that
     // flattens optional measures to be null.
     let mut unmeetable = Vec::new();

@@ -104,9 +104,52 @@ pub(crate) fn publish(mut document: utoipa::openapi::OpenApi) {
     DOCUMENT.get_or_init(|| {
         serde_json::to_value(&document)
             .map(schema_mend::mended)
+            .map(with_every_body_form)
             .and_then(|document| serde_json::to_string_pretty(&document))
             .unwrap_or_default()
     });
+}
+
+/// The ingestion bodies in each form the server reads: the handlers declare a JSON array of
+/// events, and one object, or NDJSON (an event a line), is as good.
+fn with_every_body_form(mut document: serde_json::Value) -> serde_json::Value {
+    let Some(paths) = document
+        .get_mut("paths")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return document;
+    };
+    for operation in paths.values_mut().filter_map(|item| item.get_mut("post")) {
+        let ingests = operation["tags"]
+            .as_array()
+            .is_some_and(|tags| tags.iter().any(|tag| tag == "ingestion"));
+        let Some(content) = operation
+            .pointer_mut("/requestBody/content")
+            .and_then(serde_json::Value::as_object_mut)
+            .filter(|_| ingests)
+        else {
+            continue;
+        };
+        let Some(event) = content
+            .get("application/json")
+            .and_then(|json| json.pointer("/schema/items"))
+            .cloned()
+        else {
+            continue;
+        };
+        content.insert(
+            "application/json".to_owned(),
+            serde_json::json!({"schema": {"oneOf": [
+                event.clone(),
+                {"type": "array", "items": event.clone()},
+            ]}}),
+        );
+        content.insert(
+            "application/x-ndjson".to_owned(),
+            serde_json::json!({"schema": event}),
+        );
+    }
+    document
 }
 
 #[utoipa::path(
