@@ -418,8 +418,11 @@ impl StretchCache {
         };
         let (mut entries, mut bytes) = (0, 0);
         let mut gone = Vec::new();
+        // A piece the horizon has passed answers no more: its memory goes to newer ones.
+        let in_horizon = piece_of(now - KEPT_HORIZON);
         kept.pieces.retain(|piece, held| {
             let right = in_stretches(*piece)
+                && *piece >= in_horizon
                 && wrong_from.is_none_or(|wrong| *piece < wrong)
                 && !changed_before(held.sequence, until_of(*piece));
             if !right {
@@ -1008,6 +1011,20 @@ mod tests {
         let first = piece_of(at("2026-11-29T10:14:30Z"));
         let last = piece_of(quarter.stretch[0].to);
         assert_eq!(plan.to_keep, (first..last).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn pieces_the_horizon_passed_go_with_their_memory() {
+        let mut quarter = Quarter::new();
+        let plan = quarter.plan();
+        let kept = plan.to_keep.len();
+        quarter.keep(plan, &SpanAggregate::default());
+        // An hour after 10:02, the pieces before it go (the aggregator is that far behind).
+        quarter.now = at("2026-11-29T11:02:00Z");
+        let plan = quarter.plan();
+        let gone = pieces("2026-11-29T10:00:00Z", "2026-11-29T10:02:00Z") as usize;
+        assert_eq!(plan.kept_pieces, kept - gone);
+        assert_eq!(quarter.cache.lock().bytes, (kept - gone) * PIECE_BYTES);
     }
 
     #[test]
