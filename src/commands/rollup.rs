@@ -39,17 +39,18 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
     let rule = sealer.rule();
     let first = Day::new(args.from);
     let days: Vec<Day> = first.through(Day::new(args.to)).collect();
+    // The whole range before any of it: a refused run leaves nothing half done.
+    let now = Utc::now();
+    if let Some(open) = days.iter().find(|day| !rule.may_seal(**day, now)) {
+        return Err(not_closed(*open, &args));
+    }
     match (args.advertiser, args.campaign, &args.site) {
         (Some(advertiser), Some(campaign), _) => {
             let campaign = CampaignKey {
                 advertiser_id: AdvertiserId::new(advertiser),
                 campaign_id: CampaignId::new(campaign),
             };
-            let now = Utc::now();
             for day in days {
-                if !rule.may_seal(day, now) {
-                    return Err(not_closed(day, &args));
-                }
                 if sealer.keeps_rollup(day, now) {
                     println!("kept the rollup of {day}: its raw events are past --retain-raw");
                     continue;
@@ -61,11 +62,7 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         (_, _, Some(site)) => {
             let site = SiteId::parse(site)
                 .map_err(|message| CommandError::Rollup(format!("--site {message}")))?;
-            let now = Utc::now();
             for day in days {
-                if !rule.may_seal(day, now) {
-                    return Err(not_closed(day, &args));
-                }
                 if sealer.keeps_rollup(day, now) {
                     println!("kept the rollup of {day}: its beacons are past --retain-raw");
                     continue;
