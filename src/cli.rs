@@ -586,10 +586,10 @@ pub(crate) enum PrivacyCommand {
 #[derive(Debug, Args)]
 pub(crate) struct IndexEventsArgs {
     /// First UTC day to index (YYYY-MM-DD): the oldest day of stored events.
-    #[arg(long)]
+    #[arg(long, env = "ADEVENTS_INDEX_EVENTS_FROM")]
     pub(crate) from: chrono::NaiveDate,
     /// Last UTC day to index (YYYY-MM-DD); today if not given.
-    #[arg(long)]
+    #[arg(long, env = "ADEVENTS_INDEX_EVENTS_TO")]
     pub(crate) to: Option<chrono::NaiveDate>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
