@@ -53,6 +53,13 @@ impl Readiness {
         self.repairing.store(repairing, Ordering::Release);
     }
 
+    /// Returns once [`Self::check`] passes, asking again every quarter of a second.
+    pub(crate) async fn until_ready(&self) {
+        while self.check().await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+
     /// Whether no repair runs, the store answers, its schema is current and the keys and
     /// erasures are loaded.
     pub(crate) async fn check(&self) -> Result<(), NotReady> {

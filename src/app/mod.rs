@@ -406,6 +406,11 @@ impl App {
         self.live_delivery.flush(store, chrono::Utc::now()).await
     }
 
+    /// Returns once `/readyz` would answer 200.
+    pub(crate) async fn until_ready(&self) {
+        self.readiness.until_ready().await;
+    }
+
     /// Rebuilds, in the background, what server processes that went away without saving their
     /// live state left (docs/DESIGN.md, "Processes sharing a store"); `/readyz` answers 503
     /// until it is done, so a load balancer sends no traffic to a process whose counts are not

@@ -61,6 +61,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
             source,
         })?;
 
+    let announcing = app.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         app.serve(listener, async move {
@@ -70,6 +71,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
         .await
     });
     tracing::info!(%address, "listening");
+    // Listening comes first, so that `/readyz` can say why it is not ready yet (a repair of a
+    // process that went away, a store that does not answer); this line says when it is.
+    tokio::spawn(async move {
+        announcing.until_ready().await;
+        tracing::info!(%address, "ready");
+    });
 
     tokio::select! {
         joined = &mut server => return server_outcome(joined),

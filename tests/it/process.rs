@@ -74,12 +74,21 @@ async fn with_no_subcommand_it_serves_configured_from_the_environment_and_stops_
     ];
     let mut server = ServerProcess::start(adevents(&[], &env)).await;
 
-    // Ready once it has checked for processes that went away (docs/API.md, "Operations").
+    // Ready once it has checked for processes that went away (docs/API.md, "Operations"),
+    // and it says so with its address, as it said it was listening.
     let ready = server.wait_ready().await;
+    let announced = crate::common::eventually(Duration::from_secs(5), || async {
+        server
+            .output()
+            .lines()
+            .any(|line| line.contains("\"ready\"") && line.contains(&server.address().to_string()))
+    })
+    .await;
     server.send_signal("INT");
     let status = server.wait(Duration::from_secs(30)).await;
 
     assert!(ready, "{}", server.output());
+    assert!(announced, "{}", server.output());
     assert!(status.success(), "exit {status:?}\n{}", server.output());
     assert!(
         server.output().contains("--no-migrate"),

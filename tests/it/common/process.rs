@@ -112,6 +112,11 @@ impl ServerProcess {
             / 1024.0
     }
 
+    /// The address it logged it listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
