@@ -53,53 +53,80 @@ pub(crate) async fn advertiser_conversions(
         partitions.len(),
     ))))?;
     let store = reader.store.as_ref();
-    let read: Vec<Vec<DecidedConversion>> = stream::iter(partitions)
+    let tally = Tally {
+        totals: ConversionCounts::default(),
+        days: range
+            .local_days()
+            .map(|day| (day, ConversionCounts::default()))
+            .collect(),
+        keyed: HashMap::new(),
+    };
+    // Each partition is counted as it arrives and let go: a month of a busy advertiser holds
+    // the partitions in flight, not the month's conversions.
+    let tally = stream::iter(partitions)
         .map(|(day, bucket)| async move {
             store
                 .read_advertiser_conversions(advertiser, day, bucket)
                 .await
         })
         .buffer_unordered(reader.fan_out.concurrency.max(1))
-        .try_collect()
-        .await?;
-    let mut answer = AdvertiserConversions::default();
-    let mut days: BTreeMap<NaiveDate, ConversionCounts> = range
-        .local_days()
-        .map(|day| (day, ConversionCounts::default()))
-        .collect();
-    let mut keyed: HashMap<RowKey, ConversionCounts> = HashMap::new();
-    for decided in read.iter().flatten() {
-        let at = decided.conversion.timestamp.instant();
-        if !range.contains(at) {
-            continue;
-        }
-        answer.totals.count(decided);
-        match grouping {
-            ConversionGrouping::Day => {
-                days.entry(range.local_day(at)).or_default().count(decided);
+        .try_fold(tally, |mut tally, read| {
+            for decided in &read {
+                tally.count(decided, range, grouping);
             }
-            ConversionGrouping::Action => keyed
-                .entry(RowKey::Action(
-                    decided.conversion.action.as_str().to_owned(),
-                ))
-                .or_default()
-                .count(decided),
-            ConversionGrouping::Campaign => keyed
-                .entry(RowKey::Campaign(decided.campaign_id()))
-                .or_default()
-                .count(decided),
-            ConversionGrouping::None => {}
-        }
-    }
-    answer.rows = match grouping {
-        ConversionGrouping::Day => days
+            futures::future::ready(Ok(tally))
+        })
+        .await?;
+    let rows = match grouping {
+        ConversionGrouping::Day => tally
+            .days
             .into_iter()
             .map(|(day, counts)| (RowKey::Day(day), counts))
             .collect(),
         ConversionGrouping::None => Vec::new(),
-        ConversionGrouping::Action | ConversionGrouping::Campaign => ranked(keyed),
+        ConversionGrouping::Action | ConversionGrouping::Campaign => ranked(tally.keyed),
     };
-    Ok(answer)
+    Ok(AdvertiserConversions {
+        totals: tally.totals,
+        rows,
+    })
+}
+
+/// The counts so far: of the range, of each local day, of each action or campaign.
+struct Tally {
+    totals: ConversionCounts,
+    days: BTreeMap<NaiveDate, ConversionCounts>,
+    keyed: HashMap<RowKey, ConversionCounts>,
+}
+
+impl Tally {
+    fn count(
+        &mut self,
+        decided: &DecidedConversion,
+        range: &QueryRange,
+        grouping: ConversionGrouping,
+    ) {
+        let at = decided.conversion.timestamp.instant();
+        if !range.contains(at) {
+            return;
+        }
+        self.totals.count(decided);
+        let key = match grouping {
+            ConversionGrouping::Day => {
+                self.days
+                    .entry(range.local_day(at))
+                    .or_default()
+                    .count(decided);
+                return;
+            }
+            ConversionGrouping::None => return,
+            ConversionGrouping::Action => {
+                RowKey::Action(decided.conversion.action.as_str().to_owned())
+            }
+            ConversionGrouping::Campaign => RowKey::Campaign(decided.campaign_id()),
+        };
+        self.keyed.entry(key).or_default().count(decided);
+    }
 }
 
 /// Most conversions first, then the largest values, then by key; the unattributed row last.
