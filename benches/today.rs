@@ -1,6 +1,6 @@
 //! Today at the speed of a sealed day: the summary of a campaign's open day (group_by hour, day
-//! and ad) after growing phases of impressions spread over today's closed slices of the last
-//! 12 hours, each phase's closed slices aggregated, with a realistic open stretch (the last
+//! and ad) after growing phases of impressions (1 % clicked, 1 % converting) spread over today's
+//! closed slices of the last 12 hours, each phase's closed slices aggregated, with a realistic open stretch (the last
 //! 2 to 17 minutes at the phase's daily rate, and a trickle at that rate while timing), split
 //! by the open-day read's own metrics into the part from slice aggregates and the part read
 //! raw; and
@@ -24,6 +24,9 @@ mod support;
 use adevents::app::{App, Options};
 use adevents::domain::bucket::BucketCount;
 use adevents::domain::campaign::CampaignSettings;
+use adevents::domain::conversion::attribution::{Attribution, AttributionKind};
+use adevents::domain::conversion::money::{Currency, Money};
+use adevents::domain::conversion::{Action, Conversion, ConversionId, DecidedConversion};
 use adevents::domain::event::{Click, Impression};
 use adevents::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
 use adevents::domain::owner::Owner;
@@ -108,10 +111,41 @@ fn ingestor_for(store: &Arc<dyn Store>) -> (Arc<SettingsCache>, Ingestor) {
     (settings, ingestor)
 }
 
+/// A conversion of `campaign` credited after a view to `shown` at `at`, worth 12.34 EUR.
+fn conversion(
+    campaign: CampaignKey,
+    shown: &Impression,
+    at: DateTime<Utc>,
+    id: ConversionId,
+) -> DecidedConversion {
+    let currency = Currency::from_code("EUR").expect("a currency");
+    DecidedConversion {
+        conversion: Conversion {
+            advertiser_id: campaign.advertiser_id,
+            conversion_id: id,
+            action: Action::new("purchase").expect("an action"),
+            timestamp: EventTime::from_stored(at),
+            click_id: None,
+            impression_id: Some(shown.impression_id),
+            user_id: Some(shown.user_id),
+            value: Some(Money::parse("12.34", currency).expect("a value")),
+        },
+        received: at,
+        attribution: Some(Attribution {
+            kind: AttributionKind::PostView,
+            campaign_id: campaign.campaign_id,
+            ad_id: shown.ad_id,
+            impression_id: shown.impression_id,
+            event_time: shown.timestamp.instant(),
+        }),
+    }
+}
+
 /// Writes `count` impressions of `campaign` spread evenly over `[from, to)` through the
-/// service's own write path (1 % of them clicked 20 s later), 4 batches of 5,000 at a time.
+/// service's own write path (1 % of them clicked 20 s later, another 1 % converting a minute
+/// later, written where decided conversions are counted), 4 batches of 5,000 at a time.
 async fn load(
-    ingestor: &Ingestor,
+    (store, ingestor): (&dyn Store, &Ingestor),
     campaign: CampaignKey,
     count: usize,
     (from, to): (DateTime<Utc>, DateTime<Utc>),
@@ -127,7 +161,8 @@ async fn load(
     let users = (count / 3).max(1) as u128;
     let step = (to - from).num_microseconds().unwrap_or(1) / count as i64;
     let mut batches = Vec::new();
-    let (mut batch, mut clicks) = (Vec::with_capacity(5000), Vec::new());
+    let (mut batch, mut clicks, mut conversions) =
+        (Vec::with_capacity(5000), Vec::new(), Vec::new());
     for i in 0..count {
         let at = from + Duration::microseconds(step * i as i64);
         let impression = impression(
@@ -148,18 +183,30 @@ async fn load(
                 invalid: None,
             });
         }
+        let converted_at = at + Duration::seconds(60);
+        if i % 100 == 50 && converted_at < to {
+            let id = ConversionId::new(&format!("bench-{seed}-{i}")).expect("an id");
+            conversions.push(conversion(campaign, &impression, converted_at, id));
+        }
         batch.push(impression);
         if batch.len() == 5000 {
-            batches.push((std::mem::take(&mut batch), std::mem::take(&mut clicks)));
+            batches.push((
+                std::mem::take(&mut batch),
+                std::mem::take(&mut clicks),
+                std::mem::take(&mut conversions),
+            ));
         }
     }
-    batches.push((batch, clicks));
+    batches.push((batch, clicks, conversions));
     use futures::StreamExt;
     futures::stream::iter(batches)
-        .for_each_concurrent(4, |(impressions, clicks)| async move {
+        .for_each_concurrent(4, |(impressions, clicks, conversions)| async move {
             ingestor.impressions(impressions).await.expect("stored");
             if !clicks.is_empty() {
                 ingestor.clicks(clicks).await.expect("stored");
+            }
+            if !conversions.is_empty() {
+                store.write_decided(&conversions).await.expect("stored");
             }
         })
         .await;
@@ -386,7 +433,14 @@ async fn phases(
         let now = Utc::now();
         let closed = closed_stretch(now);
         let started = Instant::now();
-        load(&ingestor, campaign, size - loaded, closed, phase as u64).await;
+        load(
+            (store.as_ref(), &ingestor),
+            campaign,
+            size - loaded,
+            closed,
+            phase as u64,
+        )
+        .await;
         let load_seconds = started.elapsed().as_secs_f64();
         loaded = *size;
         tokio::time::sleep(std::time::Duration::from_secs(6)).await;
@@ -405,7 +459,7 @@ async fn phases(
             (per_second * (now - open_from).num_seconds() as f64) as usize
         };
         load(
-            &ingestor,
+            (store.as_ref(), &ingestor),
             campaign,
             backlog,
             (open_from, now),

@@ -178,6 +178,12 @@ impl Span {
         }
     }
 
+    /// UTC `day` whole.
+    pub(crate) fn of_day(day: Day) -> Self {
+        let slices = slices_of_day(day);
+        Self::of_slices(slices.start, slices.end - 1)
+    }
+
     /// Slices `first` to `last`, both included.
     pub(crate) fn of_slices(first: Slice, last: Slice) -> Self {
         Self {

@@ -17,6 +17,7 @@ use crate::domain::delivery::DaySlices;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
+use crate::domain::slices::Span;
 use crate::domain::time::{Day, EventTime, HOUR_MILLIS, SLICE_MILLIS};
 use crate::domain::traffic::any_valid;
 use crate::domain::view::{ViewCounts, ViewWindow};
@@ -500,7 +501,9 @@ pub(crate) async fn aggregate_day(
         }
     }
     // Conversions credited to the campaign, at their own time this day.
-    let conversions = store.read_campaign_conversions(*campaign, utc_day).await?;
+    let conversions = store
+        .read_campaign_conversions(*campaign, utc_day, Span::of_day(utc_day))
+        .await?;
     SliceCounts::count_conversions(&mut day.slices, &conversions, |_| true);
     Ok(day)
 }

@@ -13,6 +13,7 @@
 //! - a click counts at its impression's first click ever, looked up in the click index.
 
 use crate::domain::bucket::BucketCount;
+use crate::domain::conversion::DecidedConversion;
 use crate::domain::ids::{AdId, CampaignKey, ImpressionId, UserId};
 use crate::domain::partition::EventPartition;
 use crate::domain::sketch::{MemberHash, UniqueSketch};
@@ -248,12 +249,17 @@ pub(crate) async fn aggregate_spans(
             Some(_) => counts.invalid_clicks += 1,
         }
     }
-    // Conversions credited to the campaign at a time in the spans: the day's are few, read
-    // whole.
+    // Conversions credited to the campaign at a time in the spans, each span's read by time:
+    // a poll of the newest seconds reads theirs, however many the day holds.
     if let Some(day) = partitions.first().map(|partition| partition.day) {
-        let conversions = store.read_campaign_conversions(campaign, day).await?;
-        aggregate.rows_read += conversions.len();
-        for decided in &conversions {
+        let conversions: Vec<Vec<DecidedConversion>> = stream::iter(spans.to_vec())
+            .map(|span| store.read_campaign_conversions(campaign, day, span))
+            .buffer_unordered(concurrency)
+            .try_collect()
+            .await?;
+        let conversions = conversions.iter().flatten();
+        aggregate.rows_read += conversions.clone().count();
+        for decided in conversions {
             let at = decided.conversion.timestamp.instant();
             if let Some(ad) = decided
                 .ad_id()

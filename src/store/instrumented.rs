@@ -629,10 +629,11 @@ impl ConversionStore for Instrumented {
         &self,
         campaign: CampaignKey,
         day: Day,
+        within: Span,
     ) -> Result<Vec<DecidedConversion>, StoreError> {
         timed(
             "read_campaign_conversions",
-            self.inner.read_campaign_conversions(campaign, day),
+            self.inner.read_campaign_conversions(campaign, day, within),
         )
         .await
     }

@@ -596,11 +596,14 @@ pub trait ConversionStore: Send + Sync {
         bucket: u16,
     ) -> Result<Vec<DecidedConversion>, StoreError>;
 
-    /// The conversions credited to a campaign, of one UTC day (by the conversion's time).
+    /// The conversions credited to a campaign, of one UTC day (by the conversion's time),
+    /// timed `within` it: a read of an open day's newest seconds reads their conversions,
+    /// not the day's.
     async fn read_campaign_conversions(
         &self,
         campaign: CampaignKey,
         day: Day,
+        within: Span,
     ) -> Result<Vec<DecidedConversion>, StoreError>;
 }
 

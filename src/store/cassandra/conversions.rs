@@ -20,6 +20,7 @@ use crate::domain::conversion::{
     ReceivedConversion, conversion_bucket,
 };
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
+use crate::domain::slices::Span;
 use crate::domain::time::{Day, EventTime};
 use crate::store::error::Message;
 use crate::store::{
@@ -117,7 +118,8 @@ impl ConversionStatements {
                 ),
                 format!(
                     "SELECT {decided_columns} FROM {keyspace}.campaign_conversion \
-                     WHERE advertiser_id = ? AND campaign_id = ? AND day = ?"
+                     WHERE advertiser_id = ? AND campaign_id = ? AND day = ? \
+                     AND timestamp >= ? AND timestamp < ?"
                 ),
             ],
         )
@@ -686,6 +688,7 @@ impl ConversionStore for CassandraStore {
         &self,
         campaign: CampaignKey,
         day: Day,
+        within: Span,
     ) -> Result<Vec<DecidedConversion>, StoreError> {
         const CONTEXT: &str = "reading a campaign's conversions";
         let statements = self.conversion_statements().await?;
@@ -696,6 +699,8 @@ impl ConversionStore for CassandraStore {
                 campaign.advertiser_id.as_uuid(),
                 campaign.campaign_id.as_uuid(),
                 day.date(),
+                within.from,
+                within.to,
             ),
             CONTEXT,
         )

@@ -14,6 +14,7 @@ use crate::domain::conversion::{
 };
 use crate::domain::ids::{AdId, AdvertiserId, CampaignId, CampaignKey, ImpressionId, UserId};
 use crate::domain::privacy::SubjectConversion;
+use crate::domain::slices::Span;
 use crate::domain::time::{Day, EventTime};
 use crate::store::{
     ConversionRecord, ConversionStore, DueConversion, DueLane, DueLaneState, StoreError,
@@ -559,19 +560,99 @@ impl ConversionStore for EmbeddedStore {
         &self,
         campaign: CampaignKey,
         day: Day,
+        within: Span,
     ) -> Result<Vec<DecidedConversion>, StoreError> {
-        self.decoded_conversions(
-            campaign_day_prefix(campaign, day),
+        const CONTEXT: &str = "reading a campaign's conversions";
+        // Keys run oldest first by the conversion's time, then its id.
+        let at = |instant: DateTime<Utc>| {
+            let mut key = campaign_day_prefix(campaign, day);
+            key.extend_from_slice(&keys::ordered_i64(instant.timestamp_millis()));
+            key
+        };
+        self.scan_range(
             Table::CampaignConversion,
-            "reading a campaign's conversions",
+            at(within.from),
+            Some(at(within.to)),
+            CONTEXT,
         )
-        .await
+        .await?
+        .iter()
+        .map(|(_, value)| decode_decided(value).ok_or_else(|| corrupt(CONTEXT)))
+        .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::embedded::Fsync;
+
+    fn credited(campaign: CampaignKey, id: &str, at: DateTime<Utc>) -> DecidedConversion {
+        DecidedConversion {
+            conversion: Conversion {
+                advertiser_id: campaign.advertiser_id,
+                conversion_id: ConversionId::new(id).expect("an id"),
+                action: Action::new("purchase").expect("an action"),
+                timestamp: EventTime::from_stored(at),
+                click_id: None,
+                impression_id: Some(ImpressionId::new(Uuid::from_u128(9))),
+                user_id: None,
+                value: None,
+            },
+            received: at,
+            attribution: Some(Attribution {
+                kind: AttributionKind::PostView,
+                campaign_id: campaign.campaign_id,
+                ad_id: AdId::new(Uuid::from_u128(8)),
+                impression_id: ImpressionId::new(Uuid::from_u128(9)),
+                event_time: at,
+            }),
+        }
+    }
+
+    /// A poll of today's newest seconds reads their conversions, not the day's: the read is a
+    /// range of the time-ordered keys, its start included and its end not.
+    #[tokio::test]
+    async fn a_campaigns_conversions_are_read_by_time_within_the_span() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let store = EmbeddedStore::open_for_test(folder.path(), Fsync::Always);
+        let campaign = CampaignKey {
+            advertiser_id: AdvertiserId::new(Uuid::from_u128(1)),
+            campaign_id: CampaignId::new(Uuid::from_u128(2)),
+        };
+        let at = |text: &str| -> DateTime<Utc> { text.parse().expect("an instant") };
+        let span = Span {
+            from: at("2026-11-28T10:00:00Z"),
+            to: at("2026-11-28T10:00:02Z"),
+        };
+        let decided = [
+            credited(campaign, "before", at("2026-11-28T09:59:59.999Z")),
+            credited(campaign, "at-start", span.from),
+            credited(campaign, "inside", at("2026-11-28T10:00:01.999Z")),
+            credited(campaign, "at-end", span.to),
+            credited(campaign, "z-after", at("2026-11-28T23:00:00Z")),
+        ];
+        store.write_decided(&decided).await.expect("written");
+        let day = Day::new(span.from.date_naive());
+        let ids = |read: Vec<DecidedConversion>| -> Vec<String> {
+            read.iter()
+                .map(|decided| decided.conversion.conversion_id.as_str().to_owned())
+                .collect()
+        };
+        let within = store
+            .read_campaign_conversions(campaign, day, span)
+            .await
+            .expect("read");
+        assert_eq!(ids(within), ["at-start", "inside"]);
+        let whole = store
+            .read_campaign_conversions(campaign, day, Span::of_day(day))
+            .await
+            .expect("read");
+        assert_eq!(
+            ids(whole),
+            ["before", "at-start", "inside", "at-end", "z-after"]
+        );
+    }
 
     fn due(advertiser: u128, at: &str, id: &str) -> DueConversion {
         DueConversion {
