@@ -18,6 +18,10 @@ use std::collections::HashSet;
 /// At most this many impressions per answer.
 pub(crate) const MAX_LIMIT: usize = 1_000;
 
+/// A partition's rows read for `limit` distinct ids are at most this many times `limit`: an
+/// id re-sent with many timestamps (a copy each) cannot make the list read a whole partition.
+const ROWS_READ_PER_ID: usize = 8;
+
 /// How many of the newest impressions, as of when, looking how far back.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecentWindow {
@@ -66,6 +70,11 @@ pub(crate) async fn newest_impressions(
             .buffer_unordered(reader.fan_out.concurrency.max(1));
         while let Some(rows) = reads.next().await {
             found.extend(rows?);
+            // Held: the newest `limit` so far and the partitions in flight, not every
+            // partition's newest.
+            if found.len() >= limit.saturating_mul(2) {
+                found = newest_distinct(found, limit);
+            }
         }
         found = newest_distinct(found, limit);
         // Every later group is older than everything found so far.
@@ -76,14 +85,16 @@ pub(crate) async fn newest_impressions(
     Ok(found)
 }
 
-/// The newest rows of one partition holding `limit` distinct ids (or all its rows): an id
-/// stored twice (re-sent with another timestamp) takes two rows of a `LIMIT`, and the rows
-/// it pushed out could be newer than anything another partition or day offers.
+/// The newest rows of one partition holding `limit` distinct ids (or all its rows, or its
+/// newest [`ROWS_READ_PER_ID`] × `limit`): an id stored twice (re-sent with another
+/// timestamp) takes two rows of a `LIMIT`, and the rows it pushed out could be newer than
+/// anything another partition or day offers.
 async fn newest_of_partition(
     store: &dyn EventStore,
     partition: EventPartition,
     limit: usize,
 ) -> Result<Vec<Impression>, StoreError> {
+    let most = limit.saturating_mul(ROWS_READ_PER_ID);
     let mut asked = limit;
     loop {
         let rows = store.read_newest_impressions(&partition, asked).await?;
@@ -92,10 +103,10 @@ async fn newest_of_partition(
             .map(|impression| impression.impression_id)
             .collect::<HashSet<_>>()
             .len();
-        if rows.len() < asked || distinct >= limit {
+        if rows.len() < asked || distinct >= limit || asked >= most {
             return Ok(rows);
         }
-        asked = asked.saturating_mul(2);
+        asked = asked.saturating_mul(2).min(most);
     }
 }
 

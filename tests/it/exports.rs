@@ -14,6 +14,7 @@ use uuid::Uuid;
 conformance!(
     an_export_of_60_000_impressions_over_many_pages_has_each_once_with_clicked_in_both_formats,
     recent_returns_exactly_the_newest_across_buckets_and_midnight,
+    recent_reads_at_most_eight_rows_of_a_bucket_per_id_asked_for,
     export_and_recent_refuse_bad_parameters_by_name,
 );
 
@@ -292,6 +293,46 @@ async fn recent_returns_exactly_the_newest_across_buckets_and_midnight(backend: 
     }
     let (_, body) = get(&server, &path, "").await;
     assert_eq!(body["impressions"].as_array().map(Vec::len), Some(10));
+}
+
+/// The ids listed, newest first.
+fn listed(body: &Value) -> Vec<Uuid> {
+    body["impressions"]
+        .as_array()
+        .expect("impressions")
+        .iter()
+        .map(|record| {
+            record["impression_id"]
+                .as_str()
+                .and_then(|id| id.parse().ok())
+                .expect("an id")
+        })
+        .collect()
+}
+
+/// An id re-sent with many timestamps is a row each: the list reads a bucket's newest
+/// 8 × `limit` rows at most (docs/API.md), so a flood of copies cannot make it read a whole
+/// day; within that many rows it is exact.
+async fn recent_reads_at_most_eight_rows_of_a_bucket_per_id_asked_for(backend: Backend) {
+    let campaign = Campaign::fresh();
+    configure_buckets(backend, &campaign, 1, "always").await;
+    let server = backend.server().await;
+    let ad = Uuid::new_v4();
+    let (older, copied) = (Uuid::new_v4(), Uuid::new_v4());
+    let start = Utc::now() - Duration::minutes(40);
+    let mut events = vec![campaign.impression(older, ad, start)];
+    events.extend((1..=30).map(|k| campaign.impression(copied, ad, start + Duration::seconds(k))));
+    // One request each: one id twice in a request with other fields is refused.
+    post_all(&server, "/v1/impressions", &events, 1).await;
+    let path = format!("{}/impressions/recent", campaign.path());
+    // 31 rows: read whole for 10 ids (80 rows), and both are listed.
+    let (status, body) = get(&server, &path, "limit=10").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(listed(&body), [copied, older]);
+    // For 2 ids, the newest 16 rows: all copies of one id.
+    let (status, body) = get(&server, &path, "limit=2").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(listed(&body), [copied]);
 }
 
 async fn export_and_recent_refuse_bad_parameters_by_name(backend: Backend) {

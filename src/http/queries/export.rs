@@ -358,7 +358,9 @@ pub(crate) struct RecentAnswer<'a> {
     security(("bearer" = ["read"])),
     summary = "The newest impressions, newest first.",
     description = "Looks back at most --recent-lookback-days (7) UTC days before today, and at \
-        tomorrow for clocks a little ahead.",
+        tomorrow for clocks a little ahead. Each id once, at its newest row; each bucket's \
+        newest 8 × limit rows are read at most, so an id re-sent with many timestamps can push \
+        older ids out of the list.",
     params(
         ("advertiser_id" = inline(Id), Path),
         ("campaign_id" = inline(Id), Path),
