@@ -188,6 +188,8 @@ impl Rows {
 
     /// Folds in a UTC day read or aggregated at [`Self::reach_levels`].
     fn add_day(&mut self, utc_day: Day, day: DayAggregate) {
+        // Ad rows only when they are listed: a campaign's ad ids are the caller's to choose.
+        let by_ad = self.grouping == Grouping::Ad;
         for ((slice, ad), counts) in &day.slices {
             let Some((day_row, hour_row)) = self.slice_rows.get(slice).copied() else {
                 continue;
@@ -195,7 +197,9 @@ impl Rows {
             self.totals.counts.add(counts);
             self.days[day_row].1.counts.add(counts);
             self.hours[hour_row].1.counts.add(counts);
-            self.ads.entry(*ad).or_default().counts.add(counts);
+            if by_ad {
+                self.ads.entry(*ad).or_default().counts.add(counts);
+            }
         }
         for ((slice, ad), counts) in &day.slices {
             let hour = slice.div_euclid(SLICES_PER_HOUR);
@@ -210,7 +214,9 @@ impl Rows {
             ] {
                 tally.impressions_of_users += counts.impressions;
             }
-            self.ads.entry(*ad).or_default().impressions_of_users += counts.impressions;
+            if by_ad {
+                self.ads.entry(*ad).or_default().impressions_of_users += counts.impressions;
+            }
         }
         let reach = day.reach;
         if let Some(users) = reach.day {
