@@ -284,6 +284,20 @@ pub(crate) struct LimitArgs {
     /// unchanged); at it, beacons are refused (503) until the flusher catches up.
     #[arg(long, env = "ADEVENTS_SKETCH_MEMORY", default_value = "256MiB")]
     pub(crate) sketch_memory: bytesize::ByteSize,
+    /// Memory one pass of a site-day's seal (or of the repair of its sketches) may hold for
+    /// its feature combinations, estimated, e.g. `256MiB`: a day that needs more is added up in
+    /// parts, a pass over its beacons each.
+    #[arg(long, env = "ADEVENTS_SEAL_MEMORY", default_value = "256MiB", value_parser = parse_seal_memory)]
+    pub(crate) seal_memory: bytesize::ByteSize,
+}
+
+/// At least 1 MiB: a smaller budget only makes more passes.
+fn parse_seal_memory(text: &str) -> Result<bytesize::ByteSize, String> {
+    let size: bytesize::ByteSize = text.parse()?;
+    if size.as_u64() < 1024 * 1024 {
+        return Err("must be at least 1MiB".to_owned());
+    }
+    Ok(size)
 }
 
 /// A rate in events or requests per second, or none (`off`).
@@ -369,6 +383,8 @@ impl ServeArgs {
                     .then(|| SliceRule::new(self.slice_grace)),
                 // The composition root sets it from the service's retention.
                 retain_raw: Retention::Forever,
+                // And this from --seal-memory.
+                site_day_bytes: crate::query::site_day::SITE_DAY_BYTES,
             },
             slices: SliceRule::new(self.slice_grace),
             slice_interval: (!self.slice_interval.is_zero())
@@ -379,6 +395,7 @@ impl ServeArgs {
                 refresh: self.settings_cache_ttl,
             },
             sketch_memory: self.limits.sketch_memory.as_u64(),
+            seal_memory: usize::try_from(self.limits.seal_memory.as_u64()).unwrap_or(usize::MAX),
             ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
             attribution_delay: self.attribution_delay.min(Duration::from_secs(3600)),
             retention: RetentionOptions {
@@ -453,6 +470,9 @@ pub struct RollupArgs {
     /// As for `serve`: a day is sealed only once this long (plus 5 s) past its end.
     #[arg(long, env = "ADEVENTS_ROLLUP_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     pub(crate) rollup_grace: Duration,
+    /// As for `serve`: what one pass over a site-day may hold for its feature combinations.
+    #[arg(long, env = "ADEVENTS_SEAL_MEMORY", default_value = "256MiB", value_parser = parse_seal_memory)]
+    pub(crate) seal_memory: bytesize::ByteSize,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
     #[command(flatten)]
@@ -964,6 +984,20 @@ mod tests {
         let error =
             Cli::try_parse_from(["adevents", "--keyspace", "bad-name"]).expect_err("refused");
         assert!(error.to_string().contains("--keyspace"), "{error}");
+    }
+
+    #[test]
+    fn seal_memory_sets_what_a_site_day_pass_holds_from_a_mebibyte_on() {
+        let Command::Serve(args) = Cli::try_parse_from(["adevents", "--seal-memory", "64MiB"])
+            .expect("parses")
+            .into_command()
+        else {
+            panic!("serve is the default command");
+        };
+        assert_eq!(args.options(None).service.seal_memory, 64 * 1024 * 1024);
+        let error =
+            Cli::try_parse_from(["adevents", "--seal-memory", "512KiB"]).expect_err("refused");
+        assert!(error.to_string().contains("--seal-memory"), "{error}");
     }
 
     #[test]

@@ -24,11 +24,11 @@ use crate::domain::time::Day;
 use crate::domain::view::ViewWindow;
 use crate::query::FanOut;
 use crate::query::aggregate::{BillableWindow, DayRead, aggregate_day};
-use crate::query::features::sealed_feature_values;
+use crate::query::features::{most_visited_per_feature, sealed_feature_values};
 use crate::query::open_day::{OpenDayRead, read_open_day};
-use crate::query::site_day::aggregate_site_day;
+use crate::query::site_day::{SITE_DAY_BYTES, SiteDayParts};
 use crate::settings::SettingsCache;
-use crate::store::{ReachLevel, SiteRollup, Store, StoreError};
+use crate::store::{ReachLevel, RollupPart, SiteRollup, Store, StoreError};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,6 +62,8 @@ pub struct SealerOptions {
     /// How long raw events are kept (`--retain-raw`): a day whose raw events are gone, or go
     /// before a seal could finish, keeps the rollup it has.
     pub(crate) retain_raw: Retention,
+    /// What one pass over a site-day may hold (`--seal-memory`).
+    pub(crate) site_day_bytes: usize,
 }
 
 impl Default for SealerOptions {
@@ -75,7 +77,17 @@ impl Default for SealerOptions {
             fan_out: FanOut { concurrency: 64 },
             open_days: Some(SliceRule::default()),
             retain_raw: Retention::Forever,
+            site_day_bytes: SITE_DAY_BYTES,
         }
+    }
+}
+
+impl SealerOptions {
+    /// These options with `bytes` for what one pass over a site-day may hold
+    /// (`--seal-memory`).
+    pub fn with_site_day_bytes(mut self, bytes: usize) -> Self {
+        self.site_day_bytes = bytes;
+        self
     }
 }
 
@@ -207,31 +219,44 @@ impl Sealer {
         read_started: DateTime<Utc>,
     ) -> Result<usize, StoreError> {
         let store = self.store.as_ref();
-        let aggregate =
-            aggregate_site_day(store, &self.settings, site, day, self.options.fan_out).await?;
-        // Before the rollup marks the day sealed: a sealed day always has its feature values.
+        // Half for the part's combinations, half for its rows built to be written.
+        let mut parts = SiteDayParts::new(self.options.site_day_bytes / 2);
+        let (mut beacons, mut feature_values) = (0, Vec::new());
+        // Each part's combinations are stored as it is aggregated, and the day is marked
+        // sealed once every part is: its feature values first, so that a sealed day always
+        // has them.
+        while let Some(aggregate) = parts
+            .next(store, &self.settings, (site, day), self.options.fan_out)
+            .await?
+        {
+            beacons = aggregate.beacons;
+            feature_values.extend(sealed_feature_values(&aggregate));
+            let combinations: Vec<(String, SiteRollup)> = aggregate
+                .combinations
+                .into_iter()
+                .map(|(combination, combination_day)| {
+                    let rollup = SiteRollup {
+                        visits: combination_day.slices.into_iter().collect(),
+                        reach: combination_day
+                            .hours
+                            .into_iter()
+                            .map(|(hour, sketch)| (hour, sketch.into_sketch().to_bytes()))
+                            .collect(),
+                    };
+                    (combination, rollup)
+                })
+                .collect();
+            store
+                .write_site_rollup(site, day, &combinations, read_started, RollupPart::More)
+                .await?;
+        }
         store
-            .write_site_features(site, day, &sealed_feature_values(&aggregate))
+            .write_site_features(site, day, &most_visited_per_feature(feature_values))
             .await?;
-        let combinations: Vec<(String, SiteRollup)> = aggregate
-            .combinations
-            .into_iter()
-            .map(|(combination, combination_day)| {
-                let rollup = SiteRollup {
-                    visits: combination_day.slices.into_iter().collect(),
-                    reach: combination_day
-                        .hours
-                        .into_iter()
-                        .map(|(hour, sketch)| (hour, sketch.into_sketch().to_bytes()))
-                        .collect(),
-                };
-                (combination, rollup)
-            })
-            .collect();
         store
-            .write_site_rollup(site, day, &combinations, read_started)
+            .write_site_rollup(site, day, &[], read_started, RollupPart::Last)
             .await?;
-        Ok(aggregate.beacons)
+        Ok(beacons)
     }
 
     /// Seals one owner-day with a read that starts at `read_started`.

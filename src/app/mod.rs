@@ -79,6 +79,7 @@ impl App {
         // One retention for every part: the edge refuses what the sealer and sweep leave.
         edge.retain_raw = service.retention.raw;
         service.sealer.retain_raw = service.retention.raw;
+        service.sealer.site_day_bytes = service.seal_memory;
         // Days not yet sealed are answered from their slices only while slices are aggregated.
         let open_days = service.slice_interval.map(|_| service.slices);
         service.queries.open_days = open_days;
@@ -428,6 +429,7 @@ impl App {
                     window: app.options.queries.billable_window,
                     rule: app.options.sealer.rule,
                     fan_out: app.options.queries.fan_out,
+                    site_day_bytes: app.options.seal_memory,
                 };
                 match repair::repair_gone_processes(repair, &app.indexer, app.registry.id()).await {
                     Ok(repaired) => {

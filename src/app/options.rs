@@ -41,6 +41,9 @@ pub struct ServiceOptions {
     /// Bytes of live unique-visitor sketches held in memory; past it the least recently used
     /// are stored and dropped.
     pub(crate) sketch_memory: u64,
+    /// Bytes one pass of a site-day's seal or sketch repair may hold for its feature
+    /// combinations (estimated); past it the day is added up in parts.
+    pub seal_memory: usize,
     /// Client addresses whose events are invalid traffic (data-centre ranges, say).
     pub ivt_deny_cidrs: Vec<IpNet>,
     /// How long after a conversion arrives its attribution is decided: a click still on its
@@ -64,6 +67,7 @@ impl Default for ServiceOptions {
             slice_interval: Some(Duration::from_secs(15)),
             access: AccessOptions::default(),
             sketch_memory: 256 * 1024 * 1024,
+            seal_memory: crate::query::site_day::SITE_DAY_BYTES,
             ivt_deny_cidrs: Vec::new(),
             attribution_delay: Duration::from_secs(60),
             retention: RetentionOptions::default(),

@@ -81,6 +81,7 @@ pub(crate) async fn repair_gone_processes(
         store,
         settings,
         fan_out,
+        site_day_bytes,
         ..
     } = repair;
     let mut repaired = Repaired::default();
@@ -88,8 +89,13 @@ pub(crate) async fn repair_gone_processes(
         for marked in store.unflushed(process.id).await? {
             match &marked.owner {
                 Owner::Site(site) => {
-                    repaired.beacons +=
-                        rebuild_site_day(store, settings, site, marked.day, fan_out).await?;
+                    repaired.beacons += rebuild_site_day(
+                        store,
+                        settings,
+                        (site, marked.day),
+                        (fan_out, site_day_bytes),
+                    )
+                    .await?;
                 }
                 Owner::Campaign(campaign) => {
                     rebuild_campaign_day(repair, *campaign, marked.day, process).await?;

@@ -9,7 +9,7 @@ use super::live::capture_time;
 use crate::domain::beacon::SiteId;
 use crate::domain::time::{Day, HOUR_MILLIS};
 use crate::query::FanOut;
-use crate::query::site_day::aggregate_site_day;
+use crate::query::site_day::SiteDayParts;
 use crate::settings::SettingsCache;
 use crate::store::{SketchPartition, SketchRow, StoreError, VisitStore};
 use chrono::{DateTime, Utc};
@@ -27,36 +27,38 @@ pub(crate) const REBUILD_WRITER: Uuid = Uuid::nil();
 pub async fn rebuild_site_day(
     store: &dyn VisitStore,
     settings: &SettingsCache,
-    site: &SiteId,
-    day: Day,
-    fan_out: FanOut,
+    (site, day): (&SiteId, Day),
+    (fan_out, site_day_bytes): (FanOut, usize),
 ) -> Result<usize, StoreError> {
     // Captured before the first read: a rebuild that read earlier never overwrites one that
     // read later, whichever finishes last.
     let captured_at = capture_time();
-    let day_aggregate = aggregate_site_day(store, settings, site, day, fan_out).await?;
-    let beacons = day_aggregate.beacons;
-    stream::iter(day_aggregate.combinations)
-        .map(|(combination, combination_day)| async move {
-            let partition = SketchPartition {
-                site: site.clone(),
-                day,
-                combination,
-            };
-            let rows: Vec<SketchRow> = combination_day
-                .hours
-                .into_iter()
-                .map(|(hour, sketch)| SketchRow {
-                    hour: hour_start(hour),
-                    writer: REBUILD_WRITER,
-                    sketch: sketch.into_sketch().to_bytes(),
-                    captured_at,
-                })
-                .collect();
-            store.write_sketches(&[(partition, rows)]).await
-        })
-        .buffer_unordered(fan_out.concurrency.max(1))
-        .try_collect::<()>()
-        .await?;
+    let mut parts = SiteDayParts::new(site_day_bytes);
+    let mut beacons = 0;
+    while let Some(part) = parts.next(store, settings, (site, day), fan_out).await? {
+        beacons = part.beacons;
+        stream::iter(part.combinations)
+            .map(|(combination, combination_day)| async move {
+                let partition = SketchPartition {
+                    site: site.clone(),
+                    day,
+                    combination,
+                };
+                let rows: Vec<SketchRow> = combination_day
+                    .hours
+                    .into_iter()
+                    .map(|(hour, sketch)| SketchRow {
+                        hour: hour_start(hour),
+                        writer: REBUILD_WRITER,
+                        sketch: sketch.into_sketch().to_bytes(),
+                        captured_at,
+                    })
+                    .collect();
+                store.write_sketches(&[(partition, rows)]).await
+            })
+            .buffer_unordered(fan_out.concurrency.max(1))
+            .try_collect::<()>()
+            .await?;
+    }
     Ok(beacons)
 }

@@ -34,7 +34,8 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         open_days: None,
         retain_raw: args.store.retain_raw(),
         ..SealerOptions::default()
-    };
+    }
+    .with_site_day_bytes(usize::try_from(args.seal_memory.as_u64()).unwrap_or(usize::MAX));
     let sealer = Sealer::new(store, settings, options, Default::default());
     let rule = sealer.rule();
     let first = Day::new(args.from);

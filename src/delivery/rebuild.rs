@@ -62,6 +62,8 @@ pub(crate) struct DayRepair<'a> {
     pub(crate) window: BillableWindow,
     pub(crate) rule: SealingRule,
     pub(crate) fan_out: FanOut,
+    /// What one pass over a site-day may hold (`--seal-memory`).
+    pub(crate) site_day_bytes: usize,
 }
 
 /// Rewrites `gone`'s live row of `campaign`'s UTC `day` from the raw events; returns the
@@ -78,6 +80,7 @@ pub(crate) async fn rebuild_campaign_day(
         window,
         rule,
         fan_out,
+        ..
     } = repair;
     let sealed = store.read_sealed_counts(campaign).await?;
     if sealed.days.iter().any(|(sealed_day, _)| *sealed_day == day) {

@@ -28,7 +28,7 @@ pub(crate) type FeatureValues = BTreeMap<String, Vec<(String, u64)>>;
 /// What a sealed site-day keeps of its feature values: the valid visits of each single-feature
 /// combination, the most visited [`SEALED_VALUES_PER_FEATURE`] of each feature.
 pub(crate) fn sealed_feature_values(day: &SiteDay) -> Vec<FeatureVisits> {
-    let mut by_feature: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    let mut values = Vec::new();
     for (combination, counts) in &day.combinations {
         let Some(features) = Features::from_combination_key(combination) else {
             continue;
@@ -39,11 +39,28 @@ pub(crate) fn sealed_feature_values(day: &SiteDay) -> Vec<FeatureVisits> {
         };
         let visits: u64 = counts.slices.values().map(|visits| visits.valid).sum();
         if visits > 0 {
-            by_feature
-                .entry(name.clone())
-                .or_default()
-                .push((value.clone(), visits));
+            values.push(FeatureVisits {
+                feature: name.clone(),
+                value: value.clone(),
+                visits,
+            });
         }
+    }
+    most_visited_per_feature(values)
+}
+
+/// The most visited [`SEALED_VALUES_PER_FEATURE`] of each feature among `values`, each value
+/// of a feature given once: also how the lists of a site-day aggregated in parts are joined,
+/// a combination lying in one part only.
+pub(crate) fn most_visited_per_feature(values: Vec<FeatureVisits>) -> Vec<FeatureVisits> {
+    let mut by_feature: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    for FeatureVisits {
+        feature,
+        value,
+        visits,
+    } in values
+    {
+        by_feature.entry(feature).or_default().push((value, visits));
     }
     by_feature
         .into_iter()

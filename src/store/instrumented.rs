@@ -12,7 +12,7 @@ use super::{AddressStore, ExpiredDays, RetentionStore, RewriteReport, Swept};
 use super::{
     ConversionRecord, ConversionStore, DueConversion, DueLane, DueLaneState, EventIndexStore,
 };
-use super::{EventAt, SubjectStore};
+use super::{EventAt, RollupPart, SubjectStore};
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
 use crate::domain::address::StoreIp;
 use crate::domain::beacon::{Beacon, Guid, SiteId, VisitPartition};
@@ -247,10 +247,11 @@ impl RollupStore for Instrumented {
         day: Day,
         combinations: &[(String, SiteRollup)],
         read_started: DateTime<Utc>,
+        part: RollupPart,
     ) -> Result<(), StoreError> {
         let call = self
             .inner
-            .write_site_rollup(site, day, combinations, read_started);
+            .write_site_rollup(site, day, combinations, read_started, part);
         timed("write_site_rollup", call).await
     }
 

@@ -29,9 +29,9 @@ pub use changes::ChangeLog;
 pub(crate) use error::StoreError;
 pub(crate) use rows::{
     ClickRow, CopyRow, FeatureVisits, ImpressionPage, ImpressionSummaryRow, LiveCountRow,
-    OpenDayParts, OpenDayRows, PageCursor, ReachLevel, Rollup, RollupReach, RollupSlice,
-    SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceAggregate, SliceAggregateRow,
-    SliceVisits, VisitRow, WindowPublication,
+    OpenDayParts, OpenDayRows, PageCursor, ReachLevel, Rollup, RollupPart, RollupReach,
+    RollupSlice, SiteRollup, SketchBatch, SketchPartition, SketchRow, SliceAggregate,
+    SliceAggregateRow, SliceVisits, VisitRow, WindowPublication,
 };
 
 use crate::domain::access::{ApiKey, KeyId, SiteProfile};
@@ -272,13 +272,15 @@ pub trait RollupStore: Send + Sync {
         reach: &[ReachLevel],
     ) -> Result<Rollup, StoreError>;
 
-    /// Stores a site-day's rollup, one entry per feature combination.
+    /// Stores part of a site-day's rollup, one entry per feature combination, from a read
+    /// that started at `read_started`; its last part marks the day sealed.
     async fn write_site_rollup(
         &self,
         site: &SiteId,
         day: Day,
         combinations: &[(String, SiteRollup)],
         read_started: DateTime<Utc>,
+        part: RollupPart,
     ) -> Result<(), StoreError>;
 
     /// Stores a sealed site-day's visits per feature value (the most visited values of each

@@ -225,6 +225,14 @@ pub struct Rollup {
     pub(crate) reach: Vec<RollupReach>,
 }
 
+/// Whether a write of a site-day's rollup is its last part: a day whose combinations do not
+/// fit one pass's memory is written in several (`query::site_day`), and sealed by the last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollupPart {
+    More,
+    Last,
+}
+
 /// One feature combination's part of a sealed site-day.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SiteRollup {

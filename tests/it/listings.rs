@@ -235,14 +235,30 @@ async fn features_list_the_most_visited_values_raw_and_sealed_alike(backend: Bac
 
     // Late beacons marked their day; a seal whose read starts over 5 s after the mark answers.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    // Visitors counted by then (the live sketches flush every second).
+    let uniques_path = format!("/v1/sites/{site}/uniques");
+    let uniques_queries = [
+        range.clone(),
+        format!("{range}&feature.referrer=a.example"),
+        format!("{range}&feature.page=/&feature.referrer=b.example"),
+    ];
+    let mut raw_uniques = Vec::new();
+    for query in &uniques_queries {
+        let (status, mut answer) = get(&server, &uniques_path, query).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        answer["sealed_days"] = Value::Null;
+        raw_uniques.push(answer);
+    }
     let settings = SettingsCache::new(
         Arc::clone(&store) as Arc<dyn adevents::store::SettingsStore>,
         std::time::Duration::from_secs(10),
     );
+    // Sealed in parts of about 1 KiB of combinations (a few combinations each), as a day of
+    // millions of feature values is: the parts add up to the day.
     let sealer = Sealer::new(
         Arc::clone(&store),
         Arc::new(settings),
-        SealerOptions::default(),
+        SealerOptions::default().with_site_day_bytes(1024),
         Default::default(),
     );
     let site_id = SiteId::parse(&site).expect("site");
@@ -252,6 +268,15 @@ async fn features_list_the_most_visited_values_raw_and_sealed_alike(backend: Bac
         .expect("sealed");
     let (_, sealed) = get(&server, &path, &range).await;
     assert_eq!(sealed, expected, "from the sealed day");
+    for (query, raw) in uniques_queries.iter().zip(&raw_uniques) {
+        let (_, mut answer) = get(&server, &uniques_path, query).await;
+        assert_eq!(answer["sealed_days"], 1, "{answer}");
+        answer["sealed_days"] = Value::Null;
+        assert_eq!(
+            &answer, raw,
+            "{query}: the sealed day answers as its beacons did"
+        );
+    }
     // A range in a zone that cuts the day reads its beacons again, at their times.
     let (_, zoned) = get(&server, &path, &format!("{range}&tz=Pacific/Kiritimati")).await;
     assert!(zoned["features"].is_object(), "{zoned}");

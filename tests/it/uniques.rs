@@ -328,12 +328,13 @@ async fn sketches_lost_in_a_crash_are_rebuilt_from_the_stored_beacons(backend: B
     let mut rebuilt = 0;
     for day in ["2018-10-01", "2018-10-02"] {
         let day = Day::new(day.parse().expect("date"));
+        // In parts of about 8 KiB of combinations each (several passes a day): together
+        // they rebuild what one pass would.
         rebuilt += rebuild_site_day(
             store.as_ref(),
             &settings,
-            &site_id,
-            day,
-            FanOut { concurrency: 8 },
+            (&site_id, day),
+            (FanOut { concurrency: 8 }, 8 * 1024),
         )
         .await
         .expect("rebuilt");

@@ -18,8 +18,8 @@ use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::domain::view::ViewCounts;
 use crate::store::{
-    FeatureVisits, ReachLevel, Rollup, RollupReach, RollupSlice, RollupStore, SiteRollup,
-    SketchPartition, SliceVisits, StoreError,
+    FeatureVisits, ReachLevel, Rollup, RollupPart, RollupReach, RollupSlice, RollupStore,
+    SiteRollup, SketchPartition, SliceVisits, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -513,6 +513,7 @@ impl RollupStore for CassandraStore {
         day: Day,
         combinations: &[(String, SiteRollup)],
         read_started: DateTime<Utc>,
+        part: RollupPart,
     ) -> Result<(), StoreError> {
         const CONTEXT: &str = "writing a site rollup";
         let statements = &self.prepared().await?.rollups;
@@ -576,7 +577,12 @@ impl RollupStore for CassandraStore {
             CONTEXT,
         )
         .await?;
-        mark_sealed(self, &Owner::Site(site.clone()), day, read_started).await
+        match part {
+            RollupPart::More => Ok(()),
+            RollupPart::Last => {
+                mark_sealed(self, &Owner::Site(site.clone()), day, read_started).await
+            }
+        }
     }
 
     async fn read_site_rollup(

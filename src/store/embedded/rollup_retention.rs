@@ -225,6 +225,7 @@ mod tests {
                         day,
                         &[(String::new(), rollup(day))],
                         chrono::Utc::now(),
+                        crate::store::RollupPart::Last,
                     )
                     .await
                     .expect("written");

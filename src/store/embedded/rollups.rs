@@ -13,8 +13,8 @@ use crate::domain::ids::CampaignKey;
 use crate::domain::owner::Owner;
 use crate::domain::time::Day;
 use crate::store::{
-    FeatureVisits, ReachLevel, Rollup, RollupSlice, RollupStore, SiteRollup, SketchPartition,
-    SliceVisits, StoreError,
+    FeatureVisits, ReachLevel, Rollup, RollupPart, RollupSlice, RollupStore, SiteRollup,
+    SketchPartition, SliceVisits, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -113,6 +113,7 @@ impl RollupStore for EmbeddedStore {
         day: Day,
         combinations: &[(String, SiteRollup)],
         read_started: DateTime<Utc>,
+        part: RollupPart,
     ) -> Result<(), StoreError> {
         let mut rows: Rows = Vec::new();
         for (combination, rollup) in combinations {
@@ -136,8 +137,10 @@ impl RollupStore for EmbeddedStore {
                 )
             }));
         }
-        let (table, key) = seal_cell(&Owner::Site(site.clone()), day, SealCell::SealedFrom);
-        rows.push((table, key, millis_value(read_started)));
+        if part == RollupPart::Last {
+            let (table, key) = seal_cell(&Owner::Site(site.clone()), day, SealCell::SealedFrom);
+            rows.push((table, key, millis_value(read_started)));
+        }
         self.write("writing a site rollup", rows).await
     }
 
