@@ -288,16 +288,16 @@ pub(crate) struct LimitArgs {
     /// its feature combinations, estimated, e.g. `256MiB`: a day that needs more is added up in
     /// parts, a pass over its beacons each.
     #[arg(long, env = "ADEVENTS_SEAL_MEMORY", default_value = "256MiB", value_parser = parse_seal_memory)]
-    pub(crate) seal_memory: bytesize::ByteSize,
+    pub(crate) seal_memory: usize,
 }
 
-/// At least 1 MiB: a smaller budget only makes more passes.
-fn parse_seal_memory(text: &str) -> Result<bytesize::ByteSize, String> {
+/// Bytes, at least 1 MiB: a smaller budget only makes more passes.
+fn parse_seal_memory(text: &str) -> Result<usize, String> {
     let size: bytesize::ByteSize = text.parse()?;
     if size.as_u64() < 1024 * 1024 {
         return Err("must be at least 1MiB".to_owned());
     }
-    Ok(size)
+    Ok(usize::try_from(size.as_u64()).unwrap_or(usize::MAX))
 }
 
 /// A rate in events or requests per second, or none (`off`).
@@ -395,7 +395,7 @@ impl ServeArgs {
                 refresh: self.settings_cache_ttl,
             },
             sketch_memory: self.limits.sketch_memory.as_u64(),
-            seal_memory: usize::try_from(self.limits.seal_memory.as_u64()).unwrap_or(usize::MAX),
+            seal_memory: self.limits.seal_memory,
             ivt_deny_cidrs: self.ivt_deny_cidrs.clone(),
             attribution_delay: self.attribution_delay.min(Duration::from_secs(3600)),
             retention: RetentionOptions {
@@ -472,7 +472,7 @@ pub struct RollupArgs {
     pub(crate) rollup_grace: Duration,
     /// As for `serve`: what one pass over a site-day may hold for its feature combinations.
     #[arg(long, env = "ADEVENTS_SEAL_MEMORY", default_value = "256MiB", value_parser = parse_seal_memory)]
-    pub(crate) seal_memory: bytesize::ByteSize,
+    pub(crate) seal_memory: usize,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
     #[command(flatten)]

@@ -35,7 +35,7 @@ pub async fn rollup(args: RollupArgs) -> Result<(), CommandError> {
         retain_raw: args.store.retain_raw(),
         ..SealerOptions::default()
     }
-    .with_site_day_bytes(usize::try_from(args.seal_memory.as_u64()).unwrap_or(usize::MAX));
+    .with_site_day_bytes(args.seal_memory);
     let sealer = Sealer::new(store, settings, options, Default::default());
     let rule = sealer.rule();
     let first = Day::new(args.from);
